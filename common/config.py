@@ -1,0 +1,391 @@
+"""Kafka-style configuration: ``server.properties`` parsing and typed, validated keys.
+
+Every key krafty understands is declared once in ``KEYS`` with Kafka's name, type and
+default. Unknown keys produce a warning (never silently ignored); a bad value raises
+``ConfigError`` naming the key, which stops startup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+log = logging.getLogger("krafty.config")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key."""
+
+
+# --- value parsers -------------------------------------------------------------------
+
+def _int(v: str) -> int:
+    return int(v.strip())
+
+
+def _bool(v: str) -> bool:
+    s = v.strip().lower()
+    if s in ("true", "false"):
+        return s == "true"
+    raise ValueError("expected true or false")
+
+
+def _str(v: str) -> str:
+    return v.strip()
+
+
+def _list(v: str) -> list[str]:
+    return [x.strip() for x in v.split(",") if x.strip()]
+
+
+def _roles(v: str) -> list[str]:
+    roles = _list(v)
+    if not roles or any(r not in ("broker", "controller") for r in roles) or len(set(roles)) != len(roles):
+        raise ValueError("expected 'broker', 'controller' or 'broker,controller'")
+    return roles
+
+
+def _voters(v: str) -> list[tuple[int, str, int]]:
+    """``1@host:port,2@host:port`` -> [(1, host, port), ...]"""
+    out = []
+    for item in _list(v):
+        m = re.fullmatch(r"(\d+)@(\[[^\]]+\]|[^:@]+):(\d+)", item)
+        if not m:
+            raise ValueError(f"voter {item!r} is not of the form id@host:port")
+        host = m.group(2).strip("[]")
+        out.append((int(m.group(1)), host, int(m.group(3))))
+    ids = [x[0] for x in out]
+    if len(set(ids)) != len(ids):
+        raise ValueError("duplicate voter id")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+def _listeners(v: str) -> list[Listener]:
+    """``PLAINTEXT://127.0.0.1:9092,CONTROLLER://:9093``"""
+    out = []
+    for item in _list(v):
+        m = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)", item)
+        if not m:
+            raise ValueError(f"listener {item!r} is not of the form NAME://host:port")
+        port = int(m.group(3))
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port {port} out of range")
+        out.append(Listener(m.group(1).upper(), m.group(2).strip("[]"), port))
+    names = [x.name for x in out]
+    if len(set(names)) != len(names):
+        raise ValueError("duplicate listener name")
+    return out
+
+
+def _protocol_map(v: str) -> dict[str, str]:
+    out = {}
+    for item in _list(v):
+        name, sep, proto = item.partition(":")
+        if not sep:
+            raise ValueError(f"{item!r} is not of the form LISTENER:PROTOCOL")
+        proto = proto.strip().upper()
+        if proto not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise ValueError(f"unknown security protocol {proto!r}")
+        out[name.strip().upper()] = proto
+    return out
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(v: str) -> str:
+        s = v.strip().lower()
+        if s not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return s
+    return parse
+
+
+def _cleanup_policy(v: str) -> str:
+    parts = sorted(set(_list(v.lower())))
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ValueError("expected delete, compact or compact,delete")
+    return ",".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str = ""
+    min: int | None = None
+    max: int | None = None
+    topic_key: str | None = None  # the per-topic config this broker key is the default of
+
+    def convert(self, raw: str) -> Any:
+        try:
+            value = self.parse(raw)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"invalid value {raw!r} for configuration key '{self.name}': {e}") from None
+        if self.min is not None and isinstance(value, int) and value < self.min:
+            raise ConfigError(f"invalid value {raw!r} for configuration key '{self.name}': must be >= {self.min}")
+        if self.max is not None and isinstance(value, int) and value > self.max:
+            raise ConfigError(f"invalid value {raw!r} for configuration key '{self.name}': must be <= {self.max}")
+        return value
+
+
+_H = 3_600_000
+KEYS: dict[str, Key] = {
+    k.name: k
+    for k in [
+        # node identity and roles
+        Key("node.id", _int, None, "this node's id", min=0),
+        Key("process.roles", _roles, ["broker", "controller"], "broker, controller or both"),
+        Key("cluster.id", _str, None, "cluster id (generated and stored in meta.properties when absent)"),
+        Key("broker.rack", _str, None, "rack of this broker"),
+        # listeners
+        Key("listeners", _listeners, [Listener("PLAINTEXT", "127.0.0.1", 9092), Listener("CONTROLLER", "127.0.0.1", 9093)]),
+        Key("advertised.listeners", _listeners, None),
+        Key("listener.security.protocol.map", _protocol_map,
+            {"PLAINTEXT": "PLAINTEXT", "CONTROLLER": "PLAINTEXT", "SSL": "SSL",
+             "SASL_PLAINTEXT": "SASL_PLAINTEXT", "SASL_SSL": "SASL_SSL"}),
+        Key("controller.listener.names", _list, ["CONTROLLER"]),
+        Key("inter.broker.listener.name", _str, "PLAINTEXT"),
+        # quorum
+        Key("controller.quorum.voters", _voters, [], "id@host:port,..."),
+        Key("controller.quorum.bootstrap.servers", _list, []),
+        Key("controller.quorum.election.timeout.ms", _int, 1000, min=1),
+        Key("controller.quorum.fetch.timeout.ms", _int, 2000, min=1),
+        Key("controller.quorum.election.backoff.max.ms", _int, 1000, min=1),
+        Key("controller.quorum.append.linger.ms", _int, 25, min=0),
+        Key("controller.quorum.request.timeout.ms", _int, 2000, min=1),
+        Key("controller.quorum.retry.backoff.ms", _int, 20, min=0),
+        Key("metadata.log.dir", _str, None),
+        Key("metadata.log.max.record.bytes.between.snapshots", _int, 20 * 1024 * 1024, min=1),
+        Key("metadata.max.idle.interval.ms", _int, 500, min=0),
+        # brokers
+        Key("broker.session.timeout.ms", _int, 9000, min=1),
+        Key("broker.heartbeat.interval.ms", _int, 2000, min=1),
+        Key("auto.leader.rebalance.enable", _bool, True),
+        Key("leader.imbalance.check.interval.seconds", _int, 300, min=1),
+        # storage
+        Key("log.dirs", _list, None),
+        Key("log.dir", _str, "/tmp/kraft-combined-logs"),
+        Key("log.segment.bytes", _int, 1024 * 1024 * 1024, min=14, topic_key="segment.bytes"),
+        Key("log.roll.ms", _int, None, min=1, topic_key="segment.ms"),
+        Key("log.roll.hours", _int, 168, min=1),
+        Key("log.retention.ms", _int, None, min=-1, topic_key="retention.ms"),
+        Key("log.retention.minutes", _int, None, min=-1),
+        Key("log.retention.hours", _int, 168, min=-1),
+        Key("log.retention.bytes", _int, -1, min=-1, topic_key="retention.bytes"),
+        Key("log.retention.check.interval.ms", _int, 300_000, min=1),
+        Key("log.index.interval.bytes", _int, 4096, min=0, topic_key="index.interval.bytes"),
+        Key("log.index.size.max.bytes", _int, 10 * 1024 * 1024, min=4, topic_key="segment.index.bytes"),
+        Key("log.flush.interval.messages", _int, 2**63 - 1, min=1, topic_key="flush.messages"),
+        Key("log.flush.interval.ms", _int, None, min=0, topic_key="flush.ms"),
+        Key("log.flush.scheduler.interval.ms", _int, 2**63 - 1, min=0),
+        Key("log.cleanup.policy", _cleanup_policy, "delete", topic_key="cleanup.policy"),
+        Key("log.cleaner.delete.retention.ms", _int, 86_400_000, min=0, topic_key="delete.retention.ms"),
+        Key("log.message.timestamp.type", _choice("createtime", "logappendtime"), "createtime",
+            topic_key="message.timestamp.type"),
+        Key("message.max.bytes", _int, 1024 * 1024 + 12, min=0, topic_key="max.message.bytes"),
+        Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer",
+            topic_key="compression.type"),
+        Key("min.insync.replicas", _int, 1, min=1, topic_key="min.insync.replicas"),
+        Key("unclean.leader.election.enable", _bool, False, topic_key="unclean.leader.election.enable"),
+        # topics
+        Key("num.partitions", _int, 1, min=1),
+        Key("default.replication.factor", _int, 1, min=1),
+        Key("auto.create.topics.enable", _bool, True),
+        Key("delete.topic.enable", _bool, True),
+        # replication
+        Key("replica.lag.time.max.ms", _int, 30_000, min=1),
+        Key("replica.fetch.max.bytes", _int, 1024 * 1024, min=0),
+        Key("replica.fetch.wait.max.ms", _int, 500, min=0),
+        Key("replica.fetch.min.bytes", _int, 1, min=1),
+        Key("replica.fetch.response.max.bytes", _int, 10 * 1024 * 1024, min=0),
+        Key("replica.selector.class", _str, None),
+        Key("num.replica.fetchers", _int, 1, min=1),
+        # groups and offsets
+        Key("offsets.topic.num.partitions", _int, 50, min=1),
+        Key("offsets.topic.replication.factor", _int, 3, min=1),
+        Key("offsets.topic.segment.bytes", _int, 100 * 1024 * 1024, min=1),
+        Key("offsets.retention.minutes", _int, 10080, min=1),
+        Key("offsets.retention.check.interval.ms", _int, 600_000, min=1),
+        Key("group.initial.rebalance.delay.ms", _int, 3000, min=0),
+        Key("group.min.session.timeout.ms", _int, 6000, min=0),
+        Key("group.max.session.timeout.ms", _int, 1_800_000, min=0),
+        Key("group.max.size", _int, 2**31 - 1, min=1),
+        Key("transaction.state.log.replication.factor", _int, 3, min=1),
+        Key("transaction.state.log.min.isr", _int, 2, min=1),
+        # network
+        Key("socket.request.max.bytes", _int, 100 * 1024 * 1024, min=1),
+        Key("socket.send.buffer.bytes", _int, 102_400),
+        Key("socket.receive.buffer.bytes", _int, 102_400),
+        Key("num.network.threads", _int, 3, min=1),
+        Key("num.io.threads", _int, 8, min=1),
+        Key("connections.max.idle.ms", _int, 600_000, min=-1),
+        Key("max.connections", _int, 2**31 - 1, min=0),
+        Key("max.connections.per.ip", _int, 2**31 - 1, min=0),
+        Key("request.timeout.ms", _int, 30_000, min=0),
+        Key("producer.id.expiration.ms", _int, 86_400_000, min=1),
+        # security (issue 9)
+        Key("sasl.enabled.mechanisms", _list, ["GSSAPI"]),
+        Key("super.users", _str, ""),
+        Key("allow.everyone.if.no.acl.found", _bool, False),
+    ]
+}
+
+
+def parse_properties(text: str) -> list[tuple[str, str, int]]:
+    """Parse Java ``.properties`` text into ``(key, value, line_number)`` triples.
+
+    Supports ``#``/``!`` comments, ``=``, ``:`` or whitespace separators, and
+    backslash line continuations, as java.util.Properties does.
+    """
+    out: list[tuple[str, str, int]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        start = i
+        line = lines[i].lstrip()
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while line.endswith("\\") and not line.endswith("\\\\") and i < len(lines):
+            line = line[:-1] + lines[i].lstrip()
+            i += 1
+        m = re.match(r"((?:[^=:\s\\]|\\.)+)\s*[=:\s]?\s*(.*)$", line)
+        if not m:
+            continue
+        key = re.sub(r"\\(.)", r"\1", m.group(1))
+        value = m.group(2).rstrip()
+        out.append((key, value, start + 1))
+    return out
+
+
+class Config(Mapping[str, Any]):
+    """Typed view of a node's configuration. ``cfg["log.segment.bytes"]`` gives the parsed
+    value (explicit or default); ``cfg.explicit`` the keys that were set."""
+
+    def __init__(self, values: Mapping[str, str] | None = None, *, warn_unknown: bool = True):
+        self._raw: dict[str, str] = dict(values or {})
+        self._values: dict[str, Any] = {}
+        self.unknown: list[str] = []
+        for name, raw in self._raw.items():
+            key = KEYS.get(name)
+            if key is None:
+                self.unknown.append(name)
+                if warn_unknown:
+                    log.warning("unknown configuration key '%s' (value %r) is ignored", name, raw)
+                continue
+            self._values[name] = key.convert(raw)
+        self._derive()
+
+    # --- derived values that Kafka computes from several keys -------------------------
+    def _derive(self) -> None:
+        v = self._values
+        if "log.dirs" not in v:
+            v["log.dirs"] = [self.get_default("log.dir")] if "log.dir" not in v else [v["log.dir"]]
+        if "log.retention.ms" not in v:
+            if "log.retention.minutes" in v:
+                v["log.retention.ms"] = v["log.retention.minutes"] * 60_000
+            else:
+                v["log.retention.ms"] = self.get_default("log.retention.hours") * _H
+        if "log.roll.ms" not in v:
+            v["log.roll.ms"] = self.get_default("log.roll.hours") * _H
+        if "metadata.log.dir" not in v:
+            v["metadata.log.dir"] = v["log.dirs"][0]
+        if "advertised.listeners" not in v:
+            ctrl = set(self["controller.listener.names"])
+            v["advertised.listeners"] = [lst for lst in self["listeners"] if lst.name not in ctrl]
+        roles = self["process.roles"]
+        if self._values.get("node.id") is None:
+            raise ConfigError("missing required configuration key 'node.id'")
+        if "controller" in roles and not any(lst.name in self["controller.listener.names"] for lst in self["listeners"]):
+            raise ConfigError(
+                "configuration key 'listeners' has no listener named in 'controller.listener.names' "
+                f"({','.join(self['controller.listener.names'])}) but process.roles includes controller")
+        if "broker" in roles and not any(lst.name not in self["controller.listener.names"] for lst in self["listeners"]):
+            raise ConfigError("configuration key 'listeners' has no broker listener but process.roles includes broker")
+
+    def get_default(self, name: str) -> Any:
+        return self._values[name] if name in self._values else KEYS[name].default
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._values:
+            return self._values[name]
+        if name in KEYS:
+            return KEYS[name].default
+        raise KeyError(name)
+
+    def __iter__(self):
+        return iter(KEYS)
+
+    def __len__(self) -> int:
+        return len(KEYS)
+
+    @property
+    def explicit(self) -> dict[str, str]:
+        return dict(self._raw)
+
+    def listener(self, name: str) -> Listener | None:
+        for lst in self["listeners"]:
+            if lst.name == name:
+                return lst
+        return None
+
+    @classmethod
+    def from_file(cls, path: str, overrides: Iterable[str] = ()) -> Config:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+        values = {k: v for k, v, _ in parse_properties(text)}
+        for ov in overrides:
+            k, sep, v = ov.partition("=")
+            if not sep or not k.strip():
+                raise ConfigError(f"override {ov!r} is not of the form key=value")
+            values[k.strip()] = v.strip()
+        return cls(values)
+
+
+# Per-topic configuration keys (Kafka names), with the broker key each defaults from.
+TOPIC_KEYS: dict[str, Key] = {
+    k.topic_key: dataclasses.replace(k, name=k.topic_key) for k in KEYS.values() if k.topic_key
+}
+TOPIC_KEYS["retention.ms"] = dataclasses.replace(TOPIC_KEYS["retention.ms"], default=7 * 24 * _H)
+TOPIC_KEYS["segment.ms"] = dataclasses.replace(TOPIC_KEYS["segment.ms"], default=7 * 24 * _H)
+TOPIC_KEYS["flush.ms"] = dataclasses.replace(TOPIC_KEYS["flush.ms"], default=2**63 - 1)
+TOPIC_KEYS["message.timestamp.type"] = dataclasses.replace(
+    TOPIC_KEYS["message.timestamp.type"], parse=lambda v: {"createtime": "CreateTime", "logappendtime": "LogAppendTime"}[
+        _choice("createtime", "logappendtime")(v)])
+
+
+def topic_defaults(cfg: Config) -> dict[str, Any]:
+    """The effective default of each topic config on this broker (from the broker keys)."""
+    out = {}
+    for bkey in KEYS.values():
+        if bkey.topic_key:
+            val = cfg[bkey.name]
+            if bkey.topic_key == "message.timestamp.type":
+                val = {"createtime": "CreateTime", "logappendtime": "LogAppendTime"}[val]
+            if val is None:
+                val = TOPIC_KEYS[bkey.topic_key].default
+            out[bkey.topic_key] = val
+    return out
+
+
+def validate_topic_config(name: str, raw: str | None) -> Any:
+    """Parse one topic config; raises ConfigError naming the key."""
+    key = TOPIC_KEYS.get(name)
+    if key is None:
+        raise ConfigError(f"unknown topic configuration key '{name}'")
+    if raw is None:
+        raise ConfigError(f"null value for topic configuration key '{name}'")
+    return key.convert(raw)

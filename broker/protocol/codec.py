@@ -1,0 +1,240 @@
+"""Framing, request/response headers, and the generated (kio) codec for every API that is
+not on a hot path.
+
+Request header (v1 classic, v2 flexible):
+    api_key int16 | api_version int16 | correlation_id int32 | client_id nullable string (int16 len)
+    [v2: tagged fields (uvarint count, then uvarint tag, uvarint size, bytes)]
+Response header: v0 = correlation_id int32; v1 = v0 + tagged fields (empty: one 0x00 byte).
+
+Handlers are written once for all versions: they return nested ``dict``s, and ``build``
+fills the kio dataclass of the requested version from them, dropping fields the version
+does not have and defaulting the ones it has but the dict lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import io
+import struct
+import typing
+import uuid
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from broker.protocol.apis import ApiKey, is_flexible
+
+_HDR = struct.Struct(">hhih")
+_I32 = struct.Struct(">i")
+
+
+class FramingError(Exception):
+    """The byte stream cannot be parsed as Kafka requests: the connection must close."""
+
+
+@dataclasses.dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    size: int  # bytes of the header, the body starts here
+
+
+def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise FramingError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 35:
+            raise FramingError("varint too long")
+
+
+def parse_request_header(buf) -> RequestHeader:
+    if len(buf) < 10:
+        raise FramingError(f"request of {len(buf)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, clen = _HDR.unpack_from(buf, 0)
+    pos = 10
+    client_id = None
+    if clen >= 0:
+        if pos + clen > len(buf):
+            raise FramingError("client_id runs past the end of the request")
+        client_id = bytes(buf[pos:pos + clen]).decode("utf-8", "replace")
+        pos += clen
+    elif clen != -1:
+        raise FramingError("negative client_id length")
+    if is_flexible(api_key, api_version):
+        n, pos = read_uvarint(buf, pos)
+        for _ in range(n):
+            _tag, pos = read_uvarint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
+            pos += size
+        if pos > len(buf):
+            raise FramingError("header tagged fields run past the end of the request")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def response_header(api_key: int, api_version: int, correlation_id: int) -> bytes:
+    if api_key != ApiKey.API_VERSIONS and is_flexible(api_key, api_version):
+        return _I32.pack(correlation_id) + b"\x00"
+    return _I32.pack(correlation_id)
+
+
+def frame(header: bytes, body: bytes) -> bytes:
+    return _I32.pack(len(header) + len(body)) + header + body
+
+
+# --- generated codec -----------------------------------------------------------------
+
+@functools.cache
+def request_type(api_key: int, version: int):
+    return load_request_schema(api_key, version)
+
+
+@functools.cache
+def response_type(api_key: int, version: int):
+    return load_response_schema(api_key, version)
+
+
+@functools.cache
+def _reader(cls):
+    return entity_reader(cls)
+
+
+@functools.cache
+def _writer(cls):
+    return entity_writer(cls)
+
+
+def decode_request(api_key: int, version: int, buf, offset: int):
+    cls = request_type(api_key, version)
+    obj, size = _reader(cls)(buf, offset)
+    return obj
+
+
+def encode(obj) -> bytes:
+    out = io.BytesIO()
+    _writer(type(obj))(out, obj)
+    return out.getvalue()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    kind: str  # scalar | entity | entities
+    sub: Any  # nested entity class for entity/entities
+    kafka_type: str | None
+    nullable: bool
+    default: Any  # dataclasses.MISSING when required
+
+
+def _unwrap(tp) -> tuple[Any, bool]:
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, __import__("types").UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return tp, False
+
+
+@functools.cache
+def _fields(cls) -> tuple[_Field, ...]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        tp, nullable = _unwrap(hints[f.name])
+        kind, sub = "scalar", None
+        if typing.get_origin(tp) is tuple:
+            inner = typing.get_args(tp)[0]
+            if dataclasses.is_dataclass(inner):
+                kind, sub = "entities", inner
+        elif dataclasses.is_dataclass(tp):
+            kind, sub = "entity", tp
+        default = f.default
+        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        out.append(_Field(f.name, kind, sub, f.metadata.get("kafka_type"), nullable, default))
+    return tuple(out)
+
+
+_ZERO = {
+    "bool": False, "int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint16": 0, "float64": 0.0,
+    "string": "", "bytes": b"", "records": b"", "uuid": uuid.UUID(int=0),
+    "timedelta_i32": datetime.timedelta(0), "timedelta_i64": datetime.timedelta(0),
+    "error_code": KioErrorCode.none,
+}
+
+
+def _convert(f: _Field, v: Any) -> Any:
+    kt = f.kafka_type
+    if v is None:
+        return None
+    if kt == "error_code":
+        return KioErrorCode(int(v))
+    if kt in ("timedelta_i32", "timedelta_i64") and not isinstance(v, datetime.timedelta):
+        return datetime.timedelta(milliseconds=v)
+    if kt == "datetime_i64" and not isinstance(v, datetime.datetime):
+        return datetime.datetime.fromtimestamp(v / 1000, tz=datetime.UTC) if v >= 0 else None
+    return v
+
+
+def build(cls, data: dict) -> Any:
+    """Instantiate kio dataclass ``cls`` from a dict; see the module docstring."""
+    kwargs = {}
+    for f in _fields(cls):
+        if f.name in data:
+            v = data[f.name]
+            if f.kind == "entities":
+                v = None if v is None else tuple(x if isinstance(x, f.sub) else build(f.sub, x) for x in v)
+            elif f.kind == "entity":
+                v = None if v is None else (v if isinstance(v, f.sub) else build(f.sub, v))
+            else:
+                v = _convert(f, v)
+            if v is None and not f.nullable:
+                v = f.default if f.default is not dataclasses.MISSING else _ZERO.get(f.kafka_type)
+            kwargs[f.name] = v
+        elif f.default is not dataclasses.MISSING:
+            continue
+        elif f.nullable:
+            kwargs[f.name] = None
+        elif f.kind == "entities":
+            kwargs[f.name] = ()
+        elif f.kind == "entity":
+            kwargs[f.name] = build(f.sub, {})
+        else:
+            kwargs[f.name] = _ZERO[f.kafka_type]
+    return cls(**kwargs)
+
+
+def build_response(api_key: int, version: int, data: dict) -> Any:
+    return build(response_type(api_key, version), data)
+
+
+def to_dict(obj) -> Any:
+    """A kio entity as nested dicts/lists (the inverse of ``build``)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple):
+        return [to_dict(x) for x in obj]
+    if isinstance(obj, datetime.timedelta):
+        return int(obj.total_seconds() * 1000)
+    return obj
+
+
+def error_response(api_key: int, version: int, code: int) -> Any:
+    """A response for a request we cannot serve, with ``code`` in the top-level error field
+    where the response has one."""
+    cls = response_type(api_key, version)
+    data: dict[str, Any] = {}
+    if any(f.name == "error_code" for f in _fields(cls)):
+        data["error_code"] = code
+    return build(cls, data)

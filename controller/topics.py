@@ -1,0 +1,231 @@
+"""Topic operations of the quorum controller, as pure functions: ``(image, request) ->
+(records, results)``. Nothing here touches committed state; the controller appends the
+records and answers the callers when they commit (KRaft's ReplicationControlManager)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from common.config import TOPIC_KEYS, ConfigError, validate_topic_config
+from common.errors import ErrorCode, KafkaError
+from controller.placement import BrokerPlacement, RandomLike, assign_replicas, validate_manual_assignment
+from metadata import records as r
+from metadata.image import MetadataImage
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def validate_topic_name(name: str | None) -> None:
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_NAME_LENGTH:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, "
+                         f"topic name: {name}")
+    if not _LEGAL.fullmatch(name):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
+                         "alphanumerics, '.', '_' and '-'")
+
+
+def _collision_key(name: str) -> str:
+    return name.replace(".", "_")
+
+
+@dataclasses.dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: dict[int, list[int]] | None = None
+    configs: dict[str, str | None] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class CreateTopicResult:
+    name: str
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    topic_id: uuid.UUID | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicDefaults:
+    num_partitions: int = 1
+    replication_factor: int = 1
+
+
+def _placement_brokers(image: MetadataImage) -> list[BrokerPlacement]:
+    return [BrokerPlacement(b.id, b.rack) for b in sorted(image.brokers.values(), key=lambda b: b.id)
+            if not b.fenced and not b.in_controlled_shutdown]
+
+
+def create_topics(image: MetadataImage, topics: Sequence[NewTopic], defaults: TopicDefaults, rng: RandomLike,
+                  new_uuid=uuid.uuid4) -> tuple[list[Any], list[CreateTopicResult]]:
+    records: list[Any] = []
+    results: list[CreateTopicResult] = []
+    seen: dict[str, int] = {}
+    for t in topics:
+        seen[t.name] = seen.get(t.name, 0) + 1
+    existing_keys = {_collision_key(n): n for n in image.topics_by_name}
+    for t in topics:
+        res = CreateTopicResult(t.name)
+        results.append(res)
+        try:
+            if seen[t.name] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Duplicate topic name {t.name} in the request")
+            validate_topic_name(t.name)
+            if t.name in image.topics_by_name:
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
+            other = existing_keys.get(_collision_key(t.name))
+            if other is not None:
+                raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                 f"Topic '{t.name}' collides with existing topic: {other}")
+            configs = {}
+            for k, v in t.configs.items():
+                try:
+                    validate_topic_config(k, v)
+                except ConfigError as e:
+                    raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+                configs[k] = v
+            live = _placement_brokers(image)
+            if t.assignments:
+                if t.num_partitions != -1 or t.replication_factor != -1:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                     "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                                     "Both cannot be used at the same time.")
+                validate_manual_assignment(t.assignments, [b.id for b in live])
+                assignment = {p: list(rs) for p, rs in t.assignments.items()}
+            else:
+                n = defaults.num_partitions if t.num_partitions == -1 else t.num_partitions
+                rf = defaults.replication_factor if t.replication_factor == -1 else t.replication_factor
+                if n <= 0:
+                    raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+                if rf <= 0:
+                    raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                     "Replication factor must be larger than 0.")
+                if rf > len(live):
+                    raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                     f"Replication factor: {rf} larger than available brokers: {len(live)}.")
+                assignment = assign_replicas(live, n, rf, rng=rng)
+            min_isr = configs.get("min.insync.replicas")
+            rf_actual = len(next(iter(assignment.values())))
+            if min_isr is not None and int(min_isr) > rf_actual:
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"min.insync.replicas {min_isr} is larger than the replication factor {rf_actual}")
+        except KafkaError as e:
+            res.error, res.message = e.code, e.message
+            continue
+        tid = new_uuid()
+        res.topic_id = tid
+        res.num_partitions = len(assignment)
+        res.replication_factor = rf_actual
+        res.configs = configs
+        existing_keys[_collision_key(t.name)] = t.name
+        records.append(r.TopicRecord(t.name, tid))
+        for k, v in configs.items():
+            if v is not None:
+                records.append(r.ConfigRecord(r.RESOURCE_TOPIC, t.name, k, v))
+        for pid in sorted(assignment):
+            replicas = tuple(assignment[pid])
+            records.append(r.PartitionRecord(tid, pid, replicas, replicas, replicas[0], 0, 0))
+    return records, results
+
+
+def delete_topics(image: MetadataImage, names: Sequence[str | None], ids: Sequence[uuid.UUID | None]
+                  ) -> tuple[list[Any], list[tuple[str | None, uuid.UUID | None, ErrorCode, str | None]]]:
+    """Delete by name or by id (one of each pair is None). Results: (name, id, error, message)."""
+    records: list[Any] = []
+    results = []
+    done: set[uuid.UUID] = set()
+    for name, tid in zip(names, ids, strict=True):
+        t = image.topics_by_name.get(name) if name is not None else image.topics_by_id.get(tid)
+        if t is None:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
+            results.append((name, tid, code, None))
+            continue
+        if t.topic_id not in done:
+            done.add(t.topic_id)
+            records.append(r.RemoveTopicRecord(t.topic_id))
+        results.append((t.name, t.topic_id, ErrorCode.NONE, None))
+    return records, results
+
+
+def create_partitions(image: MetadataImage, topic: str, count: int, assignments: list[list[int]] | None,
+                      rng: RandomLike) -> list[Any]:
+    """Records adding partitions to ``topic`` so it has ``count``; raises KafkaError."""
+    t = image.topics_by_name.get(topic)
+    if t is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic}' does not exist.")
+    current = len(t.partitions)
+    if count < current:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                         f"The topic {topic} currently has {current} partition(s); {count} would not be an increase.")
+    if count == current:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+    rf = len(t.partitions[0].replicas)
+    live = _placement_brokers(image)
+    if assignments:
+        if len(assignments) != count - current:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"Attempted to add {count - current} additional partition(s), but only "
+                             f"{len(assignments)} assignment(s) were specified.")
+        manual = {current + i: list(a) for i, a in enumerate(assignments)}
+        for a in manual.values():
+            if len(a) != rf:
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"The manual partition assignment includes a partition with {len(a)} "
+                                 f"replica(s), but this is not consistent with previous partitions, which "
+                                 f"have {rf} replica(s).")
+        validate_manual_assignment({i: a for i, a in enumerate(manual.values())}, [b.id for b in live])
+        assignment = manual
+    else:
+        if rf > len(live):
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"Replication factor: {rf} larger than available brokers: {len(live)}.")
+        assignment = assign_replicas(live, count - current, rf, rng=rng, start_partition_id=current)
+    recs = []
+    for pid in sorted(assignment):
+        replicas = tuple(assignment[pid])
+        recs.append(r.PartitionRecord(t.topic_id, pid, replicas, replicas, replicas[0], 0, 0))
+    return recs
+
+
+def alter_topic_configs(image: MetadataImage, topic: str, ops: Sequence[tuple[str, int, str | None]]) -> list[Any]:
+    """IncrementalAlterConfigs on a topic: ops of (name, op, value), op 0 SET 1 DELETE
+    2 APPEND 3 SUBTRACT. Raises KafkaError."""
+    if topic not in image.topics_by_name:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic}' does not exist.")
+    current = dict(image.topic_config(topic))
+    recs = []
+    for name, op, value in ops:
+        if op == 1:
+            value = None
+        elif op in (2, 3):
+            items = [x for x in current.get(name, "").split(",") if x]
+            add = [x for x in (value or "").split(",") if x]
+            items = items + [x for x in add if x not in items] if op == 2 else [x for x in items if x not in add]
+            value = ",".join(items) if items else None
+        elif op != 0:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown config operation {op}")
+        try:
+            if value is not None:
+                validate_topic_config(name, value)
+            elif name not in TOPIC_KEYS:
+                raise ConfigError(f"unknown topic configuration key '{name}'")
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        current[name] = value
+        recs.append(r.ConfigRecord(r.RESOURCE_TOPIC, topic, name, value))
+    return recs

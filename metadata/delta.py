@@ -1,0 +1,210 @@
+"""``MetadataDelta``: records replayed on top of an image; ``apply()`` gives the next image.
+
+Publishers receive ``(delta, new_image)`` and act on what changed, e.g. a broker asks
+``delta.local_changes(broker_id)`` which partitions it now leads, follows or must delete
+(KRaft's ``TopicsDelta.localChanges``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+from metadata import records as r
+from metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage
+
+
+@dataclasses.dataclass(slots=True)
+class TopicDelta:
+    name: str
+    topic_id: uuid.UUID
+    base: TopicImage | None  # None for a topic created in this delta
+    changed: dict[int, PartitionRegistration] = dataclasses.field(default_factory=dict)
+
+    def partition(self, pid: int) -> PartitionRegistration | None:
+        p = self.changed.get(pid)
+        if p is None and self.base is not None:
+            p = self.base.partitions.get(pid)
+        return p
+
+    def apply(self) -> TopicImage:
+        parts = dict(self.base.partitions) if self.base else {}
+        parts.update(self.changed)
+        return TopicImage(self.name, self.topic_id, parts)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LocalReplicaChanges:
+    """What one broker must do after a delta. Keys are (topic name, partition)."""
+
+    leaders: dict[tuple[str, int], tuple[uuid.UUID, PartitionRegistration]]
+    followers: dict[tuple[str, int], tuple[uuid.UUID, PartitionRegistration]]
+    deletes: set[tuple[str, int]]
+
+
+class MetadataDelta:
+    def __init__(self, image: MetadataImage):
+        self.image = image
+        self.cluster_id: str | None = None
+        self.features: dict[str, int] = {}
+        self.brokers: dict[int, BrokerRegistration | None] = {}  # None = unregistered
+        self.topics: dict[uuid.UUID, TopicDelta] = {}
+        self.deleted_topics: dict[uuid.UUID, TopicImage] = {}
+        self.configs: dict[tuple[int, str], dict[str, str | None]] = {}
+        self.next_producer_id: int | None = None
+        self.snapshot_loaded = False
+
+    # --- lookups through the delta ---------------------------------------------------
+    def broker(self, bid: int) -> BrokerRegistration | None:
+        if bid in self.brokers:
+            return self.brokers[bid]
+        return self.image.brokers.get(bid)
+
+    def topic_delta(self, topic_id: uuid.UUID) -> TopicDelta:
+        td = self.topics.get(topic_id)
+        if td is None:
+            base = self.image.topics_by_id.get(topic_id)
+            if base is None:
+                raise KeyError(f"unknown topic id {topic_id}")
+            td = self.topics[topic_id] = TopicDelta(base.name, topic_id, base)
+        return td
+
+    # --- replay ----------------------------------------------------------------------
+    def replay(self, rec: r.Record) -> None:
+        m = getattr(self, "_replay_" + rec.TYPE)
+        m(rec)
+
+    def _replay_ClusterId(self, rec: r.ClusterIdRecord) -> None:
+        self.cluster_id = rec.cluster_id
+
+    def _replay_FeatureLevel(self, rec: r.FeatureLevelRecord) -> None:
+        self.features[rec.name] = rec.feature_level
+
+    def _replay_NoOp(self, rec: r.NoOpRecord) -> None:
+        pass
+
+    def _replay_RegisterBroker(self, rec: r.RegisterBrokerRecord) -> None:
+        self.brokers[rec.broker_id] = BrokerRegistration(
+            rec.broker_id, rec.incarnation_id, rec.broker_epoch, rec.endpoints, rec.rack, rec.fenced,
+            rec.in_controlled_shutdown)
+
+    def _replay_UnregisterBroker(self, rec: r.UnregisterBrokerRecord) -> None:
+        self.brokers[rec.broker_id] = None
+
+    def _replay_BrokerRegistrationChange(self, rec: r.BrokerRegistrationChangeRecord) -> None:
+        b = self.broker(rec.broker_id)
+        if b is None:
+            raise ValueError(f"registration change for unknown broker {rec.broker_id}")
+        changes = {}
+        if rec.fenced is not None:
+            changes["fenced"] = rec.fenced
+        if rec.in_controlled_shutdown is not None:
+            changes["in_controlled_shutdown"] = rec.in_controlled_shutdown
+        self.brokers[rec.broker_id] = dataclasses.replace(b, **changes)
+
+    def _replay_Topic(self, rec: r.TopicRecord) -> None:
+        self.topics[rec.topic_id] = TopicDelta(rec.name, rec.topic_id, None)
+
+    def _replay_RemoveTopic(self, rec: r.RemoveTopicRecord) -> None:
+        td = self.topics.pop(rec.topic_id, None)
+        base = self.image.topics_by_id.get(rec.topic_id)
+        if base is not None:
+            self.deleted_topics[rec.topic_id] = base
+        elif td is None:
+            raise ValueError(f"RemoveTopic for unknown topic id {rec.topic_id}")
+        name = base.name if base else td.name
+        self.configs[(r.RESOURCE_TOPIC, name)] = {k: None for k in self.image.topic_config(name)}
+
+    def _replay_Partition(self, rec: r.PartitionRecord) -> None:
+        td = self.topic_delta(rec.topic_id)
+        td.changed[rec.partition_id] = PartitionRegistration(
+            rec.replicas, rec.isr, rec.leader, rec.leader_epoch, rec.partition_epoch)
+
+    def _replay_PartitionChange(self, rec: r.PartitionChangeRecord) -> None:
+        td = self.topic_delta(rec.topic_id)
+        p = td.partition(rec.partition_id)
+        if p is None:
+            raise ValueError(f"PartitionChange for unknown partition {rec.topic_id}:{rec.partition_id}")
+        td.changed[rec.partition_id] = p.merge(rec)
+
+    def _replay_Config(self, rec: r.ConfigRecord) -> None:
+        self.configs.setdefault((rec.resource_type, rec.resource_name), {})[rec.name] = rec.value
+
+    def _replay_ProducerIds(self, rec: r.ProducerIdsRecord) -> None:
+        self.next_producer_id = rec.next_producer_id
+
+    # --- apply -----------------------------------------------------------------------
+    def apply(self, offset: int, epoch: int) -> MetadataImage:
+        img = self.image
+        brokers = img.brokers
+        if self.brokers:
+            brokers = dict(brokers)
+            for bid, b in self.brokers.items():
+                if b is None:
+                    brokers.pop(bid, None)
+                else:
+                    brokers[bid] = b
+        by_id, by_name = img.topics_by_id, img.topics_by_name
+        if self.topics or self.deleted_topics:
+            by_id, by_name = dict(by_id), dict(by_name)
+            for tid, t in self.deleted_topics.items():
+                by_id.pop(tid, None)
+                if by_name.get(t.name) is t:
+                    del by_name[t.name]
+            for tid, td in self.topics.items():
+                t = td.apply()
+                by_id[tid] = t
+                by_name[t.name] = t
+        configs = img.configs
+        if self.configs:
+            configs = dict(configs)
+            for res, kv in self.configs.items():
+                merged = dict(configs.get(res, {}))
+                for k, v in kv.items():
+                    if v is None:
+                        merged.pop(k, None)
+                    else:
+                        merged[k] = v
+                if merged:
+                    configs[res] = merged
+                else:
+                    configs.pop(res, None)
+        features = {**img.features, **self.features} if self.features else img.features
+        return MetadataImage(
+            offset=offset,
+            epoch=epoch,
+            cluster_id=self.cluster_id or img.cluster_id,
+            features=features,
+            brokers=brokers,
+            topics_by_id=by_id,
+            topics_by_name=by_name,
+            configs=configs,
+            next_producer_id=self.next_producer_id if self.next_producer_id is not None else img.next_producer_id,
+        )
+
+    def local_changes(self, broker_id: int) -> LocalReplicaChanges:
+        leaders, followers, deletes = {}, {}, set()
+        for t in self.deleted_topics.values():
+            for pid, p in t.partitions.items():
+                if broker_id in p.replicas:
+                    deletes.add((t.name, pid))
+        for td in self.topics.values():
+            for pid, p in td.changed.items():
+                key = (td.name, pid)
+                old = td.base.partitions.get(pid) if td.base else None
+                if broker_id in p.replicas:
+                    if p.leader == broker_id:
+                        leaders[key] = (td.topic_id, p)
+                    else:
+                        followers[key] = (td.topic_id, p)
+                elif old is not None and broker_id in old.replicas:
+                    deletes.add(key)
+        return LocalReplicaChanges(leaders, followers, deletes)
+
+
+def image_from_records(records, offset: int = -1, epoch: int = -1, base: MetadataImage | None = None) -> MetadataImage:
+    from metadata.image import EMPTY
+
+    d = MetadataDelta(base or EMPTY)
+    for rec in records:
+        d.replay(rec)
+    return d.apply(offset, epoch)

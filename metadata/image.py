@@ -1,0 +1,96 @@
+"""The immutable ``MetadataImage``: the cluster state after replaying the metadata log up
+to ``offset``. Never mutate an image: build a ``MetadataDelta`` and ``apply()`` it."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+
+from metadata import records as r
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    id: int
+    incarnation_id: uuid.UUID
+    epoch: int
+    endpoints: tuple[r.Endpoint, ...]
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool
+
+    def endpoint(self, listener: str) -> r.Endpoint | None:
+        for e in self.endpoints:
+            if e.name == listener:
+                return e
+        return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+    def merge(self, change: r.PartitionChangeRecord) -> PartitionRegistration:
+        leader_changed = change.leader is not None and change.leader != self.leader
+        return PartitionRegistration(
+            replicas=change.replicas if change.replicas is not None else self.replicas,
+            isr=change.isr if change.isr is not None else self.isr,
+            leader=change.leader if change.leader is not None else self.leader,
+            leader_epoch=self.leader_epoch + 1 if leader_changed else self.leader_epoch,
+            partition_epoch=self.partition_epoch + 1,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionRegistration]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetadataImage:
+    offset: int  # offset of the last record replayed, -1 when empty
+    epoch: int
+    cluster_id: str | None
+    features: dict[str, int]
+    brokers: dict[int, BrokerRegistration]
+    topics_by_id: dict[uuid.UUID, TopicImage]
+    topics_by_name: dict[str, TopicImage]
+    configs: dict[tuple[int, str], dict[str, str]]  # (resource type, name) -> {key: value}
+    next_producer_id: int
+
+    def topic_config(self, name: str) -> dict[str, str]:
+        return self.configs.get((r.RESOURCE_TOPIC, name), {})
+
+    def live_brokers(self) -> list[BrokerRegistration]:
+        return [b for b in self.brokers.values() if not b.fenced]
+
+    def to_records(self) -> Iterator[r.Record]:
+        """The records that rebuild this image from empty: the metadata snapshot."""
+        if self.cluster_id:
+            yield r.ClusterIdRecord(self.cluster_id)
+        for name, level in sorted(self.features.items()):
+            yield r.FeatureLevelRecord(name, level)
+        for b in sorted(self.brokers.values(), key=lambda b: b.id):
+            yield r.RegisterBrokerRecord(b.id, b.incarnation_id, b.epoch, b.endpoints, b.rack, b.fenced,
+                                         b.in_controlled_shutdown)
+        for t in self.topics_by_id.values():
+            yield r.TopicRecord(t.name, t.topic_id)
+            for pid, p in sorted(t.partitions.items()):
+                yield r.PartitionRecord(t.topic_id, pid, p.replicas, p.isr, p.leader, p.leader_epoch,
+                                        p.partition_epoch)
+        for (rtype, rname), kv in self.configs.items():
+            for k, v in sorted(kv.items()):
+                yield r.ConfigRecord(rtype, rname, k, v)
+        if self.next_producer_id:
+            yield r.ProducerIdsRecord(-1, -1, self.next_producer_id)
+
+
+EMPTY = MetadataImage(offset=-1, epoch=-1, cluster_id=None, features={}, brokers={}, topics_by_id={},
+                      topics_by_name={}, configs={}, next_producer_id=0)

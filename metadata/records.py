@@ -97,7 +97,7 @@ class ConfigRecord:
     resource_type: int
     resource_name: str
     name: str
-    value: str | None
+    value: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,0 +1,676 @@
+"""Request dispatch: api key -> handler. Handlers are written once for every version they
+serve; generated (kio) types carry the version differences, except on the Produce and
+Fetch hot paths (broker/apis/wire.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import time
+from typing import Any
+
+from broker.apis import wire
+from broker.log.batch import validate_produce_batches
+from broker.protocol import codec
+from broker.protocol.apis import SUPPORTED, ApiKey
+from broker.replica.manager import ReplicaManager
+from broker.server import RequestContext
+from common.config import KEYS, TOPIC_KEYS, Config, ConfigError, topic_defaults
+from common.errors import ErrorCode, KafkaError
+from controller.topics import INTERNAL_TOPICS, NewTopic, validate_topic_name
+from metadata.image import MetadataImage
+
+log = logging.getLogger("krafty.apis")
+
+_SOFTWARE_RE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+class CloseConnection(Exception):
+    """Close the connection without a response (acks=0 produce that failed, as Kafka does)."""
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids from blocks the controller allocates in the metadata log."""
+
+    def __init__(self, controller, broker_id: int):
+        self.controller = controller
+        self.broker_id = broker_id
+        self.broker_epoch = -1
+        self._next = 0
+        self._end = 0
+        self._lock = asyncio.Lock()
+
+    async def next_id(self) -> int:
+        async with self._lock:
+            if self._next >= self._end:
+                start, length = await self.controller.allocate_producer_ids(self.broker_id, self.broker_epoch)
+                self._next, self._end = start, start + length
+            pid = self._next
+            self._next += 1
+            return pid
+
+
+class KafkaApis:
+    def __init__(self, config: Config, broker_id: int, loader, replicas: ReplicaManager, controller):
+        self.config = config
+        self.broker_id = broker_id
+        self.loader = loader
+        self.replicas = replicas
+        self.controller = controller
+        self.producer_ids = ProducerIdAllocator(controller, broker_id)
+        self.rng = random.Random()
+        self._topic_defaults = topic_defaults(config)
+        self.handlers = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.ALTER_CONFIGS: self.alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+        }
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.loader.image
+
+    # --- dispatch ------------------------------------------------------------------------
+    async def __call__(self, ctx: RequestContext, body: memoryview):
+        h = ctx.header
+        key, ver = h.api_key, h.api_version
+        rng = SUPPORTED.get(key)
+        if key == ApiKey.API_VERSIONS and (rng is None or not rng[0] <= ver <= rng[1]):
+            return self._frame(ctx, 0, self._api_versions_body(0, ErrorCode.UNSUPPORTED_VERSION))
+        if rng is None or not rng[0] <= ver <= rng[1]:
+            log.info("unsupported request api_key=%d version=%d from %s", key, ver, h.client_id)
+            return self._unsupported(ctx)
+        handler = self.handlers[key]
+        try:
+            result = await handler(ctx, body, ver)
+        except CloseConnection:
+            raise ConnectionResetError("closing connection after a failed acks=0 produce") from None
+        except codec.FramingError:
+            raise
+        except (ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
+            if isinstance(e, KafkaError):
+                raise
+            raise codec.FramingError(f"malformed {ApiKey(key).name} v{ver} request: {e}") from None
+        except Exception:
+            log.exception("error handling %s v%d", ApiKey(key).name, ver)
+            return self._frame_obj(ctx, codec.error_response(key, ver, ErrorCode.UNKNOWN_SERVER_ERROR))
+        if result is None:
+            return None
+        if isinstance(result, list):
+            return [codec.response_header(key, ver, h.correlation_id), *result]
+        return self._frame_obj(ctx, result if not isinstance(result, dict) else
+                               codec.build_response(key, ver, result))
+
+    def _frame_obj(self, ctx, obj) -> list:
+        h = ctx.header
+        return [codec.response_header(h.api_key, h.api_version, h.correlation_id), codec.encode(obj)]
+
+    def _frame(self, ctx, version: int, obj) -> list:
+        return [codec.response_header(ctx.header.api_key, version, ctx.header.correlation_id), codec.encode(obj)]
+
+    def _unsupported(self, ctx):
+        h = ctx.header
+        try:
+            return self._frame_obj(ctx, codec.error_response(h.api_key, h.api_version, ErrorCode.UNSUPPORTED_VERSION))
+        except Exception:
+            # an API or version no schema knows: the best we can say is the bare error code
+            return [codec.response_header(0, 0, h.correlation_id),
+                    int(ErrorCode.UNSUPPORTED_VERSION).to_bytes(2, "big", signed=True)]
+
+    def decode(self, ctx, body, ver):
+        try:
+            return codec.decode_request(ctx.header.api_key, ver, body, 0)
+        except Exception as e:
+            raise codec.FramingError(f"cannot decode {ApiKey(ctx.header.api_key).name} v{ver}: {e}") from None
+
+    # --- ApiVersions ------------------------------------------------------------------------
+    def _api_versions_body(self, ver: int, error: int = 0):
+        metadata_version = self.image.features.get("metadata.version", 0)
+        return codec.build_response(ApiKey.API_VERSIONS, ver, {
+            "error_code": error,
+            "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                         for k, (lo, hi) in sorted(SUPPORTED.items())],
+            "throttle_time": 0,
+            "supported_features": [{"name": "metadata.version", "min_version": 7, "max_version": 21}],
+            "finalized_features_epoch": self.image.offset if metadata_version else -1,
+            "finalized_features": [{"name": "metadata.version", "max_version_level": metadata_version,
+                                    "min_version_level": metadata_version}] if metadata_version else [],
+        })
+
+    async def api_versions(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        if ver >= 3 and not (_SOFTWARE_RE.fullmatch(req.client_software_name or "")
+                             and _SOFTWARE_RE.fullmatch(req.client_software_version or "")):
+            return self._api_versions_body(ver, ErrorCode.INVALID_REQUEST)
+        return self._api_versions_body(ver)
+
+    # --- Metadata -----------------------------------------------------------------------------
+    def _alive_brokers(self, image: MetadataImage, listener: str) -> list[dict]:
+        out = []
+        for b in sorted(image.brokers.values(), key=lambda b: b.id):
+            if b.fenced:
+                continue
+            ep = b.endpoint(listener)
+            if ep is not None:
+                out.append({"node_id": b.id, "broker_id": b.id, "host": ep.host, "port": ep.port, "rack": b.rack})
+        return out
+
+    def _controller_id(self, alive: list[dict]) -> int:
+        ids = [b["node_id"] for b in alive]
+        if self.broker_id in ids:
+            return self.broker_id
+        return self.rng.choice(ids) if ids else -1
+
+    def _topic_metadata(self, image: MetadataImage, t) -> dict:
+        parts = []
+        for pid in sorted(t.partitions):
+            p = t.partitions[pid]
+            offline = [r for r in p.replicas if r not in image.brokers or image.brokers[r].fenced]
+            leader_ok = p.leader >= 0 and p.leader in image.brokers and not image.brokers[p.leader].fenced
+            parts.append({
+                "error_code": ErrorCode.NONE if leader_ok else ErrorCode.LEADER_NOT_AVAILABLE,
+                "partition_index": pid, "leader_id": p.leader if leader_ok else -1,
+                "leader_epoch": p.leader_epoch, "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
+                "offline_replicas": offline,
+            })
+        return {"error_code": ErrorCode.NONE, "name": t.name, "topic_id": t.topic_id,
+                "is_internal": t.name in INTERNAL_TOPICS, "partitions": parts}
+
+    async def metadata(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        image = self.image
+        allow_auto = (req.allow_auto_topic_creation if ver >= 4 else True) and self.config["auto.create.topics.enable"]
+        topics_out = []
+        if req.topics is None or (ver == 0 and not req.topics):
+            topics_out = [self._topic_metadata(image, t) for t in sorted(image.topics_by_name.values(),
+                                                                          key=lambda t: t.name)]
+        else:
+            to_create = []
+            for rt in req.topics:
+                name = getattr(rt, "name", None)
+                tid = getattr(rt, "topic_id", None)
+                if name is None and tid is not None and tid.int != 0:
+                    t = image.topics_by_id.get(tid)
+                    topics_out.append(self._topic_metadata(image, t) if t else
+                                      {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": tid})
+                    continue
+                t = image.topics_by_name.get(name)
+                if t is not None:
+                    topics_out.append(self._topic_metadata(image, t))
+                    continue
+                try:
+                    validate_topic_name(name)
+                except KafkaError:
+                    topics_out.append({"error_code": ErrorCode.INVALID_TOPIC_EXCEPTION, "name": name})
+                    continue
+                if allow_auto:
+                    to_create.append(name)
+                topics_out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name})
+            if to_create:
+                created = await self._auto_create(to_create)
+                image = self.image
+                for entry in topics_out:
+                    if entry.get("name") in created:
+                        code = created[entry["name"]]
+                        t = image.topics_by_name.get(entry["name"])
+                        if t is not None:
+                            entry.update(self._topic_metadata(image, t))
+                        else:
+                            entry["error_code"] = code
+        alive = self._alive_brokers(image, ctx.listener)
+        return {"throttle_time": 0, "brokers": alive, "cluster_id": image.cluster_id,
+                "controller_id": self._controller_id(alive), "topics": topics_out}
+
+    async def _auto_create(self, names: list[str]) -> dict[str, int]:
+        new = [NewTopic(n) for n in names]
+        try:
+            results = await self.controller.create_topics(new)
+        except KafkaError as e:
+            return {n: e.code for n in names}
+        out = {}
+        for res in results:
+            if res.error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                out[res.name] = ErrorCode.LEADER_NOT_AVAILABLE
+            else:
+                out[res.name] = res.error
+                log.info("auto-creating topic %s failed: %s", res.name, res.message)
+        return out
+
+    # --- Produce ------------------------------------------------------------------------------
+    async def produce(self, ctx, body, ver):
+        try:
+            req = wire.parse_produce(body, ver)
+        except codec.FramingError:
+            raise
+        image = self.image
+        results: dict[str, list[dict]] = {}
+        appended: list[tuple[tuple[str, int], int, dict]] = []
+        any_error = False
+        for name, parts in req.topics:
+            out = results.setdefault(name, [])
+            for p in parts:
+                res = {"index": p.index, "error_code": 0, "base_offset": -1, "log_append_time": -1,
+                       "log_start_offset": -1}
+                out.append(res)
+                try:
+                    if req.acks not in (-1, 0, 1):
+                        raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
+                    if name not in image.topics_by_name:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    part = self.replicas.leader_partition((name, p.index))
+                    if p.records is None or len(p.records) == 0:
+                        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty record set")
+                    headers = validate_produce_batches(p.records, part.log.config.max_message_bytes)
+                    if req.acks == -1 and len(part.state.isr) < part.log.config.min_insync_replicas:
+                        raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
+                    info = self.replicas.append(part, p.records, headers)
+                    res["base_offset"] = info.first_offset
+                    res["log_append_time"] = info.log_append_time_ms
+                    res["log_start_offset"] = info.log_start_offset
+                    if req.acks == -1:
+                        appended.append(((name, p.index), info.last_offset, res))
+                except KafkaError as e:
+                    any_error = True
+                    res["error_code"] = e.code
+                    res["error_message"] = e.message
+                    if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                        t = image.topics_by_name.get(name)
+                        reg = t.partitions.get(p.index) if t else None
+                        if reg is not None:
+                            res["current_leader"] = {"leader_id": reg.leader, "leader_epoch": reg.leader_epoch}
+        if req.acks == 0:
+            if any_error:
+                raise CloseConnection()
+            return None
+        if appended:
+            await self._await_replication(appended, req.timeout_ms)
+        return {"responses": [{"name": n, "partition_responses": ps} for n, ps in results.items()],
+                "throttle_time": 0}
+
+    async def _await_replication(self, appended, timeout_ms: int) -> None:
+        """The produce purgatory: acks=all completes when the HW passes each batch."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        for tp, last_offset, res in appended:
+            while True:
+                part = self.replicas.partitions.get(tp)
+                if part is None or not part.state.is_leader:
+                    res["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    break
+                if part.state.high_watermark > last_offset:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    res["error_code"] = ErrorCode.REQUEST_TIMED_OUT
+                    break
+                await self.replicas.wait_for_data([tp], left)
+
+    # --- Fetch ---------------------------------------------------------------------------------
+    async def fetch(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        image = self.image
+        replica_id = req.replica_state.replica_id if ver >= 15 else req.replica_id
+        max_wait = req.max_wait.total_seconds()
+        deadline = time.monotonic() + max_wait
+        # resolve topics once
+        wanted = []
+        for t in req.topics:
+            if ver >= 13:
+                timg = image.topics_by_id.get(t.topic_id)
+                name = timg.name if timg else None
+                tid = t.topic_id
+            else:
+                name = t.topic
+                timg = image.topics_by_name.get(name)
+                tid = timg.topic_id if timg else None
+            wanted.append((name, tid, timg, t.partitions))
+        while True:
+            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id)
+            left = deadline - time.monotonic()
+            if total >= req.min_bytes or errors or left <= 0 or not wanted:
+                break
+            await self.replicas.wait_for_data(
+                [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left)
+        return wire.encode_fetch_response(ver, topics_out)
+
+    def _fetch_once(self, ver, wanted, req, replica_id):
+        remaining = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+        total = 0
+        errors = False
+        topics_out = []
+        for name, tid, timg, parts in wanted:
+            out = []
+            for p in parts:
+                r = wire.FetchPartitionResult(p.partition, 0, -1, -1, -1, None)
+                out.append(r)
+                try:
+                    if timg is None or p.partition not in timg.partitions:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID if ver >= 13 else
+                                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    part = self.replicas.partitions.get((name, p.partition))
+                    if part is None or not part.state.is_leader:
+                        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                    st = part.state
+                    if ver >= 9:
+                        bad = st.check_leader_epoch(p.current_leader_epoch)
+                        if bad:
+                            raise KafkaError(ErrorCode[bad])
+                    lg = part.log
+                    if replica_id >= 0:
+                        max_offset = lg.log_end_offset
+                    else:
+                        max_offset = st.high_watermark
+                    r.high_watermark = st.high_watermark
+                    r.last_stable_offset = st.high_watermark
+                    r.log_start_offset = lg.log_start_offset
+                    if p.fetch_offset < lg.log_start_offset or p.fetch_offset > lg.log_end_offset:
+                        raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                    limit = min(p.partition_max_bytes, remaining)
+                    sl = lg.read(p.fetch_offset, limit, max_offset, min_one_batch=(total == 0))
+                    if sl is not None and sl.size > 0:
+                        from broker.server import FileRegion
+                        r.records = FileRegion(sl.fd, sl.position, sl.size)
+                        total += sl.size
+                        remaining -= sl.size
+                except KafkaError as e:
+                    r.error = e.code
+                    errors = True
+                    if e.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH) and timg:
+                        reg = timg.partitions.get(p.partition)
+                        if reg is not None:
+                            r.current_leader = (reg.leader, reg.leader_epoch)
+            topics_out.append((name or "", tid, out))
+        return topics_out, total, errors
+
+    # --- ListOffsets / OffsetForLeaderEpoch ------------------------------------------------------
+    async def list_offsets(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                res = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1,
+                       "leader_epoch": -1}
+                parts.append(res)
+                try:
+                    part = self.replicas.leader_partition((t.name, p.partition_index))
+                    if ver >= 4:
+                        bad = part.state.check_leader_epoch(p.current_leader_epoch)
+                        if bad:
+                            raise KafkaError(ErrorCode[bad])
+                    self._list_offset(part, p.timestamp, req.isolation_level if ver >= 2 else 0,
+                                      req.replica_id, res)
+                except KafkaError as e:
+                    res["error_code"] = e.code
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
+
+    def _list_offset(self, part, ts: int, isolation: int, replica_id: int, res: dict) -> None:
+        lg, st = part.log, part.state
+        hw = st.high_watermark if replica_id < 0 else lg.log_end_offset
+        cache = lg.leader_epoch_cache
+        if ts == LATEST:
+            res["offset"] = hw
+            res["leader_epoch"] = cache.latest_epoch() if cache.latest_epoch() is not None else -1
+        elif ts in (EARLIEST, EARLIEST_LOCAL):
+            res["offset"] = lg.log_start_offset
+            e = cache.epoch_for_offset(lg.log_start_offset)
+            res["leader_epoch"] = e if e is not None else -1
+        elif ts == MAX_TIMESTAMP:
+            mts, moff = lg.max_timestamp_and_offset()
+            if moff >= 0 and moff < hw:
+                res["timestamp"], res["offset"] = mts, moff
+                e = cache.epoch_for_offset(moff)
+                res["leader_epoch"] = e if e is not None else -1
+        elif ts == LATEST_TIERED:
+            res["offset"] = -1
+        elif ts < 0:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {ts}")
+        else:
+            found = lg.offset_for_timestamp(ts)
+            if found is not None and found[0] < hw:
+                res["offset"], res["timestamp"] = found[0], found[1]
+                e = cache.epoch_for_offset(found[0])
+                res["leader_epoch"] = e if e is not None else -1
+
+    async def offset_for_leader_epoch(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                res = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+                parts.append(res)
+                try:
+                    part = self.replicas.partitions.get((t.topic, p.partition))
+                    if part is None:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    if req.replica_id < 0 and not part.state.is_leader:
+                        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                    bad = part.state.check_leader_epoch(p.current_leader_epoch)
+                    if bad:
+                        raise KafkaError(ErrorCode[bad])
+                    epoch, end = part.log.leader_epoch_cache.end_offset_for(p.leader_epoch, part.log.log_end_offset)
+                    res["leader_epoch"], res["end_offset"] = epoch, end
+                except KafkaError as e:
+                    res["error_code"] = e.code
+            topics.append({"topic": t.topic, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
+
+    # --- InitProducerId ----------------------------------------------------------------------------
+    async def init_producer_id(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        if req.transactional_id is not None:
+            return {"throttle_time": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "producer_id": -1, "producer_epoch": -1}
+        try:
+            pid = await self.producer_ids.next_id()
+        except KafkaError as e:
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE if e.code == ErrorCode.NOT_CONTROLLER else e.code
+            return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
+        return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": 0}
+
+    # --- admin -------------------------------------------------------------------------------------
+    async def create_topics(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        new = []
+        for t in req.topics:
+            assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
+            new.append(NewTopic(t.name, t.num_partitions, t.replication_factor, assignments,
+                                {c.name: c.value for c in t.configs}))
+        try:
+            results = await self.controller.create_topics(new, req.validate_only if ver >= 1 else False)
+        except KafkaError as e:
+            return {"throttle_time": 0, "topics": [{"name": t.name, "error_code": e.code, "error_message": e.message}
+                                                    for t in req.topics]}
+        out = []
+        for res in results:
+            entry: dict[str, Any] = {"name": res.name, "error_code": res.error, "error_message": res.message,
+                                     "topic_id": res.topic_id, "num_partitions": res.num_partitions,
+                                     "replication_factor": res.replication_factor}
+            if res.error == ErrorCode.NONE:
+                cfg = self._effective_topic_config(res.configs)
+                entry["configs"] = [{"name": k, "value": v, "read_only": False,
+                                     "config_source": 1 if k in res.configs else 5, "is_sensitive": False}
+                                    for k, v in cfg]
+            out.append(entry)
+        return {"throttle_time": 0, "topics": out}
+
+    async def delete_topics(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        if ver >= 6:
+            names = [t.name for t in req.topics]
+            ids = [t.topic_id if t.name is None else None for t in req.topics]
+        else:
+            names = list(req.topic_names)
+            ids = [None] * len(names)
+        if not self.config["delete.topic.enable"]:
+            return {"throttle_time": 0, "responses": [
+                {"name": n, "topic_id": i, "error_code": ErrorCode.TOPIC_DELETION_DISABLED} for n, i in zip(names, ids,
+                                                                                                          strict=True)]}
+        try:
+            recs_results = await self.controller.delete_topics(names, ids)
+        except KafkaError as e:
+            return {"throttle_time": 0, "responses": [{"name": n, "topic_id": i, "error_code": e.code}
+                                                      for n, i in zip(names, ids, strict=True)]}
+        return {"throttle_time": 0, "responses": [
+            {"name": n, "topic_id": i, "error_code": code, "error_message": msg} for n, i, code, msg in recs_results]}
+
+    async def create_partitions(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        results = []
+        for t in req.topics:
+            res = {"name": t.name, "error_code": 0, "error_message": None}
+            results.append(res)
+            try:
+                assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
+                await self.controller.create_partitions(t.name, t.count, assignments, req.validate_only)
+            except KafkaError as e:
+                res["error_code"], res["error_message"] = e.code, e.message
+        return {"throttle_time": 0, "results": results}
+
+    def _effective_topic_config(self, overrides: dict[str, str]) -> list[tuple[str, str | None]]:
+        out = []
+        for k in sorted(TOPIC_KEYS):
+            if k in overrides:
+                out.append((k, overrides[k]))
+            else:
+                out.append((k, _config_str(self._topic_defaults.get(k))))
+        return out
+
+    async def describe_configs(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        image = self.image
+        results = []
+        for res in req.resources:
+            entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
+                                     "resource_name": res.resource_name, "configs": []}
+            results.append(entry)
+            wanted = set(res.configuration_keys) if res.configuration_keys else None
+            if res.resource_type == 2:
+                if res.resource_name not in image.topics_by_name:
+                    entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    entry["error_message"] = f"Topic {res.resource_name} does not exist"
+                    continue
+                overrides = image.topic_config(res.resource_name)
+                for k, v in self._effective_topic_config(overrides):
+                    if wanted is not None and k not in wanted:
+                        continue
+                    broker_key = next((b.name for b in KEYS.values() if b.topic_key == k), None)
+                    if k in overrides:
+                        source = 1
+                    elif broker_key and broker_key in self.config.explicit:
+                        source = 4
+                    else:
+                        source = 5
+                    synonyms = []
+                    if req.include_synonyms:
+                        if k in overrides:
+                            synonyms.append({"name": k, "value": v, "source": 1})
+                        if broker_key:
+                            synonyms.append({"name": broker_key, "value": _config_str(self._topic_defaults.get(k)),
+                                             "source": 4 if broker_key in self.config.explicit else 5})
+                    entry["configs"].append({"name": k, "value": v, "read_only": False, "config_source": source,
+                                             "is_sensitive": False, "synonyms": synonyms,
+                                             "config_type": _config_type(TOPIC_KEYS[k])})
+            elif res.resource_type == 4:
+                if res.resource_name not in ("", str(self.broker_id)):
+                    entry["error_code"] = ErrorCode.INVALID_REQUEST
+                    entry["error_message"] = f"unexpected broker id {res.resource_name}, expected {self.broker_id}"
+                    continue
+                for k, key in sorted(KEYS.items()):
+                    if wanted is not None and k not in wanted:
+                        continue
+                    explicit = k in self.config.explicit
+                    v = _config_str(self.config[k])
+                    entry["configs"].append({"name": k, "value": v, "read_only": True,
+                                             "config_source": 4 if explicit else 5, "is_sensitive": False,
+                                             "synonyms": [{"name": k, "value": v, "source": 4 if explicit else 5}]
+                                             if req.include_synonyms else [],
+                                             "config_type": _config_type(key)})
+            else:
+                entry["error_code"] = ErrorCode.INVALID_REQUEST
+                entry["error_message"] = f"unsupported resource type {res.resource_type}"
+        return {"throttle_time": 0, "results": results}
+
+    async def incremental_alter_configs(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        out = []
+        for res in req.resources:
+            entry = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
+                     "resource_name": res.resource_name}
+            out.append(entry)
+            try:
+                if res.resource_type != 2:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                     "only topic configs can be altered; dynamic broker configs are not supported")
+                ops = [(c.name, c.config_operation, c.value) for c in res.configs]
+                await self.controller.alter_topic_configs(res.resource_name, ops, req.validate_only)
+            except KafkaError as e:
+                entry["error_code"], entry["error_message"] = e.code, e.message
+        return {"throttle_time": 0, "responses": out}
+
+    async def alter_configs(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        out = []
+        image = self.image
+        for res in req.resources:
+            entry = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
+                     "resource_name": res.resource_name}
+            out.append(entry)
+            try:
+                if res.resource_type != 2:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                     "only topic configs can be altered; dynamic broker configs are not supported")
+                new = {c.name: c.value for c in res.configs}
+                ops = [(k, 1, None) for k in image.topic_config(res.resource_name) if k not in new]
+                ops += [(k, 0, v) for k, v in new.items()]
+                await self.controller.alter_topic_configs(res.resource_name, ops, req.validate_only)
+            except KafkaError as e:
+                entry["error_code"], entry["error_message"] = e.code, e.message
+        return {"throttle_time": 0, "responses": out}
+
+    async def describe_cluster(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        image = self.image
+        if ver >= 1 and req.endpoint_type not in (1,):
+            return {"throttle_time": 0, "error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                    "error_message": "only broker endpoints (1) are served", "endpoint_type": req.endpoint_type,
+                    "cluster_id": image.cluster_id or "", "controller_id": -1, "brokers": []}
+        alive = self._alive_brokers(image, ctx.listener)
+        return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
+                "cluster_id": image.cluster_id or "", "controller_id": self._controller_id(alive),
+                "brokers": alive, "cluster_authorized_operations": -2147483648}
+
+
+def _config_str(v) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return ",".join(str(x) if not hasattr(x, "port") else f"{x.name}://{x.host}:{x.port}" for x in v)
+    if isinstance(v, dict):
+        return ",".join(f"{k}:{x}" for k, x in v.items())
+    return str(v)
+
+
+def _config_type(key) -> int:
+    name = getattr(key.parse, "__name__", "")
+    return {"_bool": 1, "_int": 5, "_list": 7}.get(name, 2)
+
+
+__all__ = ["KafkaApis", "ConfigError"]

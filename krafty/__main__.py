@@ -1,0 +1,5 @@
+import sys
+
+from krafty.cli import main
+
+sys.exit(main())

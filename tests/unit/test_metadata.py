@@ -1,0 +1,109 @@
+import random
+import uuid
+
+import pytest
+
+from common.errors import ErrorCode
+from controller import topics as t
+from metadata import records as r
+from metadata.delta import MetadataDelta, image_from_records
+from metadata.image import EMPTY
+
+
+def _cluster(n=3, racks=None):
+    recs = [r.RegisterBrokerRecord(i, uuid.uuid4(), 1, (r.Endpoint("PLAINTEXT", "h", 9000 + i),),
+                                   racks[i] if racks else None, fenced=False) for i in range(n)]
+    return image_from_records(recs, len(recs) - 1, 1)
+
+
+def test_records_round_trip_through_encoding():
+    tid = uuid.uuid4()
+    for rec in [r.TopicRecord("a", tid), r.PartitionRecord(tid, 0, (1, 2), (1,), 1, 3, 4),
+                r.PartitionChangeRecord(tid, 0, isr=(1, 2)), r.ConfigRecord(2, "a", "k", None),
+                r.RegisterBrokerRecord(1, tid, 5, (r.Endpoint("PLAINTEXT", "h", 1),), "r1"),
+                r.ProducerIdsRecord(1, 2, 3), r.RemoveTopicRecord(tid), r.ClusterIdRecord("x")]:
+        assert r.decode(r.encode(rec)) == rec
+
+
+def test_image_snapshot_records_rebuild_the_same_image():
+    img = _cluster()
+    recs, _ = t.create_topics(img, [t.NewTopic("a", 4, 2, configs={"retention.ms": "10"})], t.TopicDefaults(),
+                              random.Random(1))
+    d = MetadataDelta(img)
+    for rec in recs:
+        d.replay(rec)
+    img2 = d.apply(100, 2)
+    rebuilt = image_from_records(list(img2.to_records()), 100, 2)
+    assert rebuilt == img2
+
+
+def test_delta_does_not_mutate_the_base_image():
+    img = _cluster()
+    recs, _ = t.create_topics(img, [t.NewTopic("a", 1, 1)], t.TopicDefaults(), random.Random(1))
+    d = MetadataDelta(img)
+    for rec in recs:
+        d.replay(rec)
+    d.apply(10, 1)
+    assert img.topics_by_name == {}
+
+
+def test_leader_change_bumps_leader_and_partition_epochs():
+    img = _cluster()
+    recs, _ = t.create_topics(img, [t.NewTopic("a", 1, 3)], t.TopicDefaults(), random.Random(1))
+    img = image_from_records(recs, 10, 1, base=img)
+    tid = img.topics_by_name["a"].topic_id
+    p0 = img.topics_by_name["a"].partitions[0]
+    new_leader = p0.replicas[1]
+    d = MetadataDelta(img)
+    d.replay(r.PartitionChangeRecord(tid, 0, leader=new_leader))
+    changes = d.local_changes(new_leader)
+    p1 = d.apply(11, 1).topics_by_name["a"].partitions[0]
+    assert (p1.leader, p1.leader_epoch, p1.partition_epoch) == (new_leader, 1, 1)
+    assert ("a", 0) in changes.leaders
+
+
+def test_local_changes_report_deletes():
+    img = _cluster(1)
+    recs, _ = t.create_topics(img, [t.NewTopic("a", 2, 1)], t.TopicDefaults(), random.Random(1))
+    img = image_from_records(recs, 10, 1, base=img)
+    d = MetadataDelta(img)
+    d.replay(r.RemoveTopicRecord(img.topics_by_name["a"].topic_id))
+    assert d.local_changes(0).deletes == {("a", 0), ("a", 1)}
+    assert "a" not in d.apply(11, 1).topics_by_name
+
+
+@pytest.mark.parametrize("name,code", [
+    ("", ErrorCode.INVALID_TOPIC_EXCEPTION), ("..", ErrorCode.INVALID_TOPIC_EXCEPTION),
+    ("a" * 250, ErrorCode.INVALID_TOPIC_EXCEPTION), ("bad name", ErrorCode.INVALID_TOPIC_EXCEPTION),
+])
+def test_invalid_topic_names_are_rejected(name, code):
+    _, res = t.create_topics(_cluster(), [t.NewTopic(name)], t.TopicDefaults(), random.Random(1))
+    assert res[0].error == code
+
+
+def test_create_topic_errors():
+    img = _cluster(3)
+    recs, _ = t.create_topics(img, [t.NewTopic("a.b")], t.TopicDefaults(), random.Random(1))
+    img = image_from_records(recs, 10, 1, base=img)
+    _, res = t.create_topics(img, [t.NewTopic("a.b"), t.NewTopic("a_b"), t.NewTopic("x", 1, 4),
+                                   t.NewTopic("y", 0, 1), t.NewTopic("z", configs={"retention.ms": "soon"}),
+                                   t.NewTopic("w", configs={"no.such": "1"})],
+                             t.TopicDefaults(), random.Random(1))
+    assert [x.error for x in res] == [ErrorCode.TOPIC_ALREADY_EXISTS, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                      ErrorCode.INVALID_REPLICATION_FACTOR, ErrorCode.INVALID_PARTITIONS,
+                                      ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_CONFIG]
+    assert "larger than available brokers: 3" in res[2].message
+
+
+def test_create_partitions_only_increases():
+    img = _cluster(2)
+    recs, _ = t.create_topics(img, [t.NewTopic("a", 2, 2)], t.TopicDefaults(), random.Random(1))
+    img = image_from_records(recs, 10, 1, base=img)
+    with pytest.raises(Exception, match="would not be an increase"):
+        t.create_partitions(img, "a", 1, None, random.Random(1))
+    new = t.create_partitions(img, "a", 4, None, random.Random(1))
+    assert [x.partition_id for x in new] == [2, 3] and all(len(x.replicas) == 2 for x in new)
+
+
+def test_empty_image_has_no_topics():
+    assert EMPTY.topics_by_name == {} and EMPTY.offset == -1

@@ -1,0 +1,36 @@
+"""The cores must not do I/O (DESIGN.md: sans-IO cores), so sim/ can run them in virtual time."""
+
+import ast
+import glob
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FORBIDDEN = {"asyncio", "socket", "time", "random", "os", "threading", "selectors"}
+CORES = ["raft/core*.py", "raft/quorum*.py", "controller/topics.py", "controller/placement.py",
+         "broker/replica/partition*.py", "broker/group/state*.py", "metadata/image.py", "metadata/delta.py",
+         "metadata/records.py"]
+
+
+def _core_files():
+    out = []
+    for pat in CORES:
+        out += glob.glob(os.path.join(ROOT, pat))
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("path", _core_files(), ids=lambda p: os.path.relpath(p, ROOT))
+def test_core_module_does_no_io(path):
+    tree = ast.parse(open(path).read())
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in FORBIDDEN:
+            bad.append(node.module)
+    assert not bad, f"{path} imports {bad}"
+
+
+def test_there_are_core_modules_to_check():
+    assert len(_core_files()) >= 6

@@ -133,7 +133,7 @@ class KafkaApis:
 
     def decode(self, ctx, body, ver):
         try:
-            return codec.decode_request(ctx.header.api_key, ver, body, 0)
+            return codec.decode_request(ctx.header.api_key, ver, bytes(body), 0)
         except Exception as e:
             raise codec.FramingError(f"cannot decode {ApiKey(ctx.header.api_key).name} v{ver}: {e}") from None
 
@@ -275,7 +275,7 @@ class KafkaApis:
                     if p.records is None or len(p.records) == 0:
                         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty record set")
                     headers = validate_produce_batches(p.records, part.log.config.max_message_bytes)
-                    if req.acks == -1 and len(part.state.isr) < part.log.config.min_insync_replicas:
+                    if req.acks == -1 and len(part.state.isr) < self.replicas.min_insync_replicas(image, name):
                         raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
                     info = self.replicas.append(part, p.records, headers)
                     res["base_offset"] = info.first_offset

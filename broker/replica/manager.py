@@ -52,6 +52,10 @@ class ReplicaManager:
         cfg.update(image.topic_config(topic))
         return cfg
 
+    def min_insync_replicas(self, image: MetadataImage, topic: str) -> int:
+        v = image.topic_config(topic).get("min.insync.replicas")
+        return int(v) if v is not None else self._defaults["min.insync.replicas"]
+
     def on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
         changes = delta.local_changes(self.broker_id)
         for tp in changes.deletes:

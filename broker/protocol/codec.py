@@ -26,7 +26,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from broker.protocol.apis import ApiKey, is_flexible
+from broker.protocol.apis import ApiKey, is_flexible  # noqa: F401 (re-exported)
 
 _HDR = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")

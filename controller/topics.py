@@ -5,59 +5,17 @@ records and answers the callers when they commit (KRaft's ReplicationControlMana
 from __future__ import annotations
 
 import dataclasses
-import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from common.config import TOPIC_KEYS, ConfigError, validate_topic_config
 from common.errors import ErrorCode, KafkaError
+from common.topic_names import INTERNAL_TOPICS, collision_key, validate_topic_name  # noqa: F401
 from controller.placement import BrokerPlacement, RandomLike, assign_replicas, validate_manual_assignment
 from metadata import records as r
+from metadata.controller_api import CreateTopicResult, NewTopic
 from metadata.image import MetadataImage
-
-MAX_NAME_LENGTH = 249
-_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-
-
-def validate_topic_name(name: str | None) -> None:
-    if not name:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_NAME_LENGTH:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, "
-                         f"topic name: {name}")
-    if not _LEGAL.fullmatch(name):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
-                         "alphanumerics, '.', '_' and '-'")
-
-
-def _collision_key(name: str) -> str:
-    return name.replace(".", "_")
-
-
-@dataclasses.dataclass(frozen=True)
-class NewTopic:
-    name: str
-    num_partitions: int = -1
-    replication_factor: int = -1
-    assignments: dict[int, list[int]] | None = None
-    configs: dict[str, str | None] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass
-class CreateTopicResult:
-    name: str
-    error: ErrorCode = ErrorCode.NONE
-    message: str | None = None
-    topic_id: uuid.UUID | None = None
-    num_partitions: int = -1
-    replication_factor: int = -1
-    configs: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +36,7 @@ def create_topics(image: MetadataImage, topics: Sequence[NewTopic], defaults: To
     seen: dict[str, int] = {}
     for t in topics:
         seen[t.name] = seen.get(t.name, 0) + 1
-    existing_keys = {_collision_key(n): n for n in image.topics_by_name}
+    existing_keys = {collision_key(n): n for n in image.topics_by_name}
     for t in topics:
         res = CreateTopicResult(t.name)
         results.append(res)
@@ -88,7 +46,7 @@ def create_topics(image: MetadataImage, topics: Sequence[NewTopic], defaults: To
             validate_topic_name(t.name)
             if t.name in image.topics_by_name:
                 raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
-            other = existing_keys.get(_collision_key(t.name))
+            other = existing_keys.get(collision_key(t.name))
             if other is not None:
                 raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                  f"Topic '{t.name}' collides with existing topic: {other}")
@@ -132,7 +90,7 @@ def create_topics(image: MetadataImage, topics: Sequence[NewTopic], defaults: To
         res.num_partitions = len(assignment)
         res.replication_factor = rf_actual
         res.configs = configs
-        existing_keys[_collision_key(t.name)] = t.name
+        existing_keys[collision_key(t.name)] = t.name
         records.append(r.TopicRecord(t.name, tid))
         for k, v in configs.items():
             if v is not None:

@@ -19,7 +19,8 @@ from broker.replica.manager import ReplicaManager
 from broker.server import RequestContext
 from common.config import KEYS, TOPIC_KEYS, Config, ConfigError, topic_defaults
 from common.errors import ErrorCode, KafkaError
-from controller.topics import INTERNAL_TOPICS, NewTopic, validate_topic_name
+from common.topic_names import INTERNAL_TOPICS, validate_topic_name
+from metadata.controller_api import NewTopic
 from metadata.image import MetadataImage
 
 log = logging.getLogger("krafty.apis")

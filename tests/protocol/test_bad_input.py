@@ -46,7 +46,7 @@ def produce_body(topic: str, partition: int, records: bytes, acks: int = -1) -> 
 
 
 async def create_topic(node, name: str, partitions: int = 1) -> None:
-    from controller.topics import NewTopic
+    from metadata.controller_api import NewTopic
     [res] = await node.controller.create_topics([NewTopic(name, partitions, 1)])
     assert res.error == 0
 

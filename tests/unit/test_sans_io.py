@@ -34,3 +34,42 @@ def test_core_module_does_no_io(path):
 
 def test_there_are_core_modules_to_check():
     assert len(_core_files()) >= 6
+
+
+PROJECT = {"common", "proto", "raft", "metadata", "controller", "broker", "sim", "chaos", "pipeline", "krafty"}
+ALLOWED = {  # DESIGN.md, "Layers"
+    "common": {"common"},
+    "proto": {"proto"},
+    "metadata": {"metadata", "common"},
+    "raft": {"raft", "common", "proto"},
+    "controller": {"controller", "common", "metadata", "raft", "proto"},
+    "broker": {"broker", "common", "metadata", "proto"},
+}
+
+
+def _runtime_imports(tree):
+    """Imports outside ``if TYPE_CHECKING:`` blocks."""
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+        stack.extend(ast.iter_child_nodes(node))
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_imports_only_what_design_allows(layer):
+    bad = []
+    for path in glob.glob(os.path.join(ROOT, layer, "**", "*.py"), recursive=True):
+        if path.endswith("_pb2.py") or path.endswith("_pb2_grpc.py"):
+            continue
+        for mod in _runtime_imports(ast.parse(open(path).read())):
+            top = mod.split(".")[0]
+            if top in PROJECT and top not in ALLOWED[layer]:
+                bad.append(f"{os.path.relpath(path, ROOT)} imports {mod}")
+    assert not bad, "\n".join(bad)

@@ -1,0 +1,358 @@
+"""Kafka v2 record batches: header parsing, produce validation and in-place offset assignment.
+
+The v2 RecordBatch (magic 2), all integers big-endian::
+
+    offset  size  field
+    0       8     baseOffset             first offset of the batch (assigned by the leader)
+    8       4     batchLength            bytes after this field (batch size = batchLength + 12)
+    12      4     partitionLeaderEpoch   set by the leader
+    16      1     magic                  2
+    17      4     crc                    CRC32C (Castagnoli) of bytes [21, end): attributes..records
+    21      2     attributes             bits 0-2 compression (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)
+                                         bit 3 timestamp type (0 CreateTime, 1 LogAppendTime)
+                                         bit 4 transactional, bit 5 control, bit 6 delete horizon
+    23      4     lastOffsetDelta        lastOffset - baseOffset
+    27      8     baseTimestamp
+    35      8     maxTimestamp
+    43      8     producerId             -1 when none
+    51      2     producerEpoch
+    53      4     baseSequence           -1 when none
+    57      4     recordsCount
+    61      ...   records                (compressed as a whole when the codec is not 0)
+
+    record (inside the records section, after decompression):
+        length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
+        keyLength varint, key, valueLength varint, value, headerCount varint, headers
+
+The CRC does not cover baseOffset, batchLength, partitionLeaderEpoch and magic, which is
+what lets the leader assign offsets by patching bytes without touching the CRC.
+Varints are zig-zag encoded (protobuf style).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from common.errors import ErrorCode, KafkaError
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a batch with no records
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+NO_TIMESTAMP = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_PREFIX = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+_Q = struct.Struct(">q")
+_I = struct.Struct(">i")
+_H = struct.Struct(">h")
+_CRC = struct.Struct(">I")
+assert _HEADER.size == HEADER_SIZE
+
+
+@dataclass(slots=True)
+class BatchHeader:
+    """The fixed 61-byte header of one batch that starts at ``pos`` in some buffer or file."""
+
+    pos: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 CreateTime, 1 LogAppendTime."""
+        return (self.attributes & TIMESTAMP_TYPE_BIT) >> 3
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last record, wrapping at int32 like Kafka."""
+        if self.base_sequence < 0:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+
+def unpack_header(buf, pos: int) -> BatchHeader:
+    """Parse the header at ``pos``; the caller guarantees ``HEADER_SIZE`` bytes are there."""
+    return BatchHeader(pos, *_HEADER.unpack_from(buf, pos))
+
+
+def parse_batches(buf, base: int = 0) -> list[BatchHeader]:
+    """Headers of the whole batches in ``buf`` (framing only, no CRC check).
+
+    A trailing partial batch (as in a fetch response cut at max_bytes) is ignored.
+    ``base`` is added to each ``pos`` (for buffers read from a file position).
+    """
+    out: list[BatchHeader] = []
+    n = len(buf)
+    pos = 0
+    unpack = _HEADER.unpack_from
+    while pos + HEADER_SIZE <= n:
+        fields = unpack(buf, pos)
+        size = fields[1] + LOG_OVERHEAD
+        if fields[1] < MIN_BATCH_LENGTH or pos + size > n:
+            break
+        out.append(BatchHeader(pos + base, *fields))
+        pos += size
+    return out
+
+
+def validate_produce_batches(buf, max_message_bytes: int, *, allow_control: bool = False) -> list[BatchHeader]:
+    """Validate the record batches of one partition in a produce request, without decoding records.
+
+    Checks framing, magic, CRC32C, offset range vs record count, sizes, codec and (unless
+    ``allow_control``, for the transaction coordinator's markers) that no batch is a
+    control batch. Returns the headers; raises ``KafkaError`` with the code Kafka sends.
+    """
+    mv = memoryview(buf)
+    n = len(mv)
+    if n == 0:
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "produce request has no record batches")
+    out: list[BatchHeader] = []
+    pos = 0
+    unpack = _HEADER.unpack_from
+    while pos < n:
+        if pos + HEADER_SIZE > n:
+            if pos + MAGIC_OFFSET < n and mv[pos + MAGIC_OFFSET] != 2:
+                raise _bad_magic(mv[pos + MAGIC_OFFSET])
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"truncated record batch header at byte {pos}")
+        fields = unpack(mv, pos)
+        batch_length = fields[1]
+        magic = fields[3]
+        if magic != 2:
+            raise _bad_magic(magic)
+        if batch_length < MIN_BATCH_LENGTH:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch length {batch_length} is below the minimum")
+        size = batch_length + LOG_OVERHEAD
+        end = pos + size
+        if end > n:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                             f"record batch at byte {pos} claims {size} bytes but only {n - pos} remain")
+        if size > max_message_bytes:
+            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                             f"record batch of {size} bytes exceeds max.message.bytes={max_message_bytes}")
+        if crc32c(mv[pos + ATTRIBUTES_OFFSET:end]) != fields[4]:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch at byte {pos} fails its CRC32C check")
+        attributes = fields[5]
+        if attributes & COMPRESSION_MASK > 4:
+            raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                             f"unknown compression codec {attributes & COMPRESSION_MASK}")
+        last_offset_delta = fields[6]
+        count = fields[12]
+        # Kafka (LogValidator.validateBatch) answers these with InvalidRecordException.
+        if last_offset_delta < 0 or count <= 0 or count != last_offset_delta + 1:
+            raise KafkaError(ErrorCode.INVALID_RECORD,
+                             f"record batch has {count} records but lastOffsetDelta {last_offset_delta}")
+        if attributes & CONTROL_BIT and not allow_control:
+            raise KafkaError(ErrorCode.INVALID_RECORD, "clients are not allowed to write control records")
+        if fields[9] >= 0 and fields[11] < 0:
+            raise KafkaError(ErrorCode.INVALID_RECORD,
+                             f"batch with producer id {fields[9]} has invalid sequence {fields[11]}")
+        out.append(BatchHeader(pos, *fields))
+        pos = end
+    return out
+
+
+def _bad_magic(magic: int) -> KafkaError:
+    return KafkaError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                      f"record batch magic {magic} is not supported; only magic 2 (Kafka >= 0.11 clients)")
+
+
+def assign_offsets(buf: bytearray, headers: list[BatchHeader], first_offset: int, leader_epoch: int,
+                   log_append_time_ms: int | None) -> None:
+    """Give the batches consecutive offsets from ``first_offset`` by patching their headers.
+
+    baseOffset and partitionLeaderEpoch are outside the CRC. With LogAppendTime the
+    timestamp-type bit and maxTimestamp are set too, which does change the CRC, so it is
+    recomputed (one CRC32C pass over the batch: the only per-byte work besides the write).
+    """
+    offset = first_offset
+    pack_i = _I.pack_into
+    for h in headers:
+        pos = h.pos
+        _Q.pack_into(buf, pos, offset)
+        pack_i(buf, pos + 12, leader_epoch)
+        h.base_offset = offset
+        h.partition_leader_epoch = leader_epoch
+        if log_append_time_ms is not None:
+            h.attributes |= TIMESTAMP_TYPE_BIT
+            h.max_timestamp = log_append_time_ms
+            _H.pack_into(buf, pos + ATTRIBUTES_OFFSET, h.attributes)
+            _Q.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, log_append_time_ms)
+            h.crc = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + h.size])
+            _CRC.pack_into(buf, pos + CRC_OFFSET, h.crc)
+        offset += h.last_offset_delta + 1
+
+
+def batch_crc_ok(buf, h: BatchHeader, base: int = 0) -> bool:
+    """CRC32C check of a batch whose header was parsed from ``buf`` (``h.pos - base`` is its index)."""
+    start = h.pos - base
+    return crc32c(memoryview(buf)[start + ATTRIBUTES_OFFSET:start + h.size]) == h.crc
+
+
+# --- record-level decoding (NOT for hot paths: ListOffsets by timestamp, tests) ----------
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    shift = 0
+    raw = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def decompress_records(codec: int, data: bytes) -> bytes:
+    """Decompress the records section of a batch (codec as in the attributes)."""
+    if codec == 0:
+        return bytes(data)
+    if codec == 1:
+        import gzip
+        return gzip.decompress(data)
+    if codec == 2:
+        return _snappy_decompress(bytes(data))
+    if codec == 3:
+        import lz4.frame
+        return lz4.frame.decompress(data)
+    if codec == 4:
+        import zstandard
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {codec}")
+
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    import cramjam
+    # Java clients use snappy-java's xerial framing: magic(8) version(4) compat(4), then
+    # chunks of [length int32][raw snappy block]. librdkafka writes either form.
+    if data.startswith(_XERIAL_MAGIC):
+        out = bytearray()
+        pos = 16
+        while pos + 4 <= len(data):
+            (n,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            out += bytes(cramjam.snappy.decompress_raw(data[pos:pos + n]))
+            pos += n
+        return bytes(out)
+    return bytes(cramjam.snappy.decompress_raw(data))
+
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
+    """Decode every record of one whole batch (``batch`` starts at its baseOffset)."""
+    h = unpack_header(batch, 0)
+    data = decompress_records(h.compression, bytes(batch[HEADER_SIZE:h.size]))
+    out: list[Record] = []
+    pos = 0
+    log_append = h.timestamp_type == 1
+    for _ in range(h.records_count):
+        length, pos = _read_varint(data, pos)
+        end = pos + length
+        p = pos + 1  # attributes (unused)
+        ts_delta, p = _read_varint(data, p)
+        off_delta, p = _read_varint(data, p)
+        klen, p = _read_varint(data, p)
+        key = None if klen < 0 else bytes(data[p:p + klen])
+        p += max(klen, 0)
+        vlen, p = _read_varint(data, p)
+        value = None if vlen < 0 else bytes(data[p:p + vlen])
+        p += max(vlen, 0)
+        nh, p = _read_varint(data, p)
+        headers = []
+        for _i in range(nh):
+            hk, p = _read_varint(data, p)
+            name = bytes(data[p:p + hk]).decode("utf-8", "replace")
+            p += hk
+            hv, p = _read_varint(data, p)
+            hval = None if hv < 0 else bytes(data[p:p + hv])
+            p += max(hv, 0)
+            headers.append((name, hval))
+        ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
+        out.append(Record(h.base_offset + off_delta, ts, key, value, headers))
+        pos = end
+    return out
+
+
+def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
+    """(offset, timestamp) of each record of one whole batch, skipping keys and values."""
+    h = unpack_header(batch, 0)
+    if h.timestamp_type == 1:
+        return [(h.base_offset + i, h.max_timestamp) for i in range(h.records_count)]
+    data = decompress_records(h.compression, bytes(batch[HEADER_SIZE:h.size]))
+    out = []
+    pos = 0
+    for _ in range(h.records_count):
+        length, pos = _read_varint(data, pos)
+        ts_delta, p = _read_varint(data, pos + 1)
+        off_delta, p = _read_varint(data, p)
+        out.append((h.base_offset + off_delta, h.base_timestamp + ts_delta))
+        pos += length
+    return out

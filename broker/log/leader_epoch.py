@@ -1,0 +1,162 @@
+"""Leader epoch cache: which leader epoch started at which offset (KIP-101/279).
+
+Persisted in ``leader-epoch-checkpoint`` in Kafka's text checkpoint format::
+
+    0            <- version
+    2            <- number of entries
+    0 0          <- epoch start_offset
+    3 1500
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from dataclasses import dataclass
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+CHECKPOINT_FILE = "leader-epoch-checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEntry:
+    epoch: int
+    start_offset: int
+
+
+def write_checkpoint_file(path: str, version: int, lines: list[str]) -> None:
+    """Write-temp, fsync, rename, fsync dir: a checkpoint is either old or new after a crash."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(f"{version}\n{len(lines)}\n")
+        for line in lines:
+            f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def read_checkpoint_file(path: str, fields: int) -> list[list[str]] | None:
+    """Lines of a Kafka checkpoint file split into ``fields`` fields; None if missing/malformed."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    try:
+        if int(lines[0]) != 0:
+            return None
+        n = int(lines[1])
+        out = [line.split() for line in lines[2:2 + n]]
+    except (IndexError, ValueError):
+        return None
+    if len(out) != n or any(len(x) != fields for x in out):
+        return None
+    return out
+
+
+def fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class LeaderEpochCache:
+    def __init__(self, dir: str | None):
+        self.path = os.path.join(dir, CHECKPOINT_FILE) if dir else None
+        self._epochs: list[int] = []
+        self._offsets: list[int] = []
+        if self.path:
+            rows = read_checkpoint_file(self.path, 2)
+            for epoch, offset in rows or []:
+                self._epochs.append(int(epoch))
+                self._offsets.append(int(offset))
+
+    # --- queries ------------------------------------------------------------------------
+    @property
+    def entries(self) -> list[EpochEntry]:
+        return [EpochEntry(e, o) for e, o in zip(self._epochs, self._offsets, strict=True)]
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def epoch_for_offset(self, offset: int) -> int:
+        i = bisect_right(self._offsets, offset)
+        return self._epochs[i - 1] if i else UNDEFINED_EPOCH
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetForLeaderEpoch answers: the end offset of the largest
+        epoch <= requested is the start offset of the next larger epoch (or the LEO)."""
+        if requested_epoch == UNDEFINED_EPOCH or not self._epochs:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch == self._epochs[-1]:
+            return requested_epoch, log_end_offset
+        i = bisect_right(self._epochs, requested_epoch)  # first epoch > requested
+        if i == len(self._epochs):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if i == 0:
+            return requested_epoch, self._offsets[0]
+        return self._epochs[i - 1], self._offsets[i]
+
+    # --- updates ------------------------------------------------------------------------
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that ``epoch`` starts at ``start_offset`` if it is new; returns True if changed.
+        Entries with a larger epoch or a start offset >= start_offset are dropped, as Kafka does."""
+        if epoch < 0:
+            return False
+        if self._epochs and self._epochs[-1] == epoch:
+            return False
+        if self._epochs and epoch < self._epochs[-1] and self._offsets[-1] <= start_offset:
+            return False  # an older epoch showing up late; ignore
+        while self._epochs and (self._epochs[-1] >= epoch or self._offsets[-1] >= start_offset):
+            self._epochs.pop()
+            self._offsets.pop()
+        self._epochs.append(epoch)
+        self._offsets.append(start_offset)
+        self._persist()
+        return True
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop the entries starting at or after ``end_offset`` (log truncated to it)."""
+        changed = False
+        while self._offsets and self._offsets[-1] >= end_offset:
+            self._epochs.pop()
+            self._offsets.pop()
+            changed = True
+        if changed:
+            self._persist()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Log start moved to ``start_offset``: drop entries wholly before it, clamping the one
+        that covers it."""
+        i = bisect_right(self._offsets, start_offset)
+        if i == 0:
+            return
+        if i == 1 and self._offsets[0] == start_offset:
+            return
+        epoch = self._epochs[i - 1]
+        del self._epochs[:i]
+        del self._offsets[:i]
+        self._epochs.insert(0, epoch)
+        self._offsets.insert(0, start_offset)
+        self._persist()
+
+    def clear(self) -> None:
+        self._epochs.clear()
+        self._offsets.clear()
+        self._persist()
+
+    def _persist(self) -> None:
+        if self.path:
+            write_checkpoint_file(self.path, 0, [f"{e} {o}" for e, o in zip(self._epochs, self._offsets,
+                                                                          strict=True)])

@@ -1,0 +1,709 @@
+"""One partition's log: an ordered list of segments in ``<dir>/<topic>-<partition>``.
+
+Appends validate and stamp whole batches (see ``batch.py``) and write them with one
+``pwrite``; reads return a file region (``ReadSlice``) to be sent with ``os.sendfile``.
+Around the segments live the partition's leader epoch cache, idempotent producer state and
+``partition.metadata`` (topic id), all next to the segments as in Kafka.
+
+Threading: everything runs on the caller's event loop except ``flush()``, which may be run
+in a worker thread (it works on a snapshot of the segment list and only fsyncs).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import uuid
+from bisect import bisect_right
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from common.config import TOPIC_KEYS
+from common.errors import ErrorCode, KafkaError
+
+from .batch import (
+    BatchHeader,
+    assign_offsets,
+    batch_crc_ok,
+    parse_batches,
+    record_timestamps,
+)
+from .leader_epoch import LeaderEpochCache, fsync_dir
+from .producer_state import ProducerStateManager
+from .segment import (
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    SegmentFile,
+)
+
+PARTITION_METADATA_FILE = "partition.metadata"
+_LOG_FILE_RE = re.compile(r"^(\d{20})\.log$")
+_STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+
+class UnexpectedAppendOffsetError(KafkaError):
+    """A follower append does not continue the log (Kafka's UnexpectedAppendOffsetException)."""
+
+    def __init__(self, message: str, first_offset: int, last_offset: int):
+        super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+
+
+@dataclass(slots=True)
+class LogConfig:
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3_600_000
+    retention_ms: int = 7 * 24 * 3_600_000
+    retention_bytes: int = -1
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 * 1024 * 1024
+    flush_messages: int = 2**63 - 1
+    flush_ms: int = 2**63 - 1
+    max_message_bytes: int = 1024 * 1024 + 12
+    message_timestamp_type: str = "CreateTime"
+    cleanup_policy: str = "delete"
+
+    _FIELDS: ClassVar[dict[str, str]] = {
+        "segment.bytes": "segment_bytes", "segment.ms": "segment_ms", "retention.ms": "retention_ms",
+        "retention.bytes": "retention_bytes", "index.interval.bytes": "index_interval_bytes",
+        "segment.index.bytes": "segment_index_bytes", "flush.messages": "flush_messages",
+        "flush.ms": "flush_ms", "max.message.bytes": "max_message_bytes",
+        "message.timestamp.type": "message_timestamp_type", "cleanup.policy": "cleanup_policy",
+    }
+
+    @classmethod
+    def from_topic_configs(cls, configs: Mapping[str, Any] | None = None) -> LogConfig:
+        """Typed config from topic configs by Kafka name; values may be raw strings (parsed and
+        validated, raising ConfigError) or already typed. Keys the log does not use are ignored."""
+        cfg = cls()
+        for name, attr in cls._FIELDS.items():
+            value = (configs or {}).get(name)
+            if value is None:
+                continue
+            if isinstance(value, str):
+                value = TOPIC_KEYS[name].convert(value)
+            setattr(cfg, attr, value)
+        return cfg
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def delete_enabled(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
+
+
+@dataclass(slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class ReadSlice:
+    """A region of a segment file holding whole batches: send it with
+    ``os.sendfile(sock, slice.fd, slice.position, slice.size)``. Holding the slice keeps
+    the descriptor open even if retention deletes the segment meanwhile."""
+
+    fd: int
+    position: int
+    size: int
+    first_batch_offset: int
+    file: SegmentFile
+    segment_base_offset: int
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
+    topic, sep, p = name.rpartition("-")
+    if not sep or not topic or not p.isdigit():
+        return None
+    return topic, int(p)
+
+
+def _topic_id_str(topic_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+
+
+def _topic_id_parse(s: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
+
+
+class Log:
+    def __init__(self, path: str, topic: str, partition: int, config: LogConfig):
+        self.path = path
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.topic_id: uuid.UUID | None = None
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._log_start_offset = 0
+        self.recovery_point = 0
+        self.last_flush_ms = 0
+        self.leader_epoch_cache = LeaderEpochCache(path)
+        self.producer_state = ProducerStateManager(path)
+        self.closed = False
+
+    # =====================================================================================
+    # opening and recovery
+    # =====================================================================================
+    @classmethod
+    def open(cls, dir: str, topic: str, partition: int, config: LogConfig, *, topic_id: uuid.UUID | None = None,
+             now_ms: int, recovery_point: int = 0, log_start_offset: int = 0,
+             clean_shutdown: bool = False) -> Log:
+        """Open (creating if needed) the log of ``topic``-``partition`` under the log dir ``dir``.
+
+        Segments from the one containing ``recovery_point`` on are CRC-checked unless
+        ``clean_shutdown``; a torn or corrupt tail is truncated, and the segments after a
+        corruption are deleted. Missing or insane indexes are rebuilt.
+        """
+        path = os.path.join(dir, partition_dir_name(topic, partition))
+        os.makedirs(path, exist_ok=True)
+        log = cls(path, topic, partition, config)
+        log._load_partition_metadata(topic_id)
+        log._load_segments(now_ms, recovery_point, clean_shutdown)
+        log._log_start_offset = max(log_start_offset, log.segments[0].base_offset)
+        if log._log_start_offset > log.log_end_offset:
+            log._log_start_offset = log.log_end_offset
+        log.recovery_point = log.log_end_offset if clean_shutdown else min(recovery_point, log.log_end_offset)
+        log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
+        log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
+        log._rebuild_producer_state()
+        log.last_flush_ms = now_ms
+        return log
+
+    def _load_partition_metadata(self, topic_id: uuid.UUID | None) -> None:
+        p = os.path.join(self.path, PARTITION_METADATA_FILE)
+        stored: uuid.UUID | None = None
+        try:
+            with open(p, encoding="utf-8") as f:
+                for line in f:
+                    k, _, v = line.partition(":")
+                    if k.strip() == "topic_id":
+                        stored = _topic_id_parse(v.strip())
+        except FileNotFoundError:
+            pass
+        except ValueError:
+            stored = None
+        if topic_id is not None and stored is not None and stored != topic_id:
+            raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID,
+                             f"log {self.path} belongs to topic id {stored}, not {topic_id}")
+        self.topic_id = stored or topic_id
+        if stored is None and topic_id is not None:
+            self._write_partition_metadata()
+
+    def _write_partition_metadata(self) -> None:
+        assert self.topic_id is not None
+        p = os.path.join(self.path, PARTITION_METADATA_FILE)
+        tmp = p + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(f"version: 0\ntopic_id: {_topic_id_str(self.topic_id)}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+        fsync_dir(self.path)
+
+    def set_topic_id(self, topic_id: uuid.UUID) -> None:
+        if self.topic_id is not None and self.topic_id != topic_id:
+            raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID,
+                             f"log {self.path} belongs to topic id {self.topic_id}, not {topic_id}")
+        if self.topic_id is None:
+            self.topic_id = topic_id
+            self._write_partition_metadata()
+
+    def _segment_kwargs(self, now_ms: int) -> dict:
+        return {"index_interval_bytes": self.config.index_interval_bytes,
+                "index_max_bytes": self.config.segment_index_bytes, "created_ms": now_ms}
+
+    def _load_segments(self, now_ms: int, recovery_point: int, clean_shutdown: bool) -> None:
+        bases: list[int] = []
+        for name in os.listdir(self.path):
+            full = os.path.join(self.path, name)
+            if name.endswith(_STRAY_SUFFIXES):
+                os.unlink(full)
+                continue
+            m = _LOG_FILE_RE.match(name)
+            if m:
+                bases.append(int(m.group(1)))
+        bases.sort()
+        # Indexes without a log file are leftovers of an interrupted delete.
+        for name in os.listdir(self.path):
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+                if name.endswith(suffix) and int(name[:20] if name[:20].isdigit() else -1) not in bases:
+                    os.unlink(os.path.join(self.path, name))
+        segments: list[LogSegment] = []
+        corrupted = False
+        for i, base in enumerate(bases):
+            if corrupted:
+                _delete_segment_files(self.path, base)
+                continue
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            recover = not clean_shutdown and (next_base is None or next_base > recovery_point)
+            seg, truncated = LogSegment.open(self.path, base, recover=recover, **self._segment_kwargs(now_ms))
+            if segments and seg.size and seg.base_offset < segments[-1].next_offset:
+                truncated = 1  # overlapping segments: keep the earlier data
+                seg.delete()
+                corrupted = True
+                continue
+            segments.append(seg)
+            if truncated:
+                corrupted = True  # anything after a corrupt batch cannot be trusted
+        if not segments:
+            segments.append(LogSegment.create(self.path, 0, **self._segment_kwargs(now_ms)))
+        self.segments = segments
+        self._bases = [s.base_offset for s in segments]
+
+    def _rebuild_producer_state(self) -> None:
+        """Load the newest snapshot at or below the log end and replay the batch headers after it."""
+        leo = self.log_end_offset
+        ps = self.producer_state
+        ps.delete_snapshots_after(leo)
+        start = ps.load_latest_snapshot(leo)
+        self._replay_producer_state(start)
+        ps.map_end_offset = leo
+
+    def _replay_producer_state(self, start: int) -> None:
+        ps = self.producer_state
+        for seg in list(self.segments):
+            if seg.next_offset <= start:
+                continue
+            pos = seg.index.lookup(start) if start > seg.base_offset else 0
+            for h in seg.iter_headers(pos):
+                if h.base_offset >= start:
+                    ps.apply_batch(h)
+
+    # =====================================================================================
+    # properties
+    # =====================================================================================
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self.recovery_point
+
+    def __repr__(self) -> str:
+        return (f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, "
+                f"end={self.log_end_offset}, segments={len(self.segments)})")
+
+    # =====================================================================================
+    # appends
+    # =====================================================================================
+    def append_as_leader(self, buf: bytearray, headers: list[BatchHeader], leader_epoch: int, now_ms: int,
+                         ) -> AppendInfo:
+        """Append client batches already checked by ``validate_produce_batches``.
+
+        Producer state is checked for every batch before anything is written; a retried
+        batch returns its original offsets with ``duplicate=True`` and writes nothing.
+        """
+        if not headers:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches to append")
+        lat = now_ms if self.config.log_append_time else None
+        first = self.log_end_offset
+        assign_offsets(buf, headers, first, leader_epoch, lat)
+        last_h = headers[-1]
+        last = last_h.base_offset + last_h.last_offset_delta
+        staged, dup = self.producer_state.check_client_batches(headers)
+        if dup is not None:
+            return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp if lat is not None else -1,
+                              self._log_start_offset, duplicate=True)
+        self.leader_epoch_cache.assign(leader_epoch, first)
+        nbytes = last_h.pos + last_h.batch_length + 12 - headers[0].pos
+        self._write(buf, headers, nbytes, now_ms)
+        self.producer_state.commit(staged, last + 1)
+        self._maybe_flush_by_count()
+        return AppendInfo(first, last, lat if lat is not None else -1, self._log_start_offset)
+
+    def append_as_follower(self, buf, headers: list[BatchHeader] | None = None, now_ms: int = 0) -> AppendInfo:
+        """Append batches copied from the leader (offsets and epochs already assigned).
+
+        ``headers`` defaults to ``parse_batches(buf)`` (a trailing partial batch is ignored).
+        Each batch is CRC-checked; offsets must be increasing and start at or after the log end.
+        """
+        if headers is None:
+            headers = parse_batches(buf)
+        if not headers:
+            leo = self.log_end_offset
+            return AppendInfo(leo, leo - 1, -1, self._log_start_offset)
+        expected = self.log_end_offset
+        for h in headers:
+            if h.magic != 2 or not batch_crc_ok(buf, h):
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"replicated batch at offset {h.base_offset} is corrupt")
+            if h.base_offset < expected:
+                raise UnexpectedAppendOffsetError(
+                    f"replicated batch at offset {h.base_offset} is below the expected offset {expected}",
+                    headers[0].base_offset, headers[-1].last_offset)
+            expected = h.base_offset + h.last_offset_delta + 1
+        for h in headers:
+            self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+        last_h = headers[-1]
+        nbytes = last_h.pos + last_h.batch_length + 12 - headers[0].pos
+        self._write(buf, headers, nbytes, now_ms)
+        self.producer_state.update_unchecked(headers)
+        self._maybe_flush_by_count()
+        return AppendInfo(headers[0].base_offset, last_h.last_offset, -1, self._log_start_offset)
+
+    def _write(self, buf, headers: list[BatchHeader], nbytes: int, now_ms: int) -> None:
+        seg = self.segments[-1]
+        first = headers[0].base_offset
+        last = headers[-1].base_offset + headers[-1].last_offset_delta
+        if seg.size and self._should_roll(seg, nbytes, headers, now_ms, last):
+            seg = self.roll(now_ms, first)
+        elif not seg.size and seg.base_offset != first and (first < seg.base_offset or
+                                                            last - seg.base_offset > INT32_MAX):
+            seg = self._replace_empty_active(first, now_ms)
+        start = headers[0].pos
+        if start:
+            buf = memoryview(buf)[start:]
+            for h in headers:
+                h.pos -= start
+        seg.append(buf, headers, nbytes)
+
+    def _should_roll(self, seg: LogSegment, nbytes: int, headers: list[BatchHeader], now_ms: int,
+                     last: int) -> bool:
+        cfg = self.config
+        if seg.size > cfg.segment_bytes - nbytes:
+            return True
+        if seg.index.is_full or seg.time_index.is_full:
+            return True
+        if last - seg.base_offset > INT32_MAX:
+            return True
+        first_ts = seg.first_batch_timestamp
+        if first_ts is not None and first_ts >= 0:
+            max_ts = max(h.max_timestamp for h in headers) if len(headers) > 1 else headers[0].max_timestamp
+            waited = max_ts - first_ts
+        else:
+            waited = now_ms - seg.created_ms
+        return waited > cfg.segment_ms
+
+    def roll(self, now_ms: int, new_base: int | None = None) -> LogSegment:
+        """Start a new active segment at ``new_base`` (default: the log end). The old one is
+        sealed; it is fsynced by the next ``flush()`` (``flush_check`` does that)."""
+        base = self.log_end_offset if new_base is None else new_base
+        old = self.segments[-1]
+        if old.size == 0 and old.base_offset == base:
+            return old
+        old.seal()
+        seg = LogSegment.create(self.path, base, **self._segment_kwargs(now_ms))
+        self.segments = self.segments + [seg]
+        self._bases = self._bases + [base]
+        # Every batch below ``base`` is in the producer state: snapshot it like Kafka does.
+        self.producer_state.map_end_offset = base
+        self.producer_state.take_snapshot(sync=False)
+        return seg
+
+    def _replace_empty_active(self, base: int, now_ms: int) -> LogSegment:
+        old = self.segments[-1]
+        old.delete()
+        seg = LogSegment.create(self.path, base, **self._segment_kwargs(now_ms))
+        self.segments = self.segments[:-1] + [seg]
+        self._bases = self._bases[:-1] + [base]
+        return seg
+
+    def _maybe_flush_by_count(self) -> None:
+        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+
+    # =====================================================================================
+    # reads
+    # =====================================================================================
+    def _segment_index_for(self, offset: int) -> int:
+        return max(0, bisect_right(self._bases, offset) - 1)
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True) -> ReadSlice | None:
+        """Whole batches from the batch containing ``offset``, all with last offset <
+        ``max_offset`` (the high watermark, exclusive), at most ``max_bytes`` unless
+        ``min_one_batch`` and the first batch alone is larger (KIP-74). One segment at most.
+        """
+        segments = self.segments
+        leo = segments[-1].next_offset
+        if offset < self._log_start_offset or offset > leo:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"offset {offset} is outside [{self._log_start_offset}, {leo}] of {self.topic}-"
+                             f"{self.partition}")
+        if offset >= leo or offset >= max_offset:
+            return None
+        i = self._segment_index_for(offset)
+        while i < len(segments):
+            seg = segments[i]
+            h = seg.translate(offset) if offset < seg.next_offset else None
+            if h is not None:
+                break
+            i += 1
+            if i < len(segments):
+                offset = max(offset, segments[i].base_offset)
+        else:
+            return None
+        if h.base_offset + h.last_offset_delta >= max_offset:
+            return None
+        start = h.pos
+        limit = seg.position_of(max_offset, start)
+        first_size = h.batch_length + 12
+        if limit - start <= max_bytes:
+            end = limit
+        else:
+            end = seg.boundary_at_or_before(start + max_bytes, start)
+            if end <= start:
+                if not min_one_batch:
+                    return None
+                end = start + first_size
+        file = seg.file
+        assert file is not None
+        return ReadSlice(file.fd, start, end - start, h.base_offset, file, seg.base_offset)
+
+    def read_bytes(self, slice: ReadSlice) -> bytes:
+        out = bytearray()
+        pos, left = slice.position, slice.size
+        while left > 0:
+            chunk = os.pread(slice.fd, left, pos)
+            if not chunk:
+                break
+            out += chunk
+            pos += len(chunk)
+            left -= len(chunk)
+        return bytes(out)
+
+    def _batch_bytes(self, seg: LogSegment, h: BatchHeader) -> bytes:
+        return seg.read_batch(h.pos, h.batch_length + 12)
+
+    def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``ts_ms`` at or after the
+        log start, or None. Uses the time index to find where to start, then decodes the
+        timestamps of the one batch that holds the answer."""
+        start_offset = self._log_start_offset
+        for seg in list(self.segments):
+            if seg.max_timestamp < ts_ms or seg.next_offset <= start_offset:
+                continue
+            from_offset = seg.time_index.lookup_before(ts_ms)
+            from_offset = max(from_offset if from_offset is not None else seg.base_offset, start_offset)
+            pos = seg.index.lookup(from_offset)
+            for h in seg.iter_headers(pos):
+                if h.base_offset + h.last_offset_delta < from_offset or h.max_timestamp < ts_ms:
+                    continue
+                if h.timestamp_type == 1:
+                    return max(h.base_offset, start_offset), h.max_timestamp
+                try:
+                    for off, t in record_timestamps(self._batch_bytes(seg, h)):
+                        if t >= ts_ms and off >= start_offset:
+                            return off, t
+                except Exception:  # undecodable batch: the batch itself is the best answer
+                    return max(h.base_offset, start_offset), h.max_timestamp
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """(max timestamp, offset of the first record having it), or (-1, -1) if no batch has
+        a timestamp. For ListOffsets MAX_TIMESTAMP (KIP-734)."""
+        best: LogSegment | None = None
+        for seg in list(self.segments):
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return -1, -1
+        ts = best.max_timestamp
+        h = best.translate(best.offset_of_max_timestamp)
+        if h is None:
+            return ts, best.offset_of_max_timestamp
+        if h.timestamp_type == 1:
+            return ts, h.base_offset
+        try:
+            for off, t in record_timestamps(self._batch_bytes(best, h)):
+                if t == ts:
+                    return ts, off
+        except Exception:
+            pass
+        return ts, h.base_offset + h.last_offset_delta
+
+    # =====================================================================================
+    # truncation, log start, retention
+    # =====================================================================================
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at or after ``offset`` (follower truncation). The batch holding
+        ``offset`` goes too if ``offset`` is not a batch boundary."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self._log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        keep = [s for s in self.segments if s.base_offset < offset]
+        for s in self.segments[len(keep):]:
+            s.delete()
+        if not keep:
+            keep = [LogSegment.create(self.path, offset, **self._segment_kwargs(self.last_flush_ms))]
+        else:
+            keep[-1].truncate_to(offset)
+        self.segments = keep
+        self._bases = [s.base_offset for s in keep]
+        leo = self.log_end_offset
+        self.recovery_point = min(self.recovery_point, leo)
+        self.leader_epoch_cache.truncate_from_end(leo)
+        self.producer_state.delete_snapshots_after(leo)
+        self._rebuild_producer_state()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        for s in self.segments:
+            s.delete()
+        seg = LogSegment.create(self.path, offset, **self._segment_kwargs(self.last_flush_ms))
+        self.segments = [seg]
+        self._bases = [offset]
+        self._log_start_offset = offset
+        self.recovery_point = offset
+        self.leader_epoch_cache.clear()
+        self.producer_state.delete_snapshots_after(-1)
+        self.producer_state.reset()
+        self.producer_state.map_end_offset = offset
+
+    def delete_records_before(self, offset: int) -> int:
+        """Advance the log start offset to ``offset`` (DeleteRecords); returns the new log start.
+        Segments wholly below it are deleted. The caller bounds ``offset`` by the high watermark."""
+        if offset > self.log_end_offset or offset < 0:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"cannot delete records before {offset}: log end is {self.log_end_offset}")
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            self.leader_epoch_cache.truncate_from_start(offset)
+            self._delete_prefix(self._count_below_log_start(), now_ms=self.last_flush_ms)
+        return self._log_start_offset
+
+    def _count_below_log_start(self) -> int:
+        n = 0
+        segs = self.segments
+        while n + 1 < len(segs) and segs[n + 1].base_offset <= self._log_start_offset:
+            n += 1
+        return n
+
+    def apply_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
+        """Delete whole old segments by retention.ms (a segment's largest timestamp) and
+        retention.bytes, never past ``high_watermark`` (default: the log end). When every
+        segment is due, a new empty active segment is rolled first, as Kafka does, so the
+        active segment itself is never deleted. Returns the number of segments deleted."""
+        cfg = self.config
+        upper = self.log_end_offset if high_watermark is None else min(high_watermark, self.log_end_offset)
+        segs = self.segments
+        n = self._count_below_log_start()
+        if cfg.delete_enabled:
+            diff = self.size_in_bytes - cfg.retention_bytes if cfg.retention_bytes >= 0 else -1
+            for i in range(len(segs)):
+                if i < n:
+                    diff -= segs[i].size
+                    continue
+                seg = segs[i]
+                seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else seg.next_offset
+                if seg.size == 0 or seg_end > upper:
+                    break
+                by_time = False
+                if cfg.retention_ms >= 0:
+                    largest = seg.max_timestamp if seg.max_timestamp >= 0 else seg.created_ms
+                    by_time = now_ms - largest > cfg.retention_ms
+                by_size = diff >= 0 and diff - seg.size >= 0
+                if not (by_time or by_size):
+                    break
+                diff -= seg.size
+                n = i + 1
+        if n == 0:
+            return 0
+        if n == len(segs):
+            self.roll(now_ms)
+        return self._delete_prefix(n, now_ms)
+
+    def _delete_prefix(self, n: int, now_ms: int) -> int:
+        if n <= 0:
+            return 0
+        if n >= len(self.segments):
+            self.roll(now_ms)
+            n = len(self.segments) - 1
+        dead, keep = self.segments[:n], self.segments[n:]
+        self.segments = keep
+        self._bases = [s.base_offset for s in keep]
+        for s in dead:
+            s.delete()
+        new_start = keep[0].base_offset
+        if new_start > self._log_start_offset:
+            self._log_start_offset = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
+        self.recovery_point = max(self.recovery_point, new_start)
+        self.producer_state.delete_snapshots_before(new_start)
+        return len(dead)
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        return self.producer_state.remove_expired(now_ms, expiration_ms)
+
+    # =====================================================================================
+    # flush, close, delete
+    # =====================================================================================
+    def flush(self, up_to: int | None = None, now_ms: int | None = None) -> None:
+        """fsync the segments holding offsets below ``up_to`` (default: the log end) that are
+        past the recovery point, with their indexes, then advance the recovery point.
+        Safe to run in a worker thread while the loop keeps appending."""
+        segs = list(self.segments)
+        target = segs[-1].next_offset if up_to is None else min(up_to, segs[-1].next_offset)
+        if target <= self.recovery_point:
+            return
+        for i, seg in enumerate(segs):
+            seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else seg.next_offset
+            if seg_end <= self.recovery_point and i + 1 < len(segs):
+                continue
+            if seg.base_offset >= target:
+                break
+            if seg.file is not None:
+                seg.flush()
+        fsync_dir(self.path)
+        self.recovery_point = max(self.recovery_point, target)
+        if now_ms is not None:
+            self.last_flush_ms = now_ms
+
+    def close(self) -> None:
+        """Seal and fsync everything, snapshot producer state at the log end, release files."""
+        if self.closed:
+            return
+        active = self.segments[-1]
+        active.seal()
+        self.flush()
+        self.producer_state.map_end_offset = self.log_end_offset
+        self.producer_state.take_snapshot()
+        for s in self.segments:
+            s.close()
+        self.closed = True
+
+    def delete(self) -> None:
+        """Remove the partition's directory (open reads keep working on their descriptors)."""
+        for s in self.segments:
+            s.file = None
+        self.closed = True
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _delete_segment_files(path: str, base: int) -> None:
+    prefix = os.path.join(path, f"{base:020d}")
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+        try:
+            os.unlink(prefix + suffix)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,194 @@
+"""All partition logs of a broker, over its ``log.dirs``.
+
+Per log dir, as in Kafka:
+  ``recovery-point-offset-checkpoint``  topic partition offset: data below is fsynced
+  ``log-start-offset-checkpoint``       topic partition offset
+  ``.kafka_cleanshutdown``              written last by ``close()``; when present at start
+                                        no segment is CRC-scanned. Removed once loaded, so a
+                                        crash afterwards means recovery on the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .leader_epoch import fsync_dir, read_checkpoint_file, write_checkpoint_file
+from .log import Log, LogConfig, parse_partition_dir_name
+
+log = logging.getLogger("krafty.log")
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[str], default_topic_config: Mapping[str, Any], *,
+                 now_ms: int | Callable[[], int], producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS):
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.default_topic_config = dict(default_topic_config)
+        self._clock: Callable[[], int] = now_ms if callable(now_ms) else (lambda: int(time.time() * 1000))
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._topic_configs: dict[str, dict[str, Any]] = {}
+        start_ms = now_ms() if callable(now_ms) else now_ms
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+            self._load_dir(d, start_ms)
+
+    # --- loading --------------------------------------------------------------------------
+    def _load_dir(self, d: str, now_ms: int) -> None:
+        marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+        clean = os.path.exists(marker)
+        recovery = _read_offsets(os.path.join(d, RECOVERY_POINT_CHECKPOINT))
+        starts = _read_offsets(os.path.join(d, LOG_START_OFFSET_CHECKPOINT))
+        config = LogConfig.from_topic_configs(self.default_topic_config)
+        for name in sorted(os.listdir(d)):
+            full = os.path.join(d, name)
+            if not os.path.isdir(full) or name.endswith(("-delete", "-future", "-stray")):
+                continue
+            tp = parse_partition_dir_name(name)
+            if tp is None:
+                continue
+            if tp in self._logs:
+                log.error("partition %s-%d found in two log dirs; keeping %s", tp[0], tp[1], self._logs[tp].path)
+                continue
+            # No checkpoint entry means the checkpoint predates the log: it must be scanned.
+            rp = recovery.get(tp, 0)
+            lg = Log.open(d, tp[0], tp[1], config, now_ms=now_ms, recovery_point=rp,
+                          log_start_offset=starts.get(tp, 0), clean_shutdown=clean and tp in recovery)
+            self._logs[tp] = lg
+        if clean:
+            os.unlink(marker)
+            fsync_dir(d)
+
+    # --- lookup and lifecycle -------------------------------------------------------------
+    def get(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def config_for(self, topic: str, topic_config: Mapping[str, Any] | None = None) -> LogConfig:
+        merged = dict(self.default_topic_config)
+        merged.update(self._topic_configs.get(topic, {}))
+        if topic_config:
+            merged.update(topic_config)
+        return LogConfig.from_topic_configs(merged)
+
+    def get_or_create(self, topic: str, partition: int, topic_id: uuid.UUID | None = None,
+                      topic_config: Mapping[str, Any] | None = None, *, now_ms: int | None = None) -> Log:
+        """The log of a partition, created in the least loaded log dir if new. An existing log
+        takes the given topic config; a topic id different from the stored one raises
+        INCONSISTENT_TOPIC_ID."""
+        if topic_config is not None:
+            self._topic_configs[topic] = dict(topic_config)
+        lg = self._logs.get((topic, partition))
+        if lg is not None:
+            if topic_id is not None:
+                lg.set_topic_id(topic_id)
+            if topic_config is not None:
+                lg.config = self.config_for(topic)
+            return lg
+        d = min(self.log_dirs, key=lambda x: sum(1 for lg in self._logs.values() if lg.path.startswith(x + os.sep)))
+        now = self._clock() if now_ms is None else now_ms
+        lg = Log.open(d, topic, partition, self.config_for(topic), topic_id=topic_id, now_ms=now)
+        self._logs[(topic, partition)] = lg
+        return lg
+
+    def delete(self, topic: str, partition: int) -> None:
+        lg = self._logs.pop((topic, partition), None)
+        if lg is not None:
+            lg.delete()
+
+    def update_config(self, topic: str, topic_config: Mapping[str, Any]) -> None:
+        self._topic_configs[topic] = dict(topic_config)
+        cfg = self.config_for(topic)
+        for (t, _p), lg in self._logs.items():
+            if t == topic:
+                lg.config = cfg
+
+    # --- periodic work -----------------------------------------------------------------------
+    def retention_check(self, now_ms: int, high_watermarks: Mapping[tuple[str, int], int] | None = None) -> int:
+        """Apply retention to every log (bounded by its high watermark when given) and expire
+        idle producer ids; returns the number of segments deleted."""
+        deleted = 0
+        for tp, lg in list(self._logs.items()):
+            hw = high_watermarks.get(tp) if high_watermarks else None
+            deleted += lg.apply_retention(now_ms, hw)
+            lg.remove_expired_producers(now_ms, self.producer_id_expiration_ms)
+        if deleted:
+            self.checkpoint_log_start_offsets()
+        return deleted
+
+    def flush_check(self, now_ms: int) -> int:
+        """fsync logs whose flush.ms elapsed or that rolled a segment since their last flush;
+        then checkpoint recovery points. Returns the number of logs flushed. Blocking: run it
+        in a worker thread."""
+        flushed = 0
+        for lg in list(self._logs.values()):
+            if lg.closed:
+                continue
+            due = now_ms - lg.last_flush_ms >= lg.config.flush_ms and lg.unflushed_messages > 0
+            rolled = lg.segments[-1].base_offset > lg.recovery_point
+            if due:
+                lg.flush(now_ms=now_ms)
+                flushed += 1
+            elif rolled:
+                lg.flush(up_to=lg.segments[-1].base_offset)
+                flushed += 1
+        if flushed:
+            self.checkpoint_recovery_points()
+        return flushed
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def _by_dir(self) -> dict[str, list[Log]]:
+        out: dict[str, list[Log]] = {d: [] for d in self.log_dirs}
+        for lg in self._logs.values():
+            out.setdefault(os.path.dirname(lg.path), []).append(lg)
+        return out
+
+    def checkpoint_recovery_points(self) -> None:
+        for d, logs in self._by_dir().items():
+            _write_offsets(os.path.join(d, RECOVERY_POINT_CHECKPOINT),
+                           [(lg.topic, lg.partition, lg.recovery_point) for lg in logs])
+
+    def checkpoint_log_start_offsets(self) -> None:
+        for d, logs in self._by_dir().items():
+            _write_offsets(os.path.join(d, LOG_START_OFFSET_CHECKPOINT),
+                           [(lg.topic, lg.partition, lg.log_start_offset) for lg in logs])
+
+    def close(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""
+        for lg in self._logs.values():
+            lg.close()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        for d in self.log_dirs:
+            with open(os.path.join(d, CLEAN_SHUTDOWN_FILE), "w") as f:
+                f.flush()
+                os.fsync(f.fileno())
+            fsync_dir(d)
+
+
+def _read_offsets(path: str) -> dict[tuple[str, int], int]:
+    rows = read_checkpoint_file(path, 3)
+    if rows is None:
+        return {}
+    out = {}
+    for topic, p, off in rows:
+        try:
+            out[(topic, int(p))] = int(off)
+        except ValueError:
+            continue
+    return out
+
+
+def _write_offsets(path: str, rows: list[tuple[str, int, int]]) -> None:
+    write_checkpoint_file(path, 0, [f"{t} {p} {o}" for t, p, o in rows])

@@ -1,0 +1,350 @@
+"""One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+
+Files are named by the 20-digit zero-padded base offset, like Kafka. The log file is
+written with ``pwrite`` at the known end and read with ``pread``/``sendfile``; the
+descriptor is held by a ``SegmentFile`` so that a fetch still sending from a segment that
+retention deletes keeps a valid descriptor (it is closed when the last holder drops it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from crc32c import crc32c
+
+from .batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    unpack_header,
+)
+from .index import CorruptIndexError, OffsetIndex, TimeIndex, _write_all
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+_SCAN_CHUNK = 16 * 1024
+_RECOVER_CHUNK = 1 << 20
+_RECENT_ENDS = 1024  # batch ends remembered for fast high-watermark positioning
+INT32_MAX = 2**31 - 1
+
+
+def filename_prefix(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class SegmentFile:
+    """Owns the segment's descriptor; closes it when garbage (i.e. no reader holds it)."""
+
+    __slots__ = ("fd", "__weakref__")
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self):
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
+class LogSegment:
+    def __init__(self, dir: str, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int,
+                 created_ms: int):
+        self.dir = dir
+        self.base_offset = base_offset
+        prefix = os.path.join(dir, filename_prefix(base_offset))
+        self.log_path = prefix + LOG_SUFFIX
+        self.index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, index_max_bytes)
+        self.time_index = TimeIndex(prefix + TIMEINDEX_SUFFIX, base_offset, index_max_bytes)
+        self.index_interval_bytes = index_interval_bytes
+        self.created_ms = created_ms
+        self.file: SegmentFile | None = None
+        self.size = 0
+        self.next_offset = base_offset  # offset after the last batch in the segment
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1  # base offset of the batch holding max_timestamp
+        self.first_batch_timestamp: int | None = None  # for segment.ms rolling
+        self._bytes_since_index = 0
+        self._recent_ends: dict[int, int] = {}  # next offset after a batch -> file position
+
+    # --- lifecycle ----------------------------------------------------------------------
+    @classmethod
+    def create(cls, dir: str, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int,
+               created_ms: int) -> LogSegment:
+        seg = cls(dir, base_offset, index_interval_bytes=index_interval_bytes,
+                  index_max_bytes=index_max_bytes, created_ms=created_ms)
+        seg.file = SegmentFile(os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
+        seg.index.reset()
+        seg.time_index.reset()
+        return seg
+
+    @classmethod
+    def open(cls, dir: str, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int,
+             created_ms: int, recover: bool) -> tuple[LogSegment, int]:
+        """Open an existing segment. With ``recover`` every batch is CRC-checked, a bad tail is
+        truncated and the indexes rebuilt; otherwise the indexes are loaded (and rebuilt if
+        missing or insane). Returns the segment and the number of bytes truncated."""
+        seg = cls(dir, base_offset, index_interval_bytes=index_interval_bytes,
+                  index_max_bytes=index_max_bytes, created_ms=created_ms)
+        seg.file = SegmentFile(os.open(seg.log_path, os.O_RDWR))
+        seg.size = os.fstat(seg.fd).st_size
+        try:
+            seg.created_ms = int(os.stat(seg.log_path).st_mtime * 1000) if seg.size else created_ms
+        except OSError:
+            pass
+        if recover:
+            return seg, seg.recover()
+        try:
+            seg.index.load(seg.size)
+            seg.time_index.load(2**63 - 1)
+            seg._load_tail()
+        except CorruptIndexError:
+            return seg, seg.recover()
+        return seg, 0
+
+    @property
+    def fd(self) -> int:
+        assert self.file is not None
+        return self.file.fd
+
+    def close(self) -> None:
+        """Write the final time index entry and the pending index entries; drop the file."""
+        if self.file is None:
+            return
+        self.seal()
+        self.file = None  # closed when no ReadSlice holds it any more
+
+    def seal(self) -> None:
+        """The segment stops being active (roll or close): record its max timestamp."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.index.write_pending()
+        self.time_index.write_pending()
+
+    def flush(self) -> None:
+        if self.file is not None:
+            os.fsync(self.fd)
+        self.index.flush()
+        self.time_index.flush()
+
+    def delete(self) -> None:
+        """Unlink the files. An in-flight sendfile keeps reading through its SegmentFile."""
+        self.file = None
+        for p in (self.log_path, self.index.path, self.time_index.path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+    # --- appends ------------------------------------------------------------------------
+    def append(self, buf, headers: list[BatchHeader], nbytes: int) -> None:
+        """Write ``buf[:nbytes]`` (whole batches described by ``headers``, positions relative
+        to ``buf``) at the end of the segment in one write, and index it."""
+        start = self.size
+        _write_all(self.fd, memoryview(buf)[:nbytes], start)
+        interval = self.index_interval_bytes
+        since = self._bytes_since_index
+        max_ts = self.max_timestamp
+        ends = self._recent_ends
+        buf0 = headers[0].pos
+        for h in headers:
+            ts = h.max_timestamp
+            if ts > max_ts:
+                max_ts = ts
+                self.offset_of_max_timestamp = h.base_offset
+            if since > interval:
+                self.index.append(h.base_offset, start + h.pos - buf0)
+                self.max_timestamp = max_ts
+                self.time_index.maybe_append(max_ts, self.offset_of_max_timestamp)
+                since = 0
+            since += h.batch_length + LOG_OVERHEAD
+        last = headers[-1]
+        end = start + nbytes
+        ends[last.base_offset + last.last_offset_delta + 1] = end
+        if len(ends) > _RECENT_ENDS:
+            del ends[next(iter(ends))]
+        self._bytes_since_index = since
+        self.max_timestamp = max_ts
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = headers[0].max_timestamp
+        self.size = end
+        self.next_offset = last.base_offset + last.last_offset_delta + 1
+
+    # --- reads --------------------------------------------------------------------------
+    def iter_headers(self, pos: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+        """Headers of the batches from file position ``pos`` (a batch start) to ``end``."""
+        end = self.size if end is None else end
+        fd = self.fd
+        while pos + HEADER_SIZE <= end:
+            chunk = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+            n = len(chunk)
+            off = 0
+            while off + HEADER_SIZE <= n:
+                h = unpack_header(chunk, off)
+                if h.batch_length < MIN_BATCH_LENGTH:
+                    return
+                h.pos = pos + off
+                yield h
+                off += h.batch_length + LOG_OVERHEAD
+            if off == 0:
+                return
+            pos += off
+
+    def translate(self, offset: int, start_pos: int = 0) -> BatchHeader | None:
+        """Header of the first batch whose last offset is >= ``offset`` (None if none)."""
+        pos = max(self.index.lookup(offset), start_pos)
+        for h in self.iter_headers(pos):
+            if h.base_offset + h.last_offset_delta >= offset:
+                return h
+        return None
+
+    def position_of(self, offset: int, start_pos: int = 0) -> int:
+        """File position of the first batch with last offset >= ``offset``; the segment size if
+        every batch is below it. Used to bound reads at the high watermark."""
+        if offset >= self.next_offset:
+            return self.size
+        pos = self._recent_ends.get(offset)
+        if pos is not None:
+            return pos
+        h = self.translate(offset, start_pos)
+        return self.size if h is None else h.pos
+
+    def boundary_at_or_before(self, limit: int, start: int) -> int:
+        """The largest batch end position <= ``limit``, scanning batches from ``start``."""
+        pos = max(start, self.index.floor_position(limit))
+        end = pos
+        for h in self.iter_headers(pos, self.size):
+            nxt = h.pos + h.batch_length + LOG_OVERHEAD
+            if nxt > limit:
+                break
+            end = nxt
+        return end
+
+    # --- recovery -----------------------------------------------------------------------
+    def _load_tail(self) -> None:
+        """After loading the indexes: find next_offset and the max timestamp by scanning from
+        the last index entry to the end of the file."""
+        last_off, pos = self.index.last_entry
+        self.next_offset = self.base_offset
+        te = self.time_index.last_entry
+        if te is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = te
+        first = True
+        since = 0
+        for h in self.iter_headers(pos):
+            if first and pos == 0:
+                self.first_batch_timestamp = h.max_timestamp
+            first = False
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp = h.max_timestamp
+                self.offset_of_max_timestamp = h.base_offset
+            self.next_offset = h.base_offset + h.last_offset_delta + 1
+            since += h.batch_length + LOG_OVERHEAD
+            end = h.pos + h.batch_length + LOG_OVERHEAD
+            if end > self.size:
+                raise CorruptIndexError("segment ends inside a batch")
+        self._bytes_since_index = since
+        if self.first_batch_timestamp is None and self.size >= HEADER_SIZE:
+            self.first_batch_timestamp = unpack_header(os.pread(self.fd, HEADER_SIZE, 0), 0).max_timestamp
+        if self.size and self.next_offset == self.base_offset and pos == 0:
+            raise CorruptIndexError("no batch found in a non-empty segment")
+
+    def recover(self, on_batch=None) -> int:
+        """Validate every batch (framing, magic, CRC32C, increasing offsets), truncate at the
+        first bad one, rebuild both indexes. ``on_batch(header)`` sees every valid batch.
+        Returns the number of bytes truncated."""
+        self.index.reset()
+        self.time_index.reset()
+        self._recent_ends.clear()
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp = None
+        self._bytes_since_index = 0
+        self.next_offset = self.base_offset
+        fd = self.fd
+        file_size = self.size
+        valid = 0
+        chunk_pos = 0
+        chunk = b""
+        interval = self.index_interval_bytes
+        since = 0
+        expected = self.base_offset
+        while valid < file_size:
+            rel = valid - chunk_pos
+            if rel + HEADER_SIZE > len(chunk):
+                chunk_pos = valid
+                chunk = os.pread(fd, max(_RECOVER_CHUNK, HEADER_SIZE), valid)
+                rel = 0
+                if len(chunk) < HEADER_SIZE:
+                    break
+            h = unpack_header(chunk, rel)
+            size = h.batch_length + LOG_OVERHEAD
+            if h.batch_length < MIN_BATCH_LENGTH or h.magic != 2 or valid + size > file_size:
+                break
+            if rel + size > len(chunk):
+                chunk_pos = valid
+                chunk = os.pread(fd, max(_RECOVER_CHUNK, size), valid)
+                rel = 0
+                if len(chunk) < size:
+                    break
+            mv = memoryview(chunk)
+            if crc32c(mv[rel + 21:rel + size]) != h.crc:
+                break
+            last = h.base_offset + h.last_offset_delta
+            if h.base_offset < expected or h.last_offset_delta < 0 or last - self.base_offset > INT32_MAX:
+                break
+            h.pos = valid
+            if on_batch is not None:
+                on_batch(h)
+            if self.first_batch_timestamp is None:
+                self.first_batch_timestamp = h.max_timestamp
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp = h.max_timestamp
+                self.offset_of_max_timestamp = h.base_offset
+            if since > interval:
+                self.index.append(h.base_offset, valid)
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                since = 0
+            since += size
+            expected = last + 1
+            valid += size
+        self._bytes_since_index = since
+        self.next_offset = expected
+        truncated = file_size - valid
+        if truncated:
+            os.ftruncate(fd, valid)
+            self.size = valid
+        self.index.write_pending()
+        self.time_index.write_pending()
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batches with base offset >= ``offset``; returns bytes removed. The
+        batch containing ``offset`` (if it starts below) is removed too: batches are atomic,
+        so truncation points are batch boundaries in practice."""
+        h = self.translate(offset)
+        if h is None:
+            return 0
+        pos = h.pos
+        removed = self.size - pos
+        os.ftruncate(self.fd, pos)
+        self.size = pos
+        self.index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self._recent_ends.clear()
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp = None
+        self._load_tail()
+        return removed
+
+    def read_batch(self, pos: int, size: int) -> bytes:
+        return os.pread(self.fd, size, pos)

@@ -37,6 +37,12 @@ def cmd_node(args) -> int:
         return 2
 
 
+def cmd_cluster_up(args) -> int:
+    from krafty.cluster import up
+    racks = [r for r in args.racks.split(",") if r] if args.racks else None
+    return up(args.controllers, args.brokers, args.base_port, args.dir, racks, args.override)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "metadata-quorum":
@@ -50,6 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     node.add_argument("--override", action="append", metavar="KEY=VALUE", help="override a config key")
     node.set_defaults(fn=cmd_node)
     sub.add_parser("metadata-quorum", help="describe the metadata quorum (see: krafty metadata-quorum --help)")
+    cluster = sub.add_parser("cluster", help="run a local multi-process cluster")
+    csub = cluster.add_subparsers(dest="action", required=True)
+    up = csub.add_parser("up", help="start controllers and brokers on loopback; Ctrl-C stops them")
+    up.add_argument("--controllers", type=int, default=3)
+    up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--racks", default=None, help="comma-separated racks, assigned to brokers round-robin")
+    up.add_argument("--base-port", type=int, default=9092, help="brokers on P, P+1, ...; controllers on P+100, ...")
+    up.add_argument("--dir", default="./cluster-data")
+    up.add_argument("--override", action="append", metavar="KEY=VALUE", help="config for every node")
+    up.set_defaults(fn=cmd_cluster_up)
     args = p.parse_args(argv)
     _setup_logging(args.log_level)
     return args.fn(args)

@@ -1,0 +1,129 @@
+"""The gRPC service brokers talk to: thin translation between protobuf and the
+QuorumController's operations. Kafka errors travel as error codes, never as gRPC errors."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import grpc
+
+from common.errors import ErrorCode, KafkaError
+from metadata import records as r
+from metadata.controller_api import NewTopic
+from proto import controller_pb2 as pb
+from proto import controller_pb2_grpc as pb_grpc
+
+log = logging.getLogger("krafty.controller.service")
+
+
+def _uuid(b: bytes) -> uuid.UUID | None:
+    return uuid.UUID(bytes=b) if b else None
+
+
+class ControllerService(pb_grpc.ControllerServiceServicer):
+    def __init__(self, controller):
+        self.c = controller
+
+    async def _guard(self, fn, empty):
+        try:
+            return await fn()
+        except KafkaError as e:
+            empty.error_code = e.code
+            if hasattr(empty, "error_message") and e.message:
+                empty.error_message = e.message
+            return empty
+        except Exception as e:  # never let a bug surface as an opaque gRPC failure
+            log.exception("controller operation failed")
+            empty.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+            if hasattr(empty, "error_message"):
+                empty.error_message = str(e)
+            return empty
+
+    async def RegisterBroker(self, req, context):
+        async def run():
+            eps = [r.Endpoint(e.name, e.host, e.port, e.security_protocol or "PLAINTEXT") for e in req.endpoints]
+            epoch = await self.c.register_broker(req.broker_id, uuid.UUID(bytes=req.incarnation_id), eps,
+                                                 req.rack if req.HasField("rack") else None)
+            return pb.RegisterBrokerResponse(error_code=0, broker_epoch=epoch)
+        return await self._guard(run, pb.RegisterBrokerResponse())
+
+    async def BrokerHeartbeat(self, req, context):
+        async def run():
+            res = await self.c.heartbeat(req.broker_id, req.broker_epoch, req.current_metadata_offset,
+                                         req.want_fence, req.want_shutdown)
+            return pb.BrokerHeartbeatResponse(error_code=0, is_caught_up=res.is_caught_up, is_fenced=res.is_fenced,
+                                              should_shut_down=res.should_shut_down)
+        return await self._guard(run, pb.BrokerHeartbeatResponse())
+
+    async def AllocateProducerIds(self, req, context):
+        async def run():
+            start, length = await self.c.allocate_producer_ids(req.broker_id, req.broker_epoch)
+            return pb.AllocateProducerIdsResponse(error_code=0, producer_id_start=start, producer_id_len=length)
+        return await self._guard(run, pb.AllocateProducerIdsResponse())
+
+    async def AlterPartition(self, req, context):
+        async def run():
+            items = [(uuid.UUID(bytes=p.topic_id), p.partition, p.leader_epoch, p.partition_epoch, list(p.new_isr))
+                     for p in req.partitions]
+            results = await self.c.alter_partition(req.broker_id, req.broker_epoch, items)
+            out = pb.AlterPartitionResponse(error_code=0)
+            for tid, pid, code, reg in results:
+                pr = out.partitions.add(topic_id=tid.bytes, partition=pid, error_code=code)
+                if reg is not None:
+                    pr.leader, pr.leader_epoch, pr.partition_epoch = reg.leader, reg.leader_epoch, reg.partition_epoch
+                    pr.isr.extend(reg.isr)
+            return out
+        return await self._guard(run, pb.AlterPartitionResponse())
+
+    async def CreateTopics(self, req, context):
+        async def run():
+            new = [NewTopic(t.name, t.num_partitions, t.replication_factor,
+                            {a.partition: list(a.broker_ids) for a in t.assignments} or None,
+                            {c.name: (c.value if c.HasField("value") else None) for c in t.configs})
+                   for t in req.topics]
+            results = await self.c.create_topics(new, req.validate_only)
+            out = pb.CreateTopicsResponse(error_code=0)
+            for res in results:
+                tr = out.topics.add(name=res.name, error_code=res.error, num_partitions=res.num_partitions,
+                                    replication_factor=res.replication_factor,
+                                    topic_id=res.topic_id.bytes if res.topic_id else b"")
+                if res.message:
+                    tr.error_message = res.message
+                for k, v in res.configs.items():
+                    tr.configs.add(name=k, value=v)
+            return out
+        return await self._guard(run, pb.CreateTopicsResponse())
+
+    async def DeleteTopics(self, req, context):
+        async def run():
+            names = [t.name if t.HasField("name") else None for t in req.topics]
+            ids = [_uuid(t.topic_id) for t in req.topics]
+            results = await self.c.delete_topics(names, ids)
+            out = pb.DeleteTopicsResponse(error_code=0)
+            for name, tid, code, msg in results:
+                dr = out.topics.add(topic_id=tid.bytes if tid else b"", error_code=code)
+                if name is not None:
+                    dr.name = name
+                if msg:
+                    dr.error_message = msg
+            return out
+        return await self._guard(run, pb.DeleteTopicsResponse())
+
+    async def CreatePartitions(self, req, context):
+        async def run():
+            assignments = [list(a.broker_ids) for a in req.assignments] or None
+            await self.c.create_partitions(req.topic, req.count, assignments, req.validate_only)
+            return pb.ErrorResponse(error_code=0)
+        return await self._guard(run, pb.ErrorResponse())
+
+    async def AlterTopicConfigs(self, req, context):
+        async def run():
+            ops = [(c.name, c.op, c.value if c.HasField("value") else None) for c in req.configs]
+            await self.c.alter_topic_configs(req.topic, ops, req.validate_only)
+            return pb.ErrorResponse(error_code=0)
+        return await self._guard(run, pb.ErrorResponse())
+
+
+def add_to_server(server: grpc.aio.Server, controller) -> None:
+    pb_grpc.add_ControllerServiceServicer_to_server(ControllerService(controller), server)

@@ -70,10 +70,15 @@ class Broker:
         log.info("broker %d registered with epoch %d", self.node_id, epoch)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._periodic(self.config["log.retention.check.interval.ms"],
-                                                           self.logs.retention_check)))
+                                                           self._retention_check)))
         flush_ms = self.config["log.flush.scheduler.interval.ms"]
         if flush_ms < 2**62:
             self._tasks.append(loop.create_task(self._periodic(flush_ms, self.logs.flush_check)))
+
+    def _retention_check(self, now_ms: int) -> None:
+        # never delete above the high watermark (a follower may still need it, and it is not committed)
+        hws = {tp: p.state.high_watermark for tp, p in self.replicas.partitions.items()}
+        self.logs.retention_check(now_ms, hws)
 
     async def _periodic(self, interval_ms: int, fn) -> None:
         while True:

@@ -16,7 +16,7 @@ from broker.log.batch import validate_produce_batches
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
 from broker.replica.manager import ReplicaManager
-from broker.server import RequestContext
+from broker.server import FileRegion, RequestContext
 from common.config import KEYS, TOPIC_KEYS, Config, ConfigError, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from common.topic_names import INTERNAL_TOPICS, validate_topic_name
@@ -382,7 +382,6 @@ class KafkaApis:
                     limit = min(p.partition_max_bytes, remaining)
                     sl = lg.read(p.fetch_offset, limit, max_offset, min_one_batch=(total == 0))
                     if sl is not None and sl.size > 0:
-                        from broker.server import FileRegion
                         r.records = FileRegion(sl.fd, sl.position, sl.size)
                         total += sl.size
                         remaining -= sl.size

@@ -150,46 +150,54 @@ def parse_batches(buf, base: int = 0) -> list[BatchHeader]:
     return out
 
 
-def validate_produce_batches(buf, max_message_bytes: int, *, allow_control: bool = False) -> list[BatchHeader]:
+def validate_produce_batches(buf, max_message_bytes: int, *, allow_control: bool = False,
+                             produce_version: int | None = None) -> list[BatchHeader]:
     """Validate the record batches of one partition in a produce request, without decoding records.
 
     Checks framing, magic, CRC32C, offset range vs record count, sizes, codec and (unless
     ``allow_control``, for the transaction coordinator's markers) that no batch is a
-    control batch. Returns the headers; raises ``KafkaError`` with the code Kafka sends.
+    control batch. With ``produce_version`` also Kafka's ProduceRequest rules: exactly one
+    batch per partition, zstd only from v7. Returns the headers; raises ``KafkaError``
+    with the code a Kafka broker sends (InvalidRecordException -> INVALID_RECORD,
+    CorruptRecordException -> CORRUPT_MESSAGE).
     """
     mv = memoryview(buf)
     n = len(mv)
-    if n == 0:
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "produce request has no record batches")
     out: list[BatchHeader] = []
     pos = 0
     unpack = _HEADER.unpack_from
-    while pos < n:
-        if pos + HEADER_SIZE > n:
-            if pos + MAGIC_OFFSET < n and mv[pos + MAGIC_OFFSET] != 2:
-                raise _bad_magic(mv[pos + MAGIC_OFFSET])
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"truncated record batch header at byte {pos}")
-        fields = unpack(mv, pos)
-        batch_length = fields[1]
-        magic = fields[3]
-        if magic != 2:
-            raise _bad_magic(magic)
+    while pos < n or not out:
+        if pos + LOG_OVERHEAD > n:
+            raise _truncated(pos, n, out)
+        (batch_length,) = _I.unpack_from(mv, pos + 8)
+        if pos + MAGIC_OFFSET < n and mv[pos + MAGIC_OFFSET] != 2:
+            magic = mv[pos + MAGIC_OFFSET]
+            if magic > 2:  # Kafka's batch iterator: CorruptRecordException; v0/v1: InvalidRecordException
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"invalid record batch magic {magic}")
+            raise KafkaError(ErrorCode.INVALID_RECORD,
+                             f"record batch magic {magic} is not supported: produce requests may "
+                             "only contain record batches with magic version 2")
         if batch_length < MIN_BATCH_LENGTH:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch length {batch_length} is below the minimum")
         size = batch_length + LOG_OVERHEAD
         end = pos + size
         if end > n:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
-                             f"record batch at byte {pos} claims {size} bytes but only {n - pos} remain")
+            raise _truncated(pos, n, out)
+        if out and produce_version is not None:
+            raise KafkaError(ErrorCode.INVALID_RECORD, f"produce requests with version {produce_version} are only "
+                             "allowed to contain exactly one record batch per partition")
+        fields = unpack(mv, pos)
         if size > max_message_bytes:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
                              f"record batch of {size} bytes exceeds max.message.bytes={max_message_bytes}")
         if crc32c(mv[pos + ATTRIBUTES_OFFSET:end]) != fields[4]:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch at byte {pos} fails its CRC32C check")
         attributes = fields[5]
-        if attributes & COMPRESSION_MASK > 4:
+        codec = attributes & COMPRESSION_MASK
+        if codec > 4 or (codec == 4 and produce_version is not None and produce_version < 7):
             raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-                             f"unknown compression codec {attributes & COMPRESSION_MASK}")
+                             f"compression codec {codec} is not supported"
+                             + (f" by produce version {produce_version}" if codec == 4 else ""))
         last_offset_delta = fields[6]
         count = fields[12]
         # Kafka (LogValidator.validateBatch) answers these with InvalidRecordException.
@@ -206,9 +214,11 @@ def validate_produce_batches(buf, max_message_bytes: int, *, allow_control: bool
     return out
 
 
-def _bad_magic(magic: int) -> KafkaError:
-    return KafkaError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                      f"record batch magic {magic} is not supported; only magic 2 (Kafka >= 0.11 clients)")
+def _truncated(pos: int, n: int, out: list[BatchHeader]) -> KafkaError:
+    if not out:  # Kafka's batch iterator sees no whole batch at all
+        return KafkaError(ErrorCode.INVALID_RECORD, "produce request must have at least one whole record batch "
+                          "per partition")
+    return KafkaError(ErrorCode.CORRUPT_MESSAGE, f"truncated record batch at byte {pos} of {n}")
 
 
 def assign_offsets(buf: bytearray, headers: list[BatchHeader], first_offset: int, leader_epoch: int,

@@ -234,7 +234,10 @@ class TimeIndex:
 
 
 def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:  # the segment was deleted meanwhile
+        return
     try:
         os.fsync(fd)
     finally:

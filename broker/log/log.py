@@ -158,6 +158,7 @@ class Log:
         self.leader_epoch_cache = LeaderEpochCache(path)
         self.producer_state = ProducerStateManager(path)
         self.closed = False
+        self._truncations = 0  # lets a flush running in a thread notice a concurrent truncation
 
     # =====================================================================================
     # opening and recovery
@@ -265,6 +266,8 @@ class Log:
                 corrupted = True  # anything after a corrupt batch cannot be trusted
         if not segments:
             segments.append(LogSegment.create(self.path, 0, **self._segment_kwargs(now_ms)))
+        for seg in segments[:-1]:
+            seg.release()  # reopened when read: idle partitions hold one descriptor
         self.segments = segments
         self._bases = [s.base_offset for s in segments]
 
@@ -326,6 +329,8 @@ class Log:
         """
         if not headers:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches to append")
+        if isinstance(buf, bytes):
+            buf = bytearray(buf)  # offsets are patched in place
         lat = now_ms if self.config.log_append_time else None
         first = self.log_end_offset
         assign_offsets(buf, headers, first, leader_epoch, lat)
@@ -381,11 +386,7 @@ class Log:
                                                             last - seg.base_offset > INT32_MAX):
             seg = self._replace_empty_active(first, now_ms)
         start = headers[0].pos
-        if start:
-            buf = memoryview(buf)[start:]
-            for h in headers:
-                h.pos -= start
-        seg.append(buf, headers, nbytes)
+        seg.append(memoryview(buf)[start:] if start else buf, headers, nbytes)
 
     def _should_roll(self, seg: LogSegment, nbytes: int, headers: list[BatchHeader], now_ms: int,
                      last: int) -> bool:
@@ -415,6 +416,9 @@ class Log:
         seg = LogSegment.create(self.path, base, **self._segment_kwargs(now_ms))
         self.segments = self.segments + [seg]
         self._bases = self._bases + [base]
+        for older in self.segments[:-3]:
+            if older.is_open:
+                older.release()  # bound open descriptors; reads reopen on demand
         # Every batch below ``base`` is in the producer state: snapshot it like Kafka does.
         self.producer_state.map_end_offset = base
         self.producer_state.take_snapshot(sync=False)
@@ -476,7 +480,6 @@ class Log:
                     return None
                 end = start + first_size
         file = seg.file
-        assert file is not None
         return ReadSlice(file.fd, start, end - start, h.base_offset, file, seg.base_offset)
 
     def read_bytes(self, slice: ReadSlice) -> bytes:
@@ -552,6 +555,7 @@ class Log:
         if offset < self._log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return
+        self._truncations += 1
         keep = [s for s in self.segments if s.base_offset < offset]
         for s in self.segments[len(keep):]:
             s.delete()
@@ -568,6 +572,8 @@ class Log:
         self._rebuild_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and restart it at ``offset`` (log start = log end = offset)."""
+        self._truncations += 1
         for s in self.segments:
             s.delete()
         seg = LogSegment.create(self.path, offset, **self._segment_kwargs(self.last_flush_ms))
@@ -662,6 +668,7 @@ class Log:
         """fsync the segments holding offsets below ``up_to`` (default: the log end) that are
         past the recovery point, with their indexes, then advance the recovery point.
         Safe to run in a worker thread while the loop keeps appending."""
+        generation = self._truncations
         segs = list(self.segments)
         target = segs[-1].next_offset if up_to is None else min(up_to, segs[-1].next_offset)
         if target <= self.recovery_point:
@@ -672,10 +679,10 @@ class Log:
                 continue
             if seg.base_offset >= target:
                 break
-            if seg.file is not None:
-                seg.flush()
+            seg.flush()
         fsync_dir(self.path)
-        self.recovery_point = max(self.recovery_point, target)
+        if generation == self._truncations:
+            self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
         if now_ms is not None:
             self.last_flush_ms = now_ms
 
@@ -695,7 +702,7 @@ class Log:
     def delete(self) -> None:
         """Remove the partition's directory (open reads keep working on their descriptors)."""
         for s in self.segments:
-            s.file = None
+            s.release()
         self.closed = True
         shutil.rmtree(self.path, ignore_errors=True)
 

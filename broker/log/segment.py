@@ -66,7 +66,8 @@ class LogSegment:
         self.time_index = TimeIndex(prefix + TIMEINDEX_SUFFIX, base_offset, index_max_bytes)
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
-        self.file: SegmentFile | None = None
+        self._file: SegmentFile | None = None
+        self.deleted = False
         self.size = 0
         self.next_offset = base_offset  # offset after the last batch in the segment
         self.max_timestamp = -1
@@ -81,7 +82,7 @@ class LogSegment:
                created_ms: int) -> LogSegment:
         seg = cls(dir, base_offset, index_interval_bytes=index_interval_bytes,
                   index_max_bytes=index_max_bytes, created_ms=created_ms)
-        seg.file = SegmentFile(os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
+        seg._file = SegmentFile(os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
         seg.index.reset()
         seg.time_index.reset()
         return seg
@@ -94,7 +95,7 @@ class LogSegment:
         missing or insane). Returns the segment and the number of bytes truncated."""
         seg = cls(dir, base_offset, index_interval_bytes=index_interval_bytes,
                   index_max_bytes=index_max_bytes, created_ms=created_ms)
-        seg.file = SegmentFile(os.open(seg.log_path, os.O_RDWR))
+        seg._file = SegmentFile(os.open(seg.log_path, os.O_RDWR))
         seg.size = os.fstat(seg.fd).st_size
         try:
             seg.created_ms = int(os.stat(seg.log_path).st_mtime * 1000) if seg.size else created_ms
@@ -111,16 +112,31 @@ class LogSegment:
         return seg, 0
 
     @property
+    def file(self) -> SegmentFile:
+        """The open log file, opened on first use (old segments hold no descriptor until read)."""
+        f = self._file
+        if f is None:
+            if self.deleted:
+                raise FileNotFoundError(f"segment {self.log_path} was deleted")
+            f = self._file = SegmentFile(os.open(self.log_path, os.O_RDWR))
+        return f
+
+    @property
     def fd(self) -> int:
-        assert self.file is not None
         return self.file.fd
+
+    @property
+    def is_open(self) -> bool:
+        return self._file is not None
+
+    def release(self) -> None:
+        """Drop the descriptor; it closes once no ReadSlice holds it. Reopened on demand."""
+        self._file = None
 
     def close(self) -> None:
         """Write the final time index entry and the pending index entries; drop the file."""
-        if self.file is None:
-            return
         self.seal()
-        self.file = None  # closed when no ReadSlice holds it any more
+        self.release()
 
     def seal(self) -> None:
         """The segment stops being active (roll or close): record its max timestamp."""
@@ -130,14 +146,18 @@ class LogSegment:
         self.time_index.write_pending()
 
     def flush(self) -> None:
-        if self.file is not None:
-            os.fsync(self.fd)
+        f = self._file
+        if self.deleted:
+            return
+        if f is not None:
+            os.fsync(f.fd)
         self.index.flush()
         self.time_index.flush()
 
     def delete(self) -> None:
         """Unlink the files. An in-flight sendfile keeps reading through its SegmentFile."""
-        self.file = None
+        self.deleted = True
+        self._file = None
         for p in (self.log_path, self.index.path, self.time_index.path):
             try:
                 os.unlink(p)

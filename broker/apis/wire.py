@@ -167,7 +167,7 @@ def encode_fetch_response(version: int, topics: list[tuple[str, uuid.UUID, list[
     out += _uvarint(len(topics) + 1) if flex else _i.pack(len(topics))
     for name, tid, parts in topics:
         if version >= 13:
-            out += tid.bytes
+            out += tid.bytes if tid is not None else bytes(16)
         elif flex:
             out += _compact_str(name)
         else:

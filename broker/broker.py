@@ -71,20 +71,25 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._periodic(self.config["log.retention.check.interval.ms"],
                                                            self._retention_check)))
-        flush_ms = self.config["log.flush.scheduler.interval.ms"]
-        if flush_ms < 2**62:
-            self._tasks.append(loop.create_task(self._periodic(flush_ms, self.logs.flush_check)))
+        # flush_check fsyncs rolled segments and logs past flush.ms, and checkpoints recovery points
+        # (Kafka does these asynchronously too); it blocks on fsync, so it runs off the event loop.
+        flush_ms = min(self.config["log.flush.scheduler.interval.ms"], 1000)
+        self._tasks.append(loop.create_task(self._periodic(flush_ms, self.logs.flush_check, in_thread=True)))
 
     def _retention_check(self, now_ms: int) -> None:
         # never delete above the high watermark (a follower may still need it, and it is not committed)
         hws = {tp: p.state.high_watermark for tp, p in self.replicas.partitions.items()}
         self.logs.retention_check(now_ms, hws)
 
-    async def _periodic(self, interval_ms: int, fn) -> None:
+    async def _periodic(self, interval_ms: int, fn, in_thread: bool = False) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval_ms / 1000)
             try:
-                fn(int(time.time() * 1000))
+                if in_thread:
+                    await loop.run_in_executor(None, fn, int(time.time() * 1000))
+                else:
+                    fn(int(time.time() * 1000))
             except Exception:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 

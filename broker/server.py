@@ -31,6 +31,7 @@ class FileRegion:
     fd: int
     offset: int
     size: int
+    owner: object = None  # keeps the segment file (and so the fd) open until sent
 
 
 # A response is a list of chunks: bytes-like or FileRegion; the server frames it.

@@ -273,9 +273,10 @@ class KafkaApis:
                     if name not in image.topics_by_name:
                         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     part = self.replicas.leader_partition((name, p.index))
-                    if p.records is None or len(p.records) == 0:
-                        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty record set")
-                    headers = validate_produce_batches(p.records, part.log.config.max_message_bytes)
+                    if p.records is None:
+                        raise KafkaError(ErrorCode.INVALID_RECORD, "null records")
+                    headers = validate_produce_batches(p.records, part.log.config.max_message_bytes,
+                                                       produce_version=ver)
                     if req.acks == -1 and len(part.state.isr) < self.replicas.min_insync_replicas(image, name):
                         raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
                     info = self.replicas.append(part, p.records, headers)
@@ -382,7 +383,7 @@ class KafkaApis:
                     limit = min(p.partition_max_bytes, remaining)
                     sl = lg.read(p.fetch_offset, limit, max_offset, min_one_batch=(total == 0))
                     if sl is not None and sl.size > 0:
-                        r.records = FileRegion(sl.fd, sl.position, sl.size)
+                        r.records = FileRegion(sl.fd, sl.position, sl.size, sl.file)
                         total += sl.size
                         remaining -= sl.size
                 except KafkaError as e:

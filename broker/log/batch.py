@@ -366,3 +366,87 @@ def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, 
         out.append((h.base_offset + off_delta, h.base_timestamp + ts_delta))
         pos += length
     return out
+
+
+# --- encoding (log cleaner, internal topics, tests; not the produce path) ----------------
+
+def _zigzag_varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        b = z & 0x7F
+        z >>= 7
+        if not z:
+            out.append(b)
+            return bytes(out)
+        out.append(b | 0x80)
+
+
+def _varbytes(b: bytes | None) -> bytes:
+    return _zigzag_varint(-1) if b is None else _zigzag_varint(len(b)) + b
+
+
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                  headers: list[tuple[str, bytes | None]] | tuple = ()) -> bytes:
+    body = bytearray(b"\x00")
+    body += _zigzag_varint(timestamp_delta)
+    body += _zigzag_varint(offset_delta)
+    body += _varbytes(key)
+    body += _varbytes(value)
+    body += _zigzag_varint(len(headers))
+    for name, hv in headers:
+        body += _varbytes(name.encode("utf-8"))
+        body += _varbytes(hv)
+    return _zigzag_varint(len(body)) + bytes(body)
+
+
+def compress_records(codec: int, data: bytes) -> bytes:
+    """Compress a records section the way the Java client does (so every client can read it)."""
+    if codec == 0:
+        return data
+    if codec == 1:
+        import gzip
+        return gzip.compress(data)
+    if codec == 2:
+        import cramjam
+        out = bytearray(_XERIAL_MAGIC + struct.pack(">ii", 1, 1))
+        for i in range(0, len(data), 32 * 1024):
+            block = bytes(cramjam.snappy.compress_raw(data[i:i + 32 * 1024]))
+            out += struct.pack(">i", len(block)) + block
+        return bytes(out)
+    if codec == 3:
+        import lz4.frame
+        # Kafka's LZ4 stream: independent 64 KiB blocks, no content size, no content checksum.
+        return lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+                                  content_checksum=False, store_size=False)
+    if codec == 4:
+        import zstandard
+        return zstandard.ZstdCompressor().compress(data)
+    raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {codec}")
+
+
+def build_batch(records: list[Record], *, base_offset: int | None = None, last_offset_delta: int | None = None,
+                compression: int = 0, timestamp_type: int = 0, producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE, transactional: bool = False,
+                control: bool = False, partition_leader_epoch: int = -1, base_timestamp: int | None = None,
+                max_timestamp: int | None = None) -> bytearray:
+    """Encode a v2 batch. Record offsets are absolute (gaps allowed, as after compaction);
+    ``base_offset`` defaults to the first record's. With LogAppendTime pass the append
+    time as ``max_timestamp``."""
+    if not records and (base_offset is None or last_offset_delta is None):
+        raise ValueError("an empty batch needs base_offset and last_offset_delta")
+    base = records[0].offset if base_offset is None else base_offset
+    base_ts = (records[0].timestamp if records else NO_TIMESTAMP) if base_timestamp is None else base_timestamp
+    body = b"".join(encode_record(r.offset - base, r.timestamp - base_ts, r.key, r.value, r.headers)
+                    for r in records)
+    body = compress_records(compression, body)
+    lod = (records[-1].offset - base) if last_offset_delta is None else last_offset_delta
+    max_ts = max((r.timestamp for r in records), default=base_ts) if max_timestamp is None else max_timestamp
+    attributes = (compression | (TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+                  | (TRANSACTIONAL_BIT if transactional else 0) | (CONTROL_BIT if control else 0))
+    after_crc = struct.pack(">hiqqqhii", attributes, lod, base_ts, max_ts, producer_id, producer_epoch,
+                            base_sequence, len(records)) + body
+    batch_length = 4 + 1 + 4 + len(after_crc)
+    out = bytearray(struct.pack(">qiibI", base, batch_length, partition_leader_epoch, 2, crc32c(after_crc)))
+    out += after_crc
+    return out

@@ -86,9 +86,12 @@ class LeaderEpochCache:
     def entries(self) -> list[EpochEntry]:
         return [EpochEntry(e, o) for e, o in zip(self._epochs, self._offsets, strict=True)]
 
-    @property
     def latest_epoch(self) -> int:
+        """The newest epoch, or UNDEFINED_EPOCH (-1) when the cache is empty."""
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def latest_entry(self) -> EpochEntry | None:
+        return EpochEntry(self._epochs[-1], self._offsets[-1]) if self._epochs else None
 
     def epoch_for_offset(self, offset: int) -> int:
         i = bisect_right(self._offsets, offset)

@@ -329,8 +329,8 @@ class Log:
         """
         if not headers:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches to append")
-        if isinstance(buf, bytes):
-            buf = bytearray(buf)  # offsets are patched in place
+        if isinstance(buf, bytes) or (isinstance(buf, memoryview) and buf.readonly):
+            buf = bytearray(buf)  # offsets are patched in place: pass a bytearray to avoid this copy
         lat = now_ms if self.config.log_append_time else None
         first = self.log_end_offset
         assign_offsets(buf, headers, first, leader_epoch, lat)
@@ -702,7 +702,7 @@ class Log:
     def delete(self) -> None:
         """Remove the partition's directory (open reads keep working on their descriptors)."""
         for s in self.segments:
-            s.release()
+            s.delete()
         self.closed = True
         shutil.rmtree(self.path, ignore_errors=True)
 

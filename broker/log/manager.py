@@ -19,6 +19,7 @@ from typing import Any
 
 from .leader_epoch import fsync_dir, read_checkpoint_file, write_checkpoint_file
 from .log import Log, LogConfig, parse_partition_dir_name
+from .segment import reap_retired
 
 log = logging.getLogger("krafty.log")
 
@@ -118,6 +119,7 @@ class LogManager:
     def retention_check(self, now_ms: int, high_watermarks: Mapping[tuple[str, int], int] | None = None) -> int:
         """Apply retention to every log (bounded by its high watermark when given) and expire
         idle producer ids; returns the number of segments deleted."""
+        reap_retired()
         deleted = 0
         for tp, lg in list(self._logs.items()):
             hw = high_watermarks.get(tp) if high_watermarks else None

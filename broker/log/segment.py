@@ -1,14 +1,17 @@
 """One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
 
 Files are named by the 20-digit zero-padded base offset, like Kafka. The log file is
-written with ``pwrite`` at the known end and read with ``pread``/``sendfile``; the
-descriptor is held by a ``SegmentFile`` so that a fetch still sending from a segment that
-retention deletes keeps a valid descriptor (it is closed when the last holder drops it).
+written with ``pwrite`` at the known end and read with ``pread``/``sendfile``. The
+descriptor is held by a ``SegmentFile``, closed when nothing holds it: a ``ReadSlice``
+holds it, and a deleted segment's file is also kept for FILE_DELETE_DELAY_S (Kafka's
+file.delete.delay.ms), so a fetch still sending from it by fd number stays safe.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections import deque
 from collections.abc import Iterator
 
 from crc32c import crc32c
@@ -33,6 +36,29 @@ INT32_MAX = 2**31 - 1
 
 def filename_prefix(offset: int) -> str:
     return f"{offset:020d}"
+
+
+FILE_DELETE_DELAY_S = 60.0  # Kafka's file.delete.delay.ms
+_graveyard: deque[tuple[float, SegmentFile]] = deque()
+
+
+def retire(file: SegmentFile | None) -> None:
+    """Keep a deleted segment's descriptor open for FILE_DELETE_DELAY_S: a fetch response
+    may still be sending from it by fd number alone (and an fd number must not be reused
+    under it). Also reaps the expired ones."""
+    now = time.monotonic()
+    if file is not None:
+        _graveyard.append((now + FILE_DELETE_DELAY_S, file))
+    reap_retired(now)
+
+
+def reap_retired(now: float | None = None) -> int:
+    now = time.monotonic() if now is None else now
+    n = 0
+    while _graveyard and _graveyard[0][0] <= now:
+        _graveyard.popleft()  # closed by SegmentFile.__del__ once no ReadSlice holds it
+        n += 1
+    return n
 
 
 class SegmentFile:
@@ -130,13 +156,15 @@ class LogSegment:
         return self._file is not None
 
     def release(self) -> None:
-        """Drop the descriptor; it closes once no ReadSlice holds it. Reopened on demand."""
+        """Drop the descriptor (kept open a while for in-flight sends). Reopened on demand."""
+        retire(self._file)
         self._file = None
 
     def close(self) -> None:
-        """Write the final time index entry and the pending index entries; drop the file."""
+        """Write the final time index entry and the pending index entries; drop the file
+        (closed at once unless a ReadSlice still holds it)."""
         self.seal()
-        self.release()
+        self._file = None
 
     def seal(self) -> None:
         """The segment stops being active (roll or close): record its max timestamp."""
@@ -157,6 +185,7 @@ class LogSegment:
     def delete(self) -> None:
         """Unlink the files. An in-flight sendfile keeps reading through its SegmentFile."""
         self.deleted = True
+        retire(self._file)
         self._file = None
         for p in (self.log_path, self.index.path, self.time_index.path):
             try:

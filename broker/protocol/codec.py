@@ -117,7 +117,10 @@ def _writer(cls):
 
 
 def decode_request(api_key: int, version: int, buf, offset: int):
+    from broker.protocol.guard import check_bounds
+
     cls = request_type(api_key, version)
+    check_bounds(cls, buf, offset)
     obj, size = _reader(cls)(buf, offset)
     return obj
 

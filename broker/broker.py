@@ -16,6 +16,7 @@ from broker.log.manager import LogManager
 from broker.replica.manager import ReplicaManager
 from broker.server import KafkaServer
 from common.config import Config, topic_defaults
+from common.errors import ErrorCode, KafkaError
 from metadata import records as r
 from metadata.loader import MetadataLoader
 
@@ -34,6 +35,12 @@ class Broker:
         self.apis: KafkaApis | None = None
         self.servers: list[KafkaServer] = []
         self._tasks: list[asyncio.Task] = []
+        self.broker_epoch = -1
+        self.fenced = True
+        self._unfenced = asyncio.Event()
+        self._want_shutdown = False
+        self._shutdown_ok = asyncio.Event()
+        self._wake_heartbeat = asyncio.Event()
 
     def open_logs(self) -> None:
         """Loads and recovers every partition log; must run before the metadata log replays."""
@@ -64,17 +71,70 @@ class Broker:
                             max_request_size=self.config["socket.request.max.bytes"])
             await s.start()
             self.servers.append(s)
-        epoch = await self.controller.register_broker(self.node_id, self.incarnation_id, self.endpoints(),
-                                                      self.config["broker.rack"])
-        self.apis.producer_ids.broker_epoch = epoch
-        log.info("broker %d registered with epoch %d", self.node_id, epoch)
+        await self._register()
         loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._heartbeat_loop()))
+        await self._unfenced.wait()
+        log.info("broker %d is unfenced", self.node_id)
         self._tasks.append(loop.create_task(self._periodic(self.config["log.retention.check.interval.ms"],
                                                            self._retention_check)))
         # flush_check fsyncs rolled segments and logs past flush.ms, and checkpoints recovery points
         # (Kafka does these asynchronously too); it blocks on fsync, so it runs off the event loop.
         flush_ms = min(self.config["log.flush.scheduler.interval.ms"], 1000)
         self._tasks.append(loop.create_task(self._periodic(flush_ms, self.logs.flush_check, in_thread=True)))
+
+    async def _register(self) -> None:
+        while True:
+            try:
+                self.broker_epoch = await self.controller.register_broker(
+                    self.node_id, self.incarnation_id, self.endpoints(), self.config["broker.rack"])
+                break
+            except KafkaError as e:
+                log.warning("broker registration failed (%s); retrying", e)
+                await asyncio.sleep(1)
+        self.apis.producer_ids.broker_epoch = self.broker_epoch
+        log.info("broker %d registered with epoch %d", self.node_id, self.broker_epoch)
+
+    async def _heartbeat_loop(self) -> None:
+        """BrokerHeartbeat: keeps the session alive, reports the metadata offset applied
+        (the controller unfences us once caught up), and drives controlled shutdown."""
+        interval = self.config["broker.heartbeat.interval.ms"] / 1000
+        while True:
+            try:
+                res = await self.controller.heartbeat(self.node_id, self.broker_epoch, self.loader.image.offset,
+                                                      False, self._want_shutdown,
+                                                      timeout=max(interval, 1.0))
+                if res.is_fenced != self.fenced:
+                    log.info("broker %d is now %s", self.node_id, "fenced" if res.is_fenced else "unfenced")
+                self.fenced = res.is_fenced
+                if not res.is_fenced:
+                    self._unfenced.set()
+                if self._want_shutdown and res.should_shut_down:
+                    self._shutdown_ok.set()
+            except KafkaError as e:
+                if e.code == ErrorCode.STALE_BROKER_EPOCH:
+                    log.warning("broker epoch %d is stale; registering again", self.broker_epoch)
+                    await self._register()
+                    continue
+                log.debug("heartbeat failed: %s", e)
+            fast = (self.fenced and not self._unfenced.is_set()) or self._want_shutdown
+            self._wake_heartbeat.clear()
+            try:
+                await asyncio.wait_for(self._wake_heartbeat.wait(), 0.05 if fast else interval)
+            except TimeoutError:
+                pass
+
+    async def controlled_shutdown(self, timeout_s: float = 30.0) -> None:
+        """Asks the controller to move leadership away, and waits until it says we may stop."""
+        if self.broker_epoch < 0:
+            return
+        self._want_shutdown = True
+        self._wake_heartbeat.set()
+        try:
+            await asyncio.wait_for(self._shutdown_ok.wait(), timeout_s)
+            log.info("controlled shutdown of broker %d complete", self.node_id)
+        except TimeoutError:
+            log.warning("controlled shutdown did not complete in %.0fs; stopping anyway", timeout_s)
 
     def _retention_check(self, now_ms: int) -> None:
         # never delete above the high watermark (a follower may still need it, and it is not committed)
@@ -94,6 +154,8 @@ class Broker:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 
     async def stop(self) -> None:
+        if self._unfenced.is_set():
+            await self.controlled_shutdown()
         for t in self._tasks:
             t.cancel()
         for s in self.servers:

@@ -31,6 +31,7 @@ from typing import Any
 from common.errors import ErrorCode, KafkaError
 from controller import replication
 from metadata import records as r
+from metadata.controller_api import HeartbeatResult
 from metadata.delta import MetadataDelta
 from metadata.image import BrokerRegistration, MetadataImage
 
@@ -163,14 +164,6 @@ def unregister_broker(image: MetadataImage, state: ClusterState, broker_id: int,
 
 
 # --- heartbeats ------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HeartbeatResult:
-    is_caught_up: bool
-    is_fenced: bool
-    should_shut_down: bool
-    in_controlled_shutdown: bool = False
-
 
 class _State(enum.Enum):
     FENCED = "fenced"

@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from common.errors import ErrorCode, KafkaError
+from controller import cluster as cluster_ops
+from controller import replication as replication_ops
 from controller import topics as topic_ops
 from metadata import records as r
 from metadata.image import MetadataImage
@@ -29,16 +32,23 @@ METADATA_VERSION = 21  # Kafka 4.0's metadata.version (4.0-IV3)
 
 class QuorumController:
     def __init__(self, node_id: int, metadata_log, loader: MetadataLoader, *, cluster_id: str,
-                 defaults: topic_ops.TopicDefaults, rng: random.Random | None = None):
+                 defaults: topic_ops.TopicDefaults, rng: random.Random | None = None,
+                 session_timeout_ms: int = 9000, unclean_default: bool = False,
+                 auto_leader_rebalance: bool = True, rebalance_interval_s: int = 300):
         self.node_id = node_id
         self.log = metadata_log
         self.loader = loader
         self.cluster_id = cluster_id
         self.defaults = defaults
         self.rng = rng or random.Random()
+        self.session_timeout_ms = session_timeout_ms
+        self.unclean_default = unclean_default
+        self.auto_leader_rebalance = auto_leader_rebalance
+        self.rebalance_interval_s = rebalance_interval_s
+        self.cluster = cluster_ops.ClusterState()
         self._lock = asyncio.Lock()
         self._applied = asyncio.Event()
-        self._bootstrap_task: asyncio.Task | None = None
+        self._active_tasks: list[asyncio.Task] = []
         loader.add_publisher(self._on_publish, catch_up=False)
         loader.add_leader_listener(self._on_leader_change)
 
@@ -55,9 +65,43 @@ class QuorumController:
         self._applied.set()
 
     def _on_leader_change(self, leader) -> None:
+        for t in self._active_tasks:
+            t.cancel()
+        self._active_tasks = []
         if leader.leader_id == self.node_id:
             log.info("became the active controller in epoch %d", leader.epoch)
-            self._bootstrap_task = asyncio.get_running_loop().create_task(self._bootstrap())
+            loop = asyncio.get_running_loop()
+            self._active_tasks.append(loop.create_task(self._activate()))
+
+    async def _activate(self) -> None:
+        await self._bootstrap()
+        # every broker gets a fresh session: a failover must not fence anybody by itself
+        self.cluster.activate(self.loader.image, _now_ms())
+        loop = asyncio.get_running_loop()
+        self._active_tasks.append(loop.create_task(self._fence_timer()))
+        if self.auto_leader_rebalance:
+            self._active_tasks.append(loop.create_task(self._rebalance_timer()))
+
+    async def _fence_timer(self) -> None:
+        """Fences brokers whose session (broker.session.timeout.ms) expired."""
+        while True:
+            nxt = self.cluster.next_session_expiry_ms(self.loader.image, self.session_timeout_ms)
+            delay = 1.0 if nxt is None else min(1.0, max(0.05, (nxt - _now_ms()) / 1000))
+            await asyncio.sleep(delay)
+            try:
+                await self.write(lambda image: (cluster_ops.fence_stale_brokers(
+                    image, self.cluster, _now_ms(), self.session_timeout_ms, self.unclean_default), None))
+            except KafkaError as e:
+                log.debug("fencing check skipped: %s", e)
+
+    async def _rebalance_timer(self) -> None:
+        """auto.leader.rebalance.enable: move leadership back to preferred replicas."""
+        while True:
+            await asyncio.sleep(self.rebalance_interval_s)
+            try:
+                await self.write(lambda image: (replication_ops.preferred_leader_elections(image), None))
+            except KafkaError as e:
+                log.debug("preferred leader election skipped: %s", e)
 
     async def _bootstrap(self) -> None:
         """The first active controller writes the cluster id and metadata.version."""
@@ -114,12 +158,45 @@ class QuorumController:
 
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, endpoints, rack: str | None
                               ) -> int:
-        """Registers (or re-registers) a broker, unfenced; returns its broker epoch."""
+        """Registers (or re-registers) a broker, fenced until it catches up; returns its epoch."""
+        return await self.write(lambda image: cluster_ops.register_broker(
+            image, self.cluster, broker_id, incarnation_id, tuple(endpoints), rack, _now_ms(),
+            self.session_timeout_ms, next_offset=image.offset + 1, unclean_default=self.unclean_default))
+
+    async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, want_fence: bool,
+                        want_shutdown: bool, timeout: float | None = None):
+        received = _now_ms()
+
         def op(image: MetadataImage):
-            epoch = image.offset + 1  # KRaft uses the record's offset as the broker epoch
-            rec = r.RegisterBrokerRecord(broker_id, incarnation_id, epoch, tuple(endpoints), rack, fenced=False)
-            return [rec], epoch
+            self.cluster.touch(broker_id, max(received, _now_ms()))
+            return cluster_ops.heartbeat(image, self.cluster, broker_id, broker_epoch, _now_ms(), metadata_offset,
+                                         want_fence, want_shutdown, next_offset=image.offset + 1,
+                                         unclean_default=self.unclean_default)
         return await self.write(op)
+
+    async def alter_partition(self, broker_id: int, broker_epoch: int, items) -> list:
+        """items: (topic_id, partition, leader_epoch, partition_epoch, new_isr); returns
+        (topic_id, partition, error, (leader, leader_epoch, partition_epoch, isr) | None)."""
+        def op(image: MetadataImage):
+            records, out = [], []
+            for tid, pid, leader_epoch, partition_epoch, isr in items:
+                recs, res = replication_ops.alter_partition(image, broker_id, broker_epoch, tid, pid, leader_epoch,
+                                                            partition_epoch, isr)
+                records += recs
+                out.append((tid, pid, res))
+            return records, out
+        results = await self.write(op)
+        image = self.loader.image
+        final = []
+        for tid, pid, res in results:
+            reg = None
+            if res.error == 0:
+                t = image.topics_by_id.get(tid)
+                p = t.partitions.get(pid) if t else None
+                if p is not None:
+                    reg = p
+            final.append((tid, pid, res.error, reg))
+        return final
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> tuple[int, int]:
         def op(image: MetadataImage):
@@ -127,3 +204,7 @@ class QuorumController:
             return [r.ProducerIdsRecord(broker_id, broker_epoch, start + PRODUCER_ID_BLOCK_SIZE)], (
                 start, PRODUCER_ID_BLOCK_SIZE)
         return await self.write(op)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -84,7 +84,10 @@ class Node:
             self.controller = QuorumController(
                 cfg["node.id"], self.metadata_log, self.loader, cluster_id=self.cluster_id,
                 defaults=TopicDefaults(cfg["num.partitions"], cfg["default.replication.factor"]),
-                rng=random.Random())
+                rng=random.Random(), session_timeout_ms=cfg["broker.session.timeout.ms"],
+                unclean_default=cfg["unclean.leader.election.enable"],
+                auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],
+                rebalance_interval_s=cfg["leader.imbalance.check.interval.seconds"])
         if "broker" in self.roles:
             if self.controller is None:
                 raise ConfigError("process.roles=broker needs a remote controller channel, which arrives with the "

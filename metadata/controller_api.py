@@ -29,8 +29,9 @@ class CreateTopicResult:
     configs: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class HeartbeatResult:
     is_caught_up: bool
     is_fenced: bool
     should_shut_down: bool
+    in_controlled_shutdown: bool = False

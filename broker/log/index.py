@@ -9,17 +9,22 @@ largest timestamp among the batches appended up to the entry is T, first reached
 batch whose base offset is O; entries are added alongside offset index entries when the
 timestamp grows, and once more when the segment stops being active.
 
-Both are kept in memory (two int arrays) and appended to their files lazily, at flush,
-roll and close: after a crash the segments past the recovery point are re-scanned and
-their indexes rebuilt, so the files only have to be right for flushed segments.
+Opening a segment only sanity-checks an index file (whole entries, last entry inside the
+segment), as Kafka does; the entries are read into memory (int arrays) on first use, and
+checked then. A file that fails that check is rebuilt from the log by the ``rebuild``
+callback. New entries are appended to the file lazily, at flush, roll and close: after a
+crash the segments past the recovery point are re-scanned and their indexes rebuilt, so
+the files only have to be right for flushed segments.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from array import array
 from bisect import bisect_right
+from collections.abc import Callable
 
 _LITTLE = sys.byteorder == "little"
 
@@ -36,172 +41,250 @@ def _write_all(fd: int, data, pos: int) -> None:
         mv = mv[n:]
 
 
-class OffsetIndex:
-    ENTRY_SIZE = 8
+def _read_tail(path: str, entry_size: int) -> tuple[int, bytes]:
+    """(number of entries, last entry bytes) of an index file; CorruptIndexError if unusable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise CorruptIndexError(f"{path} is missing") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size % entry_size:
+            raise CorruptIndexError(f"{path} has a partial entry")
+        last = os.pread(fd, entry_size, size - entry_size) if size else b""
+    finally:
+        os.close(fd)
+    return size // entry_size, last
 
-    def __init__(self, path: str, base_offset: int, max_bytes: int):
+
+def _increasing(a) -> bool:
+    return all(x < y for x, y in zip(a, a[1:], strict=False))
+
+
+class _LazyIndex:
+    ENTRY_SIZE = 0
+
+    def __init__(self, path: str, base_offset: int, max_bytes: int, rebuild: Callable[[], None] | None = None):
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_bytes // self.ENTRY_SIZE)
-        self._rel = array("i")
-        self._pos = array("i")
+        self.rebuild = rebuild
+        self._loaded = True
+        self._disk_count = 0
         self._written = 0  # entries already in the file
 
-    # --- loading ----------------------------------------------------------------------
-    def load(self, log_size: int) -> None:
-        """Read the file; raise CorruptIndexError if it is missing or fails the sanity check."""
+    def _ensure(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
         try:
             with open(self.path, "rb") as f:
                 data = f.read()
-        except FileNotFoundError:
-            raise CorruptIndexError(f"{self.path} is missing") from None
-        if len(data) % self.ENTRY_SIZE:
-            raise CorruptIndexError(f"{self.path} has a partial entry")
+            if len(data) != self._disk_count * self.ENTRY_SIZE:
+                raise CorruptIndexError(f"{self.path} changed size")
+            self._parse(data)
+            self._written = self._disk_count
+        except (OSError, CorruptIndexError):
+            self.reset()
+            if self.rebuild is not None:
+                self.rebuild()
+
+    def _parse(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self._len() if self._loaded else self._disk_count
+
+    def _len(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def is_full(self) -> bool:
+        return len(self) >= self.max_entries
+
+    def flush(self) -> None:
+        self.write_pending()
+        _fsync_path(self.path)
+
+    def write_pending(self) -> None:
+        if not self._loaded:
+            return
+        n = self._len()
+        if self._written == n:
+            return
+        data = self._encode(self._written, n)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            _write_all(fd, data, self._written * self.ENTRY_SIZE)
+        finally:
+            os.close(fd)
+        self._written = n
+
+    def _encode(self, start: int, end: int) -> bytes:
+        raise NotImplementedError
+
+    def _truncate_file(self, entries: int) -> None:
+        self._written = min(self._written, entries)
+        if os.path.exists(self.path):
+            os.truncate(self.path, entries * self.ENTRY_SIZE)
+
+
+class OffsetIndex(_LazyIndex):
+    ENTRY_SIZE = 8
+
+    def __init__(self, path: str, base_offset: int, max_bytes: int, rebuild: Callable[[], None] | None = None):
+        super().__init__(path, base_offset, max_bytes, rebuild)
+        self._rel = array("i")
+        self._pos = array("i")
+        self._disk_last: tuple[int, int] | None = None
+
+    def load(self, log_size: int) -> None:
+        """Sanity-check the file (entries are read on first use); CorruptIndexError if unusable."""
+        count, last = _read_tail(self.path, self.ENTRY_SIZE)
+        if count:
+            rel, pos = struct.unpack(">ii", last)
+            if rel < 0 or pos < 0 or pos >= log_size:
+                raise CorruptIndexError(f"{self.path} points past the end of its segment")
+            self._disk_last = (rel, pos)
+        self._rel, self._pos = array("i"), array("i")
+        self._disk_count = self._written = count
+        self._loaded = not count
+
+    def _parse(self, data: bytes) -> None:
         a = array("i")
         a.frombytes(data)
         if _LITTLE:
             a.byteswap()
         rel, pos = a[0::2], a[1::2]
-        for i in range(1, len(rel)):
-            if rel[i] <= rel[i - 1] or pos[i] <= pos[i - 1]:
-                raise CorruptIndexError(f"{self.path} entries are not increasing at entry {i}")
-        if rel and (rel[0] < 0 or pos[0] < 0 or pos[-1] >= log_size):
-            raise CorruptIndexError(f"{self.path} points past the end of its segment")
+        if not (_increasing(rel) and _increasing(pos)) or (rel and rel[0] < 0):
+            raise CorruptIndexError(f"{self.path} entries are not increasing")
         self._rel, self._pos = rel, pos
-        self._written = len(rel)
 
     def reset(self) -> None:
-        self._rel = array("i")
-        self._pos = array("i")
-        self._written = 0
+        self._rel, self._pos = array("i"), array("i")
+        self._loaded, self._written, self._disk_count = True, 0, 0
         with open(self.path, "wb"):
             pass
 
-    # --- queries ----------------------------------------------------------------------
-    def __len__(self) -> int:
+    def _len(self) -> int:
         return len(self._rel)
-
-    @property
-    def is_full(self) -> bool:
-        return len(self._rel) >= self.max_entries
 
     @property
     def last_entry(self) -> tuple[int, int]:
         """(offset, position) of the last entry, or (base_offset, 0)."""
+        if not self._loaded:
+            assert self._disk_last is not None
+            return self.base_offset + self._disk_last[0], self._disk_last[1]
         if not self._rel:
             return self.base_offset, 0
         return self.base_offset + self._rel[-1], self._pos[-1]
 
     def lookup(self, offset: int) -> int:
         """Position of the batch of the largest entry with offset <= ``offset`` (0 if none)."""
+        self._ensure()
         i = bisect_right(self._rel, offset - self.base_offset)
         return self._pos[i - 1] if i else 0
 
     def floor_position(self, position: int) -> int:
         """The largest indexed batch position <= ``position`` (0 if none)."""
+        self._ensure()
         i = bisect_right(self._pos, position)
         return self._pos[i - 1] if i else 0
 
-    # --- updates ----------------------------------------------------------------------
     def append(self, offset: int, position: int) -> None:
+        self._ensure()
         self._rel.append(offset - self.base_offset)
         self._pos.append(position)
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries for offsets >= ``offset``."""
+        self._ensure()
         i = bisect_right(self._rel, offset - self.base_offset - 1)
         if i < len(self._rel):
             del self._rel[i:]
             del self._pos[i:]
-            self._written = min(self._written, i)
-            if os.path.exists(self.path):
-                os.truncate(self.path, i * self.ENTRY_SIZE)
+            self._truncate_file(i)
 
-    def write_pending(self) -> None:
-        n = len(self._rel)
-        if self._written == n:
-            return
-        a = array("i", [0]) * (2 * (n - self._written))
-        a[0::2] = self._rel[self._written:]
-        a[1::2] = self._pos[self._written:]
+    def _encode(self, start: int, end: int) -> bytes:
+        a = array("i", [0]) * (2 * (end - start))
+        a[0::2] = self._rel[start:end]
+        a[1::2] = self._pos[start:end]
         if _LITTLE:
             a.byteswap()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            _write_all(fd, a.tobytes(), self._written * self.ENTRY_SIZE)
-        finally:
-            os.close(fd)
-        self._written = n
-
-    def flush(self) -> None:
-        self.write_pending()
-        _fsync_path(self.path)
+        return a.tobytes()
 
 
-class TimeIndex:
+class TimeIndex(_LazyIndex):
     ENTRY_SIZE = 12
 
-    def __init__(self, path: str, base_offset: int, max_bytes: int):
-        self.path = path
-        self.base_offset = base_offset
-        self.max_entries = max(1, max_bytes // self.ENTRY_SIZE)
+    def __init__(self, path: str, base_offset: int, max_bytes: int, rebuild: Callable[[], None] | None = None):
+        super().__init__(path, base_offset, max_bytes, rebuild)
         self._ts: list[int] = []
         self._rel: list[int] = []
-        self._written = 0
+        self._disk_last: tuple[int, int] | None = None
 
-    def load(self, log_end_offset: int) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise CorruptIndexError(f"{self.path} is missing") from None
-        if len(data) % self.ENTRY_SIZE:
-            raise CorruptIndexError(f"{self.path} has a partial entry")
+    def load(self, log_end_offset: int | None = None) -> None:
+        count, last = _read_tail(self.path, self.ENTRY_SIZE)
+        if count:
+            ts, rel = struct.unpack(">qi", last)
+            if rel < 0 or (log_end_offset is not None and self.base_offset + rel >= log_end_offset):
+                raise CorruptIndexError(f"{self.path} points past the end of its segment")
+            self._disk_last = (ts, rel)
+        self._ts, self._rel = [], []
+        self._disk_count = self._written = count
+        self._loaded = not count
+
+    def _parse(self, data: bytes) -> None:
         ts: list[int] = []
         rel: list[int] = []
-        mv = memoryview(data)
-        for i in range(0, len(data), self.ENTRY_SIZE):
-            ts.append(int.from_bytes(mv[i:i + 8], "big", signed=True))
-            rel.append(int.from_bytes(mv[i + 8:i + 12], "big", signed=True))
-        for i in range(1, len(ts)):
-            if ts[i] <= ts[i - 1] or rel[i] < rel[i - 1]:
-                raise CorruptIndexError(f"{self.path} entries are not increasing at entry {i}")
-        if rel and (rel[0] < 0 or self.base_offset + rel[-1] >= log_end_offset):
-            raise CorruptIndexError(f"{self.path} points past the end of its segment")
+        for t, r in struct.iter_unpack(">qi", data):
+            ts.append(t)
+            rel.append(r)
+        if not _increasing(ts) or any(x > y for x, y in zip(rel, rel[1:], strict=False)) or (rel and rel[0] < 0):
+            raise CorruptIndexError(f"{self.path} entries are not increasing")
         self._ts, self._rel = ts, rel
-        self._written = len(ts)
 
     def reset(self) -> None:
-        self._ts, self._rel, self._written = [], [], 0
+        self._ts, self._rel = [], []
+        self._loaded, self._written, self._disk_count = True, 0, 0
         with open(self.path, "wb"):
             pass
 
-    def __len__(self) -> int:
+    def _len(self) -> int:
         return len(self._ts)
-
-    @property
-    def is_full(self) -> bool:
-        return len(self._ts) >= self.max_entries
 
     @property
     def last_entry(self) -> tuple[int, int] | None:
         """(timestamp, offset) of the last entry."""
+        if not self._loaded:
+            assert self._disk_last is not None
+            return self._disk_last[0], self.base_offset + self._disk_last[1]
         if not self._ts:
             return None
         return self._ts[-1], self.base_offset + self._rel[-1]
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
-        if timestamp >= 0 and (not self._ts or timestamp > self._ts[-1]):
-            self._ts.append(timestamp)
-            self._rel.append(offset - self.base_offset)
+        if timestamp < 0:
+            return
+        last = self.last_entry
+        if last is not None and timestamp <= last[0]:
+            return
+        self._ensure()
+        self._ts.append(timestamp)
+        self._rel.append(offset - self.base_offset)
 
     def lookup_before(self, timestamp: int) -> int | None:
         """Offset of the last entry whose timestamp is < ``timestamp``: every record up to the
         point that entry was written has a smaller timestamp, so a search may start there."""
+        self._ensure()
         i = bisect_right(self._ts, timestamp - 1)
         return self.base_offset + self._rel[i - 1] if i else None
 
     def truncate_to(self, offset: int) -> None:
+        self._ensure()
         rel = offset - self.base_offset
         i = len(self._rel)
         while i and self._rel[i - 1] >= rel:
@@ -209,28 +292,10 @@ class TimeIndex:
         if i < len(self._rel):
             del self._ts[i:]
             del self._rel[i:]
-            self._written = min(self._written, i)
-            if os.path.exists(self.path):
-                os.truncate(self.path, i * self.ENTRY_SIZE)
+            self._truncate_file(i)
 
-    def write_pending(self) -> None:
-        n = len(self._ts)
-        if self._written == n:
-            return
-        out = bytearray()
-        for i in range(self._written, n):
-            out += self._ts[i].to_bytes(8, "big", signed=True)
-            out += self._rel[i].to_bytes(4, "big", signed=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            _write_all(fd, out, self._written * self.ENTRY_SIZE)
-        finally:
-            os.close(fd)
-        self._written = n
-
-    def flush(self) -> None:
-        self.write_pending()
-        _fsync_path(self.path)
+    def _encode(self, start: int, end: int) -> bytes:
+        return b"".join(struct.pack(">qi", self._ts[i], self._rel[i]) for i in range(start, end))
 
 
 def _fsync_path(path: str) -> None:

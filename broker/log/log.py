@@ -12,9 +12,11 @@ in a worker thread (it works on a snapshot of the segment list and only fsyncs).
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
 import shutil
+import threading
 import uuid
 from bisect import bisect_right
 from collections.abc import Mapping
@@ -69,6 +71,7 @@ class LogConfig:
     max_message_bytes: int = 1024 * 1024 + 12
     message_timestamp_type: str = "CreateTime"
     cleanup_policy: str = "delete"
+    delete_retention_ms: int = 86_400_000
 
     _FIELDS: ClassVar[dict[str, str]] = {
         "segment.bytes": "segment_bytes", "segment.ms": "segment_ms", "retention.ms": "retention_ms",
@@ -76,6 +79,7 @@ class LogConfig:
         "segment.index.bytes": "segment_index_bytes", "flush.messages": "flush_messages",
         "flush.ms": "flush_ms", "max.message.bytes": "max_message_bytes",
         "message.timestamp.type": "message_timestamp_type", "cleanup.policy": "cleanup_policy",
+        "delete.retention.ms": "delete_retention_ms",
     }
 
     @classmethod
@@ -99,6 +103,10 @@ class LogConfig:
     @property
     def delete_enabled(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compact_enabled(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
 
 
 @dataclass(slots=True)
@@ -143,6 +151,15 @@ def _topic_id_parse(s: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
 
 
+def _locked(fn):
+    """Run a method that changes the segment list under ``self.lock``."""
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        with self.lock:
+            return fn(self, *args, **kwargs)
+    return wrapper
+
+
 class Log:
     def __init__(self, path: str, topic: str, partition: int, config: LogConfig):
         self.path = path
@@ -158,6 +175,9 @@ class Log:
         self.leader_epoch_cache = LeaderEpochCache(path)
         self.producer_state = ProducerStateManager(path)
         self.closed = False
+        # Serialises changes of the segment list between the loop and a cleaner/flush thread.
+        self.lock = threading.RLock()
+        self.cleaner_offset = 0  # the log cleaner has compacted everything below this
         self._truncations = 0  # lets a flush running in a thread notice a concurrent truncation
 
     # =====================================================================================
@@ -177,7 +197,7 @@ class Log:
         os.makedirs(path, exist_ok=True)
         log = cls(path, topic, partition, config)
         log._load_partition_metadata(topic_id)
-        log._load_segments(now_ms, recovery_point, clean_shutdown)
+        log._load_segments(now_ms, recovery_point, clean_shutdown, log_start_offset)
         log._log_start_offset = max(log_start_offset, log.segments[0].base_offset)
         if log._log_start_offset > log.log_end_offset:
             log._log_start_offset = log.log_end_offset
@@ -231,7 +251,7 @@ class Log:
         return {"index_interval_bytes": self.config.index_interval_bytes,
                 "index_max_bytes": self.config.segment_index_bytes, "created_ms": now_ms}
 
-    def _load_segments(self, now_ms: int, recovery_point: int, clean_shutdown: bool) -> None:
+    def _load_segments(self, now_ms: int, recovery_point: int, clean_shutdown: bool, log_start_offset: int) -> None:
         bases: list[int] = []
         for name in os.listdir(self.path):
             full = os.path.join(self.path, name)
@@ -265,7 +285,7 @@ class Log:
             if truncated:
                 corrupted = True  # anything after a corrupt batch cannot be trusted
         if not segments:
-            segments.append(LogSegment.create(self.path, 0, **self._segment_kwargs(now_ms)))
+            segments.append(LogSegment.create(self.path, max(log_start_offset, 0), **self._segment_kwargs(now_ms)))
         for seg in segments[:-1]:
             seg.release()  # reopened when read: idle partitions hold one descriptor
         self.segments = segments
@@ -405,6 +425,7 @@ class Log:
             waited = now_ms - seg.created_ms
         return waited > cfg.segment_ms
 
+    @_locked
     def roll(self, now_ms: int, new_base: int | None = None) -> LogSegment:
         """Start a new active segment at ``new_base`` (default: the log end). The old one is
         sealed; it is fsynced by the next ``flush()`` (``flush_check`` does that)."""
@@ -424,6 +445,7 @@ class Log:
         self.producer_state.take_snapshot(sync=False)
         return seg
 
+    @_locked
     def _replace_empty_active(self, base: int, now_ms: int) -> LogSegment:
         old = self.segments[-1]
         old.delete()
@@ -547,6 +569,7 @@ class Log:
     # =====================================================================================
     # truncation, log start, retention
     # =====================================================================================
+    @_locked
     def truncate_to(self, offset: int) -> None:
         """Remove everything at or after ``offset`` (follower truncation). The batch holding
         ``offset`` goes too if ``offset`` is not a batch boundary."""
@@ -571,6 +594,7 @@ class Log:
         self.producer_state.delete_snapshots_after(leo)
         self._rebuild_producer_state()
 
+    @_locked
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the log and restart it at ``offset`` (log start = log end = offset)."""
         self._truncations += 1
@@ -586,6 +610,7 @@ class Log:
         self.producer_state.reset()
         self.producer_state.map_end_offset = offset
 
+    @_locked
     def delete_records_before(self, offset: int) -> int:
         """Advance the log start offset to ``offset`` (DeleteRecords); returns the new log start.
         Segments wholly below it are deleted. The caller bounds ``offset`` by the high watermark."""
@@ -605,6 +630,7 @@ class Log:
             n += 1
         return n
 
+    @_locked
     def apply_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Delete whole old segments by retention.ms (a segment's largest timestamp) and
         retention.bytes, never past ``high_watermark`` (default: the log end). When every
@@ -622,8 +648,11 @@ class Log:
                     continue
                 seg = segs[i]
                 seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else seg.next_offset
-                if seg.size == 0 or seg_end > upper:
+                if seg_end > upper or (seg.size == 0 and i == len(segs) - 1):
                     break
+                if seg.size == 0:  # emptied by the cleaner: nothing to keep
+                    n = i + 1
+                    continue
                 by_time = False
                 if cfg.retention_ms >= 0:
                     largest = seg.max_timestamp if seg.max_timestamp >= 0 else seg.created_ms
@@ -639,6 +668,7 @@ class Log:
             self.roll(now_ms)
         return self._delete_prefix(n, now_ms)
 
+    @_locked
     def _delete_prefix(self, n: int, now_ms: int) -> int:
         if n <= 0:
             return 0

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .cleaner import compact
 from .leader_epoch import fsync_dir, read_checkpoint_file, write_checkpoint_file
 from .log import Log, LogConfig, parse_partition_dir_name
 from .segment import reap_retired
@@ -86,11 +87,14 @@ class LogManager:
     def get_or_create(self, topic: str, partition: int, topic_id: uuid.UUID | None = None,
                       topic_config: Mapping[str, Any] | None = None, *, now_ms: int | None = None) -> Log:
         """The log of a partition, created in the least loaded log dir if new. An existing log
-        takes the given topic config; a topic id different from the stored one raises
-        INCONSISTENT_TOPIC_ID."""
+        takes the given topic config. An existing log with a different topic id is a
+        leftover of a deleted topic: it is renamed ``...-stray`` and a new log created."""
         if topic_config is not None:
             self._topic_configs[topic] = dict(topic_config)
         lg = self._logs.get((topic, partition))
+        if lg is not None and topic_id is not None and lg.topic_id is not None and lg.topic_id != topic_id:
+            self._make_stray(lg, topic_id)
+            lg = None
         if lg is not None:
             if topic_id is not None:
                 lg.set_topic_id(topic_id)
@@ -102,6 +106,17 @@ class LogManager:
         lg = Log.open(d, topic, partition, self.config_for(topic), topic_id=topic_id, now_ms=now)
         self._logs[(topic, partition)] = lg
         return lg
+
+    def _make_stray(self, lg: Log, topic_id: uuid.UUID) -> None:
+        """The partition on disk belongs to an older topic of the same name (deleted and
+        recreated while we were away): set it aside as ``<dir>.<old id>-stray``, like Kafka."""
+        log.warning("log %s has topic id %s but the metadata says %s: moving it aside as stray",
+                    lg.path, lg.topic_id, topic_id)
+        lg.close()
+        del self._logs[(lg.topic, lg.partition)]
+        assert lg.topic_id is not None
+        os.rename(lg.path, f"{lg.path}.{lg.topic_id.hex}-stray")
+        fsync_dir(os.path.dirname(lg.path))
 
     def delete(self, topic: str, partition: int) -> None:
         lg = self._logs.pop((topic, partition), None)
@@ -128,6 +143,19 @@ class LogManager:
         if deleted:
             self.checkpoint_log_start_offsets()
         return deleted
+
+    def cleaner_check(self, now_ms: int, high_watermarks: Mapping[tuple[str, int], int] | None = None,
+                      *, force: bool = False) -> int:
+        """Compact the logs of compacted topics that are dirty enough (log.cleaner.backoff.ms
+        in Kafka: 15 s). CPU-heavy (decodes records): run it in a worker thread. Returns
+        the number of segments rewritten."""
+        n = 0
+        for tp, lg in list(self._logs.items()):
+            if lg.closed or not lg.config.compact_enabled:
+                continue
+            hw = high_watermarks.get(tp) if high_watermarks else None
+            n += compact(lg, now_ms, high_watermark=hw, force=force).segments
+        return n
 
     def flush_check(self, now_ms: int) -> int:
         """fsync logs whose flush.ms elapsed or that rolled a segment since their last flush;

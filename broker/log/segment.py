@@ -10,7 +10,9 @@ file.delete.delay.ms), so a fetch still sending from it by fd number stays safe.
 from __future__ import annotations
 
 import os
+import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterator
 
@@ -40,6 +42,7 @@ def filename_prefix(offset: int) -> str:
 
 FILE_DELETE_DELAY_S = 60.0  # Kafka's file.delete.delay.ms
 _graveyard: deque[tuple[float, SegmentFile]] = deque()
+_open_lock = threading.Lock()
 
 
 def retire(file: SegmentFile | None) -> None:
@@ -88,8 +91,15 @@ class LogSegment:
         self.base_offset = base_offset
         prefix = os.path.join(dir, filename_prefix(base_offset))
         self.log_path = prefix + LOG_SUFFIX
-        self.index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, index_max_bytes)
-        self.time_index = TimeIndex(prefix + TIMEINDEX_SUFFIX, base_offset, index_max_bytes)
+        me = weakref.ref(self)
+
+        def rebuild() -> None:
+            seg = me()
+            if seg is not None:
+                seg._rebuild_indexes()
+
+        self.index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, index_max_bytes, rebuild)
+        self.time_index = TimeIndex(prefix + TIMEINDEX_SUFFIX, base_offset, index_max_bytes, rebuild)
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self._file: SegmentFile | None = None
@@ -142,9 +152,12 @@ class LogSegment:
         """The open log file, opened on first use (old segments hold no descriptor until read)."""
         f = self._file
         if f is None:
-            if self.deleted:
-                raise FileNotFoundError(f"segment {self.log_path} was deleted")
-            f = self._file = SegmentFile(os.open(self.log_path, os.O_RDWR))
+            with _open_lock:  # a cleaner or flush thread may race the loop here
+                f = self._file
+                if f is None:
+                    if self.deleted:
+                        raise FileNotFoundError(f"segment {self.log_path} was deleted")
+                    f = self._file = SegmentFile(os.open(self.log_path, os.O_RDWR))
         return f
 
     @property
@@ -198,6 +211,8 @@ class LogSegment:
         """Write ``buf[:nbytes]`` (whole batches described by ``headers``, positions relative
         to ``buf``) at the end of the segment in one write, and index it."""
         start = self.size
+        self.index._ensure()  # load (or rebuild) the indexes before the data they will cover
+        self.time_index._ensure()
         _write_all(self.fd, memoryview(buf)[:nbytes], start)
         interval = self.index_interval_bytes
         since = self._bytes_since_index
@@ -374,6 +389,25 @@ class LogSegment:
         self.index.write_pending()
         self.time_index.write_pending()
         return truncated
+
+    def _rebuild_indexes(self) -> None:
+        """An index file failed its check when first used: rebuild both from the batch headers."""
+        self.index.reset()
+        self.time_index.reset()
+        interval = self.index_interval_bytes
+        since = 0
+        max_ts, off_max = -1, -1
+        for h in self.iter_headers(0):
+            if h.max_timestamp > max_ts:
+                max_ts, off_max = h.max_timestamp, h.base_offset
+            if since > interval:
+                self.index.append(h.base_offset, h.pos)
+                self.time_index.maybe_append(max_ts, off_max)
+                since = 0
+            since += h.batch_length + LOG_OVERHEAD
+        self._bytes_since_index = since
+        self.index.write_pending()
+        self.time_index.write_pending()
 
     def truncate_to(self, offset: int) -> int:
         """Remove the batches with base offset >= ``offset``; returns bytes removed. The

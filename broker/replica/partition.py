@@ -45,6 +45,7 @@ class ReplicaProgress:
     last_caught_up_time_ms: int = 0
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_time_ms: int = 0
+    broker_epoch: int = -1  # the follower's broker epoch from its last fetch (KIP-903)
 
     def is_caught_up(self, leader_end_offset: int, now_ms: int, max_lag_ms: int) -> bool:
         return (self.log_end_offset == leader_end_offset
@@ -61,6 +62,9 @@ class AlterPartitionRequest:
     leader_epoch: int
     partition_epoch: int
     new_isr: tuple[int, ...]
+    # broker epoch of each new_isr member as its fetches told us (-1: unknown); the
+    # controller refuses members whose broker epoch is stale (KIP-903: restarted since)
+    new_isr_broker_epochs: tuple[int, ...]
     seq: int  # distinguishes proposals of the same partition; not sent on the wire
 
 
@@ -237,7 +241,8 @@ class PartitionState:
             return FetchValidation(ErrorCode.OFFSET_OUT_OF_RANGE)
         return FetchValidation()
 
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int, leader_leo: int, now_ms: int) -> bool:
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, leader_leo: int, now_ms: int,
+                          broker_epoch: int = -1) -> bool:
         """A valid fetch from follower ``replica_id`` at ``fetch_offset`` (its log end), served
         while our log end was ``leader_leo``. Updates its progress, may propose an ISR
         expansion, and returns True if the HW moved (complete acks=all waiters)."""
@@ -257,6 +262,7 @@ class PartitionState:
         p.log_end_offset = fetch_offset
         p.last_fetch_leader_log_end_offset = leader_leo
         p.last_fetch_time_ms = now_ms
+        p.broker_epoch = broker_epoch
         self.follower_end_offsets[replica_id] = fetch_offset
         self._maybe_expand_isr(replica_id)
         return self.maybe_advance_hw(leader_leo)
@@ -290,9 +296,10 @@ class PartitionState:
     # =====================================================================================
     def _propose(self, new_isr: tuple[int, ...]) -> None:
         self._alter_seq += 1
+        epochs = tuple(self.progress[r].broker_epoch if r in self.progress else -1 for r in new_isr)
         self.pending_alter = AlterPartitionRequest(self.topic_id, self.partition, self.local_broker,
                                                    self.leader_epoch, self.partition_epoch, new_isr,
-                                                   self._alter_seq)
+                                                   epochs, self._alter_seq)
         self.alter_in_flight = False
         self.alter_parked = False
 

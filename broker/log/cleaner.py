@@ -1,0 +1,181 @@
+"""Log compaction (cleanup.policy=compact): keep only the newest record of each key.
+
+Kafka's log cleaner in miniature, one log at a time:
+
+1. The cleanable range is every segment before the active one whose batches are all below
+   the high watermark.
+2. An offset map (key -> offset of its newest record) is built over that range.
+3. Each cleanable segment is rewritten to ``<base>.log.cleaned``: a batch whose records are
+   all kept is copied byte for byte; a batch with none kept is dropped; otherwise it is
+   re-encoded with the same base offset, last offset delta, producer fields, epoch and codec
+   (offset gaps inside a batch are normal after compaction). Records without a key and
+   control batches are kept. A tombstone (null value) that is the newest for its key is
+   dropped once its batch is older than delete.retention.ms.
+4. Swap: the segment's index files are removed, ``.cleaned`` is renamed over ``.log``
+   (atomic) and the segment is reopened, rebuilding its indexes. A segment left empty is
+   removed, except the first (it keeps the log start offset where it was across restarts). A crash at any point
+   leaves the old or the new segment; a leftover ``.cleaned`` is removed when loading and
+   a missing index is rebuilt.
+
+This decodes every record of the cleanable range: it is background work. It may run in a
+worker thread: segment list changes are serialised by ``Log.lock`` and a segment that was
+truncated or deleted meanwhile is simply not swapped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from .batch import CONTROL_BIT, build_batch, decode_records
+from .index import _write_all
+from .leader_epoch import fsync_dir
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, filename_prefix, retire
+
+log = logging.getLogger("krafty.log.cleaner")
+
+MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's min.cleanable.dirty.ratio default
+CLEANED_SUFFIX = ".cleaned"
+
+
+@dataclass(slots=True)
+class CleanStats:
+    segments: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    records_removed: int = 0
+
+
+def dirty_ratio(lg, high_watermark: int | None = None) -> float:
+    segs = _cleanable(lg, high_watermark)
+    total = sum(s.size for s in segs)
+    if not total:
+        return 0.0
+    dirty = sum(s.size for s in segs if s.base_offset >= lg.cleaner_offset)
+    return dirty / total
+
+
+def _cleanable(lg, high_watermark: int | None) -> list[LogSegment]:
+    segs = lg.segments[:-1]
+    hw = lg.log_end_offset if high_watermark is None else high_watermark
+    out = []
+    for i, s in enumerate(segs):
+        end = lg.segments[i + 1].base_offset
+        if end > hw:
+            break
+        out.append(s)
+    return out
+
+
+def compact(lg, now_ms: int, *, high_watermark: int | None = None, force: bool = False,
+            min_dirty_ratio: float = MIN_CLEANABLE_DIRTY_RATIO) -> CleanStats:
+    """Compact ``lg`` if it is a compacted topic and dirty enough (or ``force``)."""
+    stats = CleanStats()
+    if not lg.config.compact_enabled:
+        return stats
+    segs = _cleanable(lg, high_watermark)
+    if not segs or (not force and dirty_ratio(lg, high_watermark) < min_dirty_ratio):
+        return stats
+    latest = _build_offset_map(segs)
+    horizon = now_ms - lg.config.delete_retention_ms
+    for seg in segs:
+        try:
+            _clean_segment(lg, seg, latest, horizon, stats)
+        except FileNotFoundError:
+            continue  # deleted by retention or truncation meanwhile
+    lg.cleaner_offset = max(lg.cleaner_offset, segs[-1].next_offset)
+    if stats.segments:
+        log.info("cleaned %s-%d: %d segments, %d -> %d bytes, %d records removed", lg.topic, lg.partition,
+                 stats.segments, stats.bytes_before, stats.bytes_after, stats.records_removed)
+    return stats
+
+
+def _batches(seg: LogSegment):
+    for h in seg.iter_headers(0):
+        yield h, seg.read_batch(h.pos, h.batch_length + 12)
+
+
+def _build_offset_map(segs: list[LogSegment]) -> dict[bytes, int]:
+    latest: dict[bytes, int] = {}
+    for seg in segs:
+        for h, data in _batches(seg):
+            if h.attributes & CONTROL_BIT:
+                continue
+            for r in decode_records(data):
+                if r.key is not None:
+                    latest[r.key] = r.offset
+    return latest
+
+
+def _clean_segment(lg, seg: LogSegment, latest: dict[bytes, int], horizon: int, stats: CleanStats) -> None:
+    size_before = seg.size
+    out = bytearray()
+    changed = False
+    removed = 0
+    for h, data in _batches(seg):
+        if h.attributes & CONTROL_BIT:
+            out += data
+            continue
+        records = decode_records(data)
+        kept = [r for r in records
+                if r.key is None or (latest.get(r.key) == r.offset
+                                     and not (r.value is None and h.max_timestamp < horizon))]
+        if len(kept) == len(records):
+            out += data
+            continue
+        changed = True
+        removed += len(records) - len(kept)
+        if not kept:
+            continue
+        out += build_batch(kept, base_offset=h.base_offset, last_offset_delta=h.last_offset_delta,
+                           compression=h.compression, timestamp_type=h.timestamp_type,
+                           producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+                           base_sequence=h.base_sequence, transactional=h.is_transactional,
+                           partition_leader_epoch=h.partition_leader_epoch, base_timestamp=h.base_timestamp,
+                           max_timestamp=h.max_timestamp if h.timestamp_type == 1 else None)
+    if not changed:
+        return
+    cleaned = seg.log_path + CLEANED_SUFFIX
+    fd = os.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, out, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    with lg.lock:
+        if seg not in lg.segments or seg is lg.segments[-1] or seg.size != size_before or seg.deleted:
+            os.unlink(cleaned)
+            return
+        _swap(lg, seg, cleaned)
+    stats.segments += 1
+    stats.bytes_before += size_before
+    stats.bytes_after += len(out)
+    stats.records_removed += removed
+
+
+def _swap(lg, seg: LogSegment, cleaned: str) -> None:
+    prefix = os.path.join(lg.path, filename_prefix(seg.base_offset))
+    for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+        try:
+            os.unlink(prefix + suffix)  # rebuilt from the new log file, even after a crash
+        except FileNotFoundError:
+            pass
+    os.replace(cleaned, prefix + LOG_SUFFIX)
+    fsync_dir(lg.path)
+    # The old object's paths now name the new files: retire its descriptor, do not unlink.
+    seg.deleted = True
+    retire(seg._file)
+    seg._file = None
+    new, _ = LogSegment.open(lg.path, seg.base_offset, recover=True, index_interval_bytes=seg.index_interval_bytes,
+                             index_max_bytes=lg.config.segment_index_bytes, created_ms=seg.created_ms)
+    segs = list(lg.segments)
+    i = segs.index(seg)
+    if new.size == 0 and i > 0:
+        new.delete()
+        del segs[i]
+    else:
+        segs[i] = new
+        new.release()
+    lg.segments = segs
+    lg._bases = [s.base_offset for s in segs]

@@ -13,6 +13,7 @@ import uuid
 from common.config import Config, ConfigError
 from controller.loop import QuorumController
 from controller.topics import TopicDefaults
+from metadata import records as r
 from metadata.loader import MetadataLoader
 
 log = logging.getLogger("krafty.node")
@@ -59,15 +60,29 @@ def ensure_meta_properties(cfg: Config) -> str:
     return cluster_id
 
 
-def make_metadata_log(cfg: Config):
+def uses_local_log(cfg: Config) -> bool:
+    """A lone combined node may keep its metadata in a local durable log (no network quorum)
+    when asked to with ``metadata.log.local=true``; everything else runs the Raft quorum."""
     voters = cfg["controller.quorum.voters"]
-    single = len(voters) <= 1 and "controller" in cfg["process.roles"] and all(
-        v[0] == cfg["node.id"] for v in voters)
-    if not single:
-        from raft.driver import RaftMetadataLog  # the networked quorum
-        return RaftMetadataLog.from_config(cfg)
-    from krafty.local_log import LocalMetadataLog
-    return LocalMetadataLog(os.path.join(cfg["metadata.log.dir"], "__cluster_metadata-0"), cfg["node.id"])
+    return (cfg["metadata.log.local"]
+            and "controller" in cfg["process.roles"] and [v[0] for v in voters] in ([], [cfg["node.id"]]))
+
+
+def make_metadata_log(cfg: Config, loader: MetadataLoader):
+    if uses_local_log(cfg):
+        from krafty.local_log import LocalMetadataLog
+        return LocalMetadataLog(os.path.join(cfg["metadata.log.dir"], "__cluster_metadata-0"), cfg["node.id"])
+    if not cfg["controller.quorum.voters"]:
+        raise ConfigError("configuration key 'controller.quorum.voters' is empty: list the controllers as "
+                          "id@host:port,...")
+    from raft.driver import RaftMetadataLog
+
+    def snapshot(end_offset: int):
+        image = loader.image
+        if image.offset >= end_offset:
+            raise RuntimeError(f"metadata image at {image.offset} is past the snapshot end {end_offset}")
+        return [r.encode(x) for x in image.to_records()]
+    return RaftMetadataLog.from_config(cfg, snapshot_provider=snapshot)
 
 
 class Node:
@@ -76,10 +91,11 @@ class Node:
         self.roles = cfg["process.roles"]
         self.cluster_id = ensure_meta_properties(cfg)
         self.loader = MetadataLoader()
-        self.metadata_log = make_metadata_log(cfg)
+        self.metadata_log = make_metadata_log(cfg, self.loader)
         self.metadata_log.register(self.loader)
         self.controller = None
         self.broker = None
+        self.channel = None
         if "controller" in self.roles:
             self.controller = QuorumController(
                 cfg["node.id"], self.metadata_log, self.loader, cluster_id=self.cluster_id,
@@ -88,12 +104,20 @@ class Node:
                 unclean_default=cfg["unclean.leader.election.enable"],
                 auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],
                 rebalance_interval_s=cfg["leader.imbalance.check.interval.seconds"])
+            if not uses_local_log(cfg):
+                from controller.service import add_to_server
+                self.metadata_log.servicers.append(lambda server: add_to_server(server, self.controller))
         if "broker" in self.roles:
-            if self.controller is None:
-                raise ConfigError("process.roles=broker needs a remote controller channel, which arrives with the "
-                                  "controller issue; run process.roles=broker,controller for now")
             from broker.broker import Broker
-            self.broker = Broker(cfg, self.loader, self.controller)
+            if uses_local_log(cfg):
+                channel = self.controller  # the only controller is in this process
+            else:
+                from broker.controller_channel import ControllerChannel
+                channel = self.channel = ControllerChannel(
+                    cfg["controller.quorum.voters"], lambda: self.metadata_log.leader().leader_id,
+                    request_timeout_ms=cfg["request.timeout.ms"],
+                    retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20))
+            self.broker = Broker(cfg, self.loader, channel)
 
     async def start(self) -> None:
         if self.broker:
@@ -107,6 +131,8 @@ class Node:
         log.info("node %d shutting down", self.cfg["node.id"])
         if self.broker:
             await self.broker.stop()
+        if self.channel:
+            await self.channel.close()
         await self.metadata_log.close()
 
 

@@ -1,0 +1,306 @@
+"""The asyncio shell around the sans-IO core: ``RaftMetadataLog`` (the ``MetadataLog`` of
+a controller quorum member or of a broker observing it).
+
+One task runs the core: it persists each Ready through the SQLite store (fsync'd), only
+then sends its messages and tells the listeners, then advances the core and sleeps until
+the core's next deadline or new input. Inputs (RPCs, proposals) step the core directly on
+the event loop thread and wake that task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+
+import grpc
+
+from proto import raft_pb2 as pb
+from proto import raft_pb2_grpc as pb_grpc
+from raft.api import Batch, LeaderAndEpoch, Listener, NotLeaderError, Snapshot
+from raft.core import Committed, LeaderChange, LoadSnapshot, RaftCore, Role, Timeouts
+from raft.messages import NONE, NOT_LEADER, Message
+from raft.store import SqliteStore
+from raft.transport import GrpcTransport, RaftServicer
+
+log = logging.getLogger("krafty.raft")
+
+# snapshot_provider(end_offset) -> the state machine's records that recreate its state with
+# every record below end_offset applied (it is called right after handle_commit up to there).
+SnapshotProvider = Callable[[int], Sequence[bytes]]
+
+
+def timeouts_from_config(cfg) -> Timeouts:
+    return Timeouts(
+        election_ms=cfg["controller.quorum.election.timeout.ms"],
+        fetch_ms=cfg["controller.quorum.fetch.timeout.ms"],
+        election_backoff_max_ms=cfg["controller.quorum.election.backoff.max.ms"],
+        append_linger_ms=cfg["controller.quorum.append.linger.ms"],
+        request_ms=cfg["controller.quorum.request.timeout.ms"],
+        retry_backoff_ms=cfg["controller.quorum.retry.backoff.ms"],
+    )
+
+
+class _Pending:
+    __slots__ = ("epoch", "last", "future")
+
+    def __init__(self, epoch: int, last: int, future: asyncio.Future) -> None:
+        self.epoch, self.last, self.future = epoch, last, future
+
+
+class RaftMetadataLog:
+    """``MetadataLog`` over a Raft quorum. Voters (ids in ``voters``) serve the quorum RPCs on
+    ``listen``; any other node is an observer that only fetches."""
+
+    def __init__(self, node_id: int, voters: Sequence[tuple[int, str, int]], data_dir: str, *,
+                 listen: tuple[str, int] | None = None, timeouts: Timeouts = Timeouts(),
+                 snapshot_provider: SnapshotProvider | None = None,
+                 max_bytes_between_snapshots: int = 20 * 1024 * 1024, rng: random.Random | None = None) -> None:
+        self.node_id = node_id
+        self.voters = {vid: (host, port) for vid, host, port in voters}
+        self.is_voter = node_id in self.voters
+        self.data_dir = data_dir
+        self.listen = listen if listen is not None else self.voters.get(node_id)
+        self.timeouts = timeouts
+        self.snapshot_provider = snapshot_provider
+        self.max_bytes_between_snapshots = max_bytes_between_snapshots
+        self.rng = rng or random.Random()
+        self.listeners: list[Listener] = []
+        self.store = SqliteStore(data_dir)
+        self.core: RaftCore | None = None
+        self.transport: GrpcTransport | None = None
+        self.server: grpc.aio.Server | None = None
+        # other services to serve on the controller listener (e.g. the controller service)
+        self.servicers: list[Callable[[grpc.aio.Server], None]] = []
+        self.bound_port: int | None = None
+        self._t0 = time.monotonic()
+        self._wall0 = time.time() * 1000
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._pending: list[_Pending] = []
+        self._bytes_since_snapshot = 0
+        self._closing = False
+        self._leader = LeaderAndEpoch(None, 0)
+
+    @classmethod
+    def from_config(cls, cfg, snapshot_provider: SnapshotProvider | None = None) -> RaftMetadataLog:
+        node_id = cfg["node.id"]
+        voters = cfg["controller.quorum.voters"]
+        listen = None
+        if node_id in {v[0] for v in voters}:
+            names = cfg["controller.listener.names"]
+            lst = next((cfg.listener(n) for n in names if cfg.listener(n) is not None), None)
+            if lst is not None:
+                listen = (lst.host or "0.0.0.0", lst.port)
+        data_dir = os.path.join(cfg["metadata.log.dir"], "__cluster_metadata-0")
+        return cls(node_id, voters, data_dir, listen=listen, timeouts=timeouts_from_config(cfg),
+                   snapshot_provider=snapshot_provider,
+                   max_bytes_between_snapshots=cfg["metadata.log.max.record.bytes.between.snapshots"])
+
+    # ------------------------------------------------------------------ MetadataLog
+    def register(self, listener: Listener) -> None:
+        self.listeners.append(listener)
+
+    def leader(self) -> LeaderAndEpoch:
+        return self._leader
+
+    def now_ms(self) -> int:
+        return int((time.monotonic() - self._t0) * 1000)
+
+    async def append(self, records: Sequence[bytes], expected_epoch: int | None = None) -> int:
+        if self.core is None or self._closing:
+            raise NotLeaderError(self._leader)
+        epoch, last = self.core.propose(list(records), self.now_ms(), expected_epoch)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(epoch, last, fut))
+        self._wake.set()
+        return await fut
+
+    async def start(self) -> None:
+        state, snap, entries = await self.store.open()
+        self.core = RaftCore(self.node_id, sorted(self.voters), self.rng, self.timeouts, state=state,
+                             snapshot=snap, entries=entries, now_ms=self.now_ms())
+        peers = dict(self.voters)
+        self.transport = GrpcTransport(self.node_id, peers, self._deliver, self._unreachable,
+                                       self.timeouts.request_ms / 1000)
+        if self.is_voter and self.listen is not None:
+            self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            pb_grpc.add_RaftQuorumServicer_to_server(RaftServicer(self.transport, self.describe_pb), self.server)
+            for add in self.servicers:
+                add(self.server)
+            self.bound_port = self.server.add_insecure_port(f"{self.listen[0]}:{self.listen[1]}")
+            if self.bound_port == 0:
+                raise OSError(f"cannot bind the controller listener {self.listen[0]}:{self.listen[1]}")
+            await self.server.start()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"raft-{self.node_id}")
+        log.info("node %d: metadata quorum started (%s, epoch %d, log end %d)", self.node_id,
+                 "voter" if self.is_voter else "observer", self.core.epoch, self.core.log_end)
+
+    async def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if self.core is not None and self.core.role is Role.LEADER and self._task is not None:
+            # Graceful resignation: EndQuorumEpoch lets a successor take over without a timeout.
+            self.core.resign(self.now_ms())
+            self._wake.set()
+            await asyncio.sleep(0)
+            for _ in range(50):
+                if not self.core.has_ready():
+                    break
+                await asyncio.sleep(0.005)
+            if self.transport is not None:
+                await self.transport.drain(0.2)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down anyway
+                pass
+        if self.server is not None:
+            await self.server.stop(grace=None)
+        if self.transport is not None:
+            await self.transport.close()
+        await self.store.close()
+        for p in self._pending:
+            if not p.future.done():
+                p.future.set_exception(NotLeaderError(self._leader))
+        self._pending.clear()
+
+    # ------------------------------------------------------------------ inputs
+    def _deliver(self, msg: Message) -> None:
+        if self.core is not None and self._task is not None and not self._task.done():
+            self.core.step(msg, self.now_ms())
+            self._wake.set()
+
+    def _unreachable(self, peer: int, corr: int) -> None:
+        if self.core is not None:
+            self.core.peer_unreachable(peer, corr, self.now_ms())
+            self._wake.set()
+
+    # ------------------------------------------------------------------ the loop
+    async def _run(self) -> None:
+        core = self.core
+        while True:
+            try:
+                core.poll(self.now_ms())
+                while (r := core.take_ready()) is not None:
+                    await self.store.apply(r.ops)  # durable before anything that depends on it
+                    for msg in r.messages:
+                        self.transport.send(msg)
+                    self._notify(r.notifications)
+                    core.advance(r, self.now_ms())
+                    self._maybe_snapshot()
+                    core.poll(self.now_ms())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("node %d: metadata log failed; stopping the quorum member", self.node_id)
+                raise
+            delay = (core.next_deadline() - self.now_ms()) / 1000
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), min(delay, 3600))
+                except TimeoutError:
+                    pass
+            self._wake.clear()
+
+    def _notify(self, notes) -> None:
+        for note in notes:
+            if isinstance(note, LoadSnapshot):
+                self._bytes_since_snapshot = 0
+                for lst in self.listeners:
+                    lst.handle_load_snapshot(note.snapshot)
+                end = note.snapshot.end_offset
+                for p in [p for p in self._pending if p.last < end]:
+                    self._pending.remove(p)
+                    p.future.set_exception(NotLeaderError(self._leader))
+            elif isinstance(note, Committed):
+                batches = self._batches(note)
+                if batches:
+                    for lst in self.listeners:
+                        lst.handle_commit(batches)
+                self._bytes_since_snapshot += sum(len(e.data) for e in note.entries)
+                self._complete_appends(note)
+            elif isinstance(note, LeaderChange):
+                self._leader = note.leader
+                log.info("node %d: leader is %s in epoch %d", self.node_id, note.leader.leader_id, note.leader.epoch)
+                for lst in self.listeners:
+                    lst.handle_leader_change(note.leader)
+
+    @staticmethod
+    def _batches(note: Committed) -> list[Batch]:
+        out: list[Batch] = []
+        cur: list[bytes] = []
+        base = key = None
+        for i, e in enumerate(note.entries):
+            k = (e.epoch, e.timestamp_ms)
+            if e.control or k != key:
+                if cur:
+                    out.append(Batch(base, key[0], key[1], tuple(cur)))
+                cur, base, key = [], None, None
+            if e.control:
+                continue
+            if base is None:
+                base, key = note.base_offset + i, k
+            cur.append(e.data)
+        if cur:
+            out.append(Batch(base, key[0], key[1], tuple(cur)))
+        return out
+
+    def _complete_appends(self, note: Committed) -> None:
+        end = note.base_offset + len(note.entries)
+        done = [p for p in self._pending if p.last < end]
+        for p in done:
+            self._pending.remove(p)
+            if p.future.done():
+                continue
+            if p.last >= note.base_offset and note.entries[p.last - note.base_offset].epoch == p.epoch:
+                p.future.set_result(p.last)
+            else:
+                # Another leader's entry was committed at that offset: ours was lost.
+                p.future.set_exception(NotLeaderError(self._leader))
+
+    def _maybe_snapshot(self) -> None:
+        if self.snapshot_provider is None or self._bytes_since_snapshot < self.max_bytes_between_snapshots:
+            return
+        core = self.core
+        end = core.applied
+        if end <= core.log_start:
+            return
+        records = self.snapshot_provider(end)
+        snap = core.take_snapshot(end, records)
+        self._bytes_since_snapshot = 0
+        log.info("node %d: snapshot at offset %d (%d records); log prefix deleted", self.node_id,
+                 snap.end_offset, len(snap.records))
+
+    # ------------------------------------------------------------------ DescribeQuorum
+    def _wall(self, t: int) -> int:
+        return -1 if t < 0 else int(self._wall0 + t)
+
+    def describe_pb(self) -> pb.DescribeQuorumResponse:
+        core = self.core
+        info = core.describe(self.now_ms()) if core is not None else None
+        if info is None:
+            lid = core.leader().leader_id if core is not None else None
+            host, port = self.voters.get(lid, ("", 0)) if lid is not None else ("", 0)
+            return pb.DescribeQuorumResponse(error=NOT_LEADER, leader_id=-1 if lid is None else lid,
+                                             leader_epoch=core.epoch if core else 0, high_watermark=-1,
+                                             leader_host=host, leader_port=port)
+
+        def rs(r) -> pb.ReplicaState:
+            return pb.ReplicaState(replica_id=r.replica_id, log_end_offset=r.log_end_offset,
+                                   last_fetch_timestamp=self._wall(r.last_fetch_ms),
+                                   last_caught_up_timestamp=self._wall(r.last_caught_up_ms))
+
+        host, port = self.voters[info.leader_id]
+        return pb.DescribeQuorumResponse(error=NONE, leader_id=info.leader_id, leader_epoch=info.epoch,
+                                         high_watermark=info.high_watermark, voters=[rs(v) for v in info.voters],
+                                         observers=[rs(o) for o in info.observers], leader_host=host,
+                                         leader_port=port)
+
+    def snapshot(self) -> Snapshot | None:
+        return self.core.snapshot if self.core else None

@@ -46,10 +46,17 @@ class Broker:
         """Loads and recovers every partition log; must run before the metadata log replays."""
         t0 = time.monotonic()
         self.logs = LogManager(self.config["log.dirs"], topic_defaults(self.config), now_ms=int(time.time() * 1000))
-        self.replicas = ReplicaManager(self.node_id, self.config, self.logs)
+        self.replicas = ReplicaManager(self.node_id, self.config, self.logs, channel=self.controller,
+                                       broker_epoch=lambda: self.broker_epoch, endpoint_of=self._endpoint_of)
         self.loader.add_publisher(self.replicas.on_metadata)
         self.apis = KafkaApis(self.config, self.node_id, self.loader, self.replicas, self.controller)
         log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), time.monotonic() - t0)
+
+    def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
+        """Where to reach another broker: its inter-broker listener."""
+        b = self.loader.image.brokers.get(broker_id)
+        ep = b.endpoint(self.config["inter.broker.listener.name"]) if b else None
+        return (ep.host, ep.port) if ep else None
 
     def endpoints(self) -> list[r.Endpoint]:
         proto = self.config["listener.security.protocol.map"]
@@ -71,6 +78,7 @@ class Broker:
                             max_request_size=self.config["socket.request.max.bytes"])
             await s.start()
             self.servers.append(s)
+        await self.replicas.start()
         await self._register()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_loop()))
@@ -82,6 +90,7 @@ class Broker:
         # (Kafka does these asynchronously too); it blocks on fsync, so it runs off the event loop.
         flush_ms = min(self.config["log.flush.scheduler.interval.ms"], 1000)
         self._tasks.append(loop.create_task(self._periodic(flush_ms, self.logs.flush_check, in_thread=True)))
+        self._tasks.append(loop.create_task(self._periodic(15_000, self.logs.cleaner_check, in_thread=True)))
 
     async def _register(self) -> None:
         while True:
@@ -161,6 +170,6 @@ class Broker:
         for s in self.servers:
             await s.close()
         if self.replicas:
-            self.replicas.close()
+            await self.replicas.close()
         if self.logs:
             self.logs.close()

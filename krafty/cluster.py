@@ -6,11 +6,13 @@ server.properties under DIR; Ctrl-C (or SIGTERM) stops them all."""
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 
 
 def node_configs(controllers: int, brokers: int, base_port: int, directory: str, racks: list[str] | None = None,
@@ -19,6 +21,7 @@ def node_configs(controllers: int, brokers: int, base_port: int, directory: str,
     if controllers < 1:
         raise ValueError("a cluster needs at least one controller")
     voters = ",".join(f"{i + 1}@{host}:{base_port + 100 + i}" for i in range(controllers))
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     out = []
     for i in range(controllers):
         out.append((f"controller-{i + 1}", {
@@ -40,6 +43,7 @@ def node_configs(controllers: int, brokers: int, base_port: int, directory: str,
             props["broker.rack"] = racks[i % len(racks)]
         out.append((f"broker-{nid}", props))
     for _, props in out:
+        props["cluster.id"] = cluster_id
         props.update(extra or {})
     return out
 
@@ -56,7 +60,14 @@ def up(controllers: int, brokers: int, base_port: int, directory: str, racks: li
     extra = dict(o.split("=", 1) for o in overrides or [])
     os.makedirs(directory, exist_ok=True)
     procs: list[tuple[str, subprocess.Popen]] = []
-    for name, props in node_configs(controllers, brokers, base_port, directory, racks, extra=extra):
+    configs = node_configs(controllers, brokers, base_port, directory, racks, extra=extra)
+    existing = [p for p in (os.path.join(directory, f"{n}.properties") for n, _ in configs) if os.path.exists(p)]
+    if existing:  # restarting a cluster in the same directory keeps its cluster id
+        with open(existing[0]) as f:
+            old = dict(line.strip().split("=", 1) for line in f if "=" in line and not line.startswith("#"))
+        for _, props in configs:
+            props["cluster.id"] = old.get("cluster.id", props["cluster.id"])
+    for name, props in configs:
         cfg = os.path.join(directory, f"{name}.properties")
         write_properties(cfg, props)
         log = open(os.path.join(directory, f"{name}.log"), "ab")
@@ -75,21 +86,25 @@ def up(controllers: int, brokers: int, base_port: int, directory: str, racks: li
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     rc = 0
+    reported: set[str] = set()
     while not stopping:
         time.sleep(0.5)
         for name, p in procs:
-            if p.poll() is not None and not stopping:
+            # a node that dies is reported, not avenged: the rest of the cluster keeps running
+            if p.poll() is not None and name not in reported:
                 print(f"{name} exited with code {p.returncode}; see {directory}/{name}.log", file=sys.stderr)
+                reported.add(name)
                 rc = 1
-                stopping = True
-    for _, p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.time() + 15
-    for _, p in procs:
-        try:
-            p.wait(max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            p.kill()
+    # brokers first (their controlled shutdown needs the controllers), then the controllers
+    for group in ([p for n, p in procs if n.startswith("broker")], [p for n, p in procs if n.startswith("controller")]):
+        for p in group:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.time() + 40
+        for p in group:
+            try:
+                p.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
     print("krafty cluster stopped")
     return rc

@@ -30,6 +30,8 @@ from .batch import (
     BatchHeader,
     assign_offsets,
     batch_crc_ok,
+    build_batch,
+    decode_records,
     parse_batches,
     record_timestamps,
 )
@@ -45,6 +47,7 @@ from .segment import (
 )
 
 PARTITION_METADATA_FILE = "partition.metadata"
+_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # compression.type; "producer": keep
 _LOG_FILE_RE = re.compile(r"^(\d{20})\.log$")
 _STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 
@@ -72,6 +75,7 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     cleanup_policy: str = "delete"
     delete_retention_ms: int = 86_400_000
+    compression_type: str = "producer"
 
     _FIELDS: ClassVar[dict[str, str]] = {
         "segment.bytes": "segment_bytes", "segment.ms": "segment_ms", "retention.ms": "retention_ms",
@@ -79,7 +83,7 @@ class LogConfig:
         "segment.index.bytes": "segment_index_bytes", "flush.messages": "flush_messages",
         "flush.ms": "flush_ms", "max.message.bytes": "max_message_bytes",
         "message.timestamp.type": "message_timestamp_type", "cleanup.policy": "cleanup_policy",
-        "delete.retention.ms": "delete_retention_ms",
+        "delete.retention.ms": "delete_retention_ms", "compression.type": "compression_type",
     }
 
     @classmethod
@@ -194,7 +198,9 @@ class Log:
         corruption are deleted. Missing or insane indexes are rebuilt.
         """
         path = os.path.join(dir, partition_dir_name(topic, partition))
-        os.makedirs(path, exist_ok=True)
+        if not os.path.isdir(path):
+            os.makedirs(path, exist_ok=True)
+            fsync_dir(dir)
         log = cls(path, topic, partition, config)
         log._load_partition_metadata(topic_id)
         log._load_segments(now_ms, recovery_point, clean_shutdown, log_start_offset)
@@ -351,6 +357,9 @@ class Log:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches to append")
         if isinstance(buf, bytes) or (isinstance(buf, memoryview) and buf.readonly):
             buf = bytearray(buf)  # offsets are patched in place: pass a bytearray to avoid this copy
+        target = _CODECS.get(self.config.compression_type)
+        if target is not None and any(h.compression != target and not h.is_control for h in headers):
+            buf, headers = self._recompress(buf, headers, target)
         lat = now_ms if self.config.log_append_time else None
         first = self.log_end_offset
         assign_offsets(buf, headers, first, leader_epoch, lat)
@@ -366,6 +375,35 @@ class Log:
         self.producer_state.commit(staged, last + 1)
         self._maybe_flush_by_count()
         return AppendInfo(first, last, lat if lat is not None else -1, self._log_start_offset)
+
+    def _recompress(self, buf, headers: list[BatchHeader], target: int) -> tuple[bytearray, list[BatchHeader]]:
+        """The topic's compression.type is not ``producer`` and differs from the batch codec:
+        re-encode each such batch (producer fields, sequences and timestamps kept), as Kafka's
+        LogValidator does. The only produce path that touches records."""
+        out = bytearray()
+        for h in headers:
+            data = memoryview(buf)[h.pos:h.pos + h.batch_length + 12]
+            if h.compression == target or h.is_control:
+                out += data
+                continue
+            try:
+                records = decode_records(data)
+            except KafkaError:
+                raise
+            except Exception as e:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"cannot decode record batch: {e}") from e
+            out += build_batch(records, base_offset=h.base_offset, last_offset_delta=h.last_offset_delta,
+                               compression=target, timestamp_type=h.timestamp_type, producer_id=h.producer_id,
+                               producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                               transactional=h.is_transactional, partition_leader_epoch=h.partition_leader_epoch,
+                               base_timestamp=h.base_timestamp, max_timestamp=h.max_timestamp)
+        new_headers = parse_batches(out)
+        for h in new_headers:
+            if h.batch_length + 12 > self.config.max_message_bytes:
+                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                                 f"record batch of {h.batch_length + 12} bytes after recompression exceeds "
+                                 f"max.message.bytes={self.config.max_message_bytes}")
+        return out, new_headers
 
     def append_as_follower(self, buf, headers: list[BatchHeader] | None = None, now_ms: int = 0) -> AppendInfo:
         """Append batches copied from the leader (offsets and epochs already assigned).
@@ -406,7 +444,12 @@ class Log:
                                                             last - seg.base_offset > INT32_MAX):
             seg = self._replace_empty_active(first, now_ms)
         start = headers[0].pos
-        seg.append(memoryview(buf)[start:] if start else buf, headers, nbytes)
+        try:
+            seg.append(memoryview(buf)[start:] if start else buf, headers, nbytes)
+        except OSError as e:
+            # Nothing was recorded in memory: the next append overwrites the partial write.
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"cannot write to {seg.log_path}: {e.strerror}") from e
 
     def _should_roll(self, seg: LogSegment, nbytes: int, headers: list[BatchHeader], now_ms: int,
                      last: int) -> bool:

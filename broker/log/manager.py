@@ -3,6 +3,8 @@
 Per log dir, as in Kafka:
   ``recovery-point-offset-checkpoint``  topic partition offset: data below is fsynced
   ``log-start-offset-checkpoint``       topic partition offset
+  ``replication-offset-checkpoint``     topic partition high-watermark (written for the
+                                        replica manager: checkpoint_high_watermarks)
   ``.kafka_cleanshutdown``              written last by ``close()``; when present at start
                                         no segment is CRC-scanned. Removed once loaded, so a
                                         crash afterwards means recovery on the next start.
@@ -26,6 +28,7 @@ log = logging.getLogger("krafty.log")
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
@@ -193,6 +196,21 @@ class LogManager:
         for d, logs in self._by_dir().items():
             _write_offsets(os.path.join(d, LOG_START_OFFSET_CHECKPOINT),
                            [(lg.topic, lg.partition, lg.log_start_offset) for lg in logs])
+
+    def checkpoint_high_watermarks(self, high_watermarks: Mapping[tuple[str, int], int]) -> None:
+        """Write Kafka's ``replication-offset-checkpoint`` (high watermark per partition) in
+        each log dir, for the partitions that dir holds."""
+        for d, logs in self._by_dir().items():
+            rows = [(lg.topic, lg.partition, high_watermarks[(lg.topic, lg.partition)]) for lg in logs
+                    if (lg.topic, lg.partition) in high_watermarks]
+            _write_offsets(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT), rows)
+
+    def read_high_watermarks(self) -> dict[tuple[str, int], int]:
+        """The checkpointed high watermarks (to restore after a restart, capped by the log end)."""
+        out: dict[tuple[str, int], int] = {}
+        for d in self.log_dirs:
+            out.update(_read_offsets(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT)))
+        return out
 
     def close(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""

@@ -31,6 +31,7 @@ from .batch import BatchHeader
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
 SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOTS_TO_KEEP = 3  # older ones only help a deep truncation, which can replay the log instead
 _SNAPSHOT_RE = re.compile(r"^(\d{20})\.snapshot$")
 _MAGIC = b"KPS1"
 _ENTRY = struct.Struct(">qhiqqb")
@@ -93,6 +94,10 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
 
 
 class ProducerStateManager:
+    # True: a producer without state must start at sequence 0 (stricter than Kafka 4.x, which
+    # only demands that of transactional producers).
+    reject_unknown_producer_sequence = False
+
     def __init__(self, dir: str | None):
         self.dir = dir
         self.producers: dict[int, ProducerEntry] = {}
@@ -125,7 +130,11 @@ class ProducerStateManager:
                                  f"producer {pid} epoch {epoch} is older than the current epoch {entry.epoch}")
             seq = h.base_sequence
             if epoch != entry.epoch or not entry.batches:
-                if seq != 0:
+                # Kafka (ProducerAppendInfo.checkSequence) accepts any sequence from a producer it
+                # has no state for (its records may have gone with retention or DeleteRecords),
+                # except from a transactional producer; a known producer's new epoch starts at 0.
+                unknown = entry.epoch == NO_PRODUCER_EPOCH
+                if seq != 0 and (not unknown or h.is_transactional or self.reject_unknown_producer_sequence):
                     raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                      f"producer {pid} epoch {epoch}: expected sequence 0, got {seq}")
             elif not _in_sequence(entry.last_seq, seq):
@@ -220,6 +229,8 @@ class ProducerStateManager:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+        for off in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
+            os.unlink(self._snapshot_path(off))
 
     def load_latest_snapshot(self, max_offset: int) -> int:
         """Load the newest valid snapshot at or below ``max_offset`` (deleting corrupt ones);

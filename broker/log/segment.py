@@ -41,6 +41,7 @@ def filename_prefix(offset: int) -> str:
 
 
 FILE_DELETE_DELAY_S = 60.0  # Kafka's file.delete.delay.ms
+GRAVEYARD_MAX = 1024  # beyond this the oldest retired descriptors are dropped early
 _graveyard: deque[tuple[float, SegmentFile]] = deque()
 _open_lock = threading.Lock()
 
@@ -58,7 +59,7 @@ def retire(file: SegmentFile | None) -> None:
 def reap_retired(now: float | None = None) -> int:
     now = time.monotonic() if now is None else now
     n = 0
-    while _graveyard and _graveyard[0][0] <= now:
+    while _graveyard and (_graveyard[0][0] <= now or len(_graveyard) > GRAVEYARD_MAX):
         _graveyard.popleft()  # closed by SegmentFile.__del__ once no ReadSlice holds it
         n += 1
     return n
@@ -213,7 +214,14 @@ class LogSegment:
         start = self.size
         self.index._ensure()  # load (or rebuild) the indexes before the data they will cover
         self.time_index._ensure()
-        _write_all(self.fd, memoryview(buf)[:nbytes], start)
+        try:
+            _write_all(self.fd, memoryview(buf)[:nbytes], start)
+        except OSError:
+            try:
+                os.ftruncate(self.fd, start)  # drop a partial write
+            except OSError:
+                pass
+            raise
         interval = self.index_interval_bytes
         since = self._bytes_since_index
         max_ts = self.max_timestamp
@@ -419,6 +427,7 @@ class LogSegment:
         pos = h.pos
         removed = self.size - pos
         os.ftruncate(self.fd, pos)
+        os.fsync(self.fd)  # divergent data must not come back after a crash
         self.size = pos
         self.index.truncate_to(offset)
         self.time_index.truncate_to(offset)

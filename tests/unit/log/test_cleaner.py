@@ -1,0 +1,195 @@
+"""Log compaction: the newest record per key survives, offsets and batches stay readable."""
+
+import os
+
+from batch_builder import make_batch
+
+from broker.log import Log, LogConfig, parse_batches, validate_produce_batches
+from broker.log.batch import decode_records
+from broker.log.cleaner import compact
+
+MAX = 1 << 20
+
+
+def open_log(d, **cfg):
+    cfg.setdefault("cleanup_policy", "compact")
+    config = LogConfig.from_topic_configs({k.replace("_", "."): v for k, v in cfg.items()})
+    return Log.open(str(d), "t", 0, config, now_ms=0)
+
+
+def put(log, pairs, ts=1000, compression=0):
+    keys = [k for k, _ in pairs]
+    buf = make_batch([v for _, v in pairs], keys=keys, base_timestamp=ts, compression=compression)
+    return log.append_as_leader(buf, validate_produce_batches(buf, MAX), 0, ts)
+
+
+def contents(log):
+    out = []
+    off = log.log_start_offset
+    while (s := log.read(off, MAX, log.log_end_offset)) is not None:
+        data = log.read_bytes(s)
+        for h in parse_batches(data):
+            out += [(r.offset, r.key, r.value) for r in decode_records(data[h.pos:h.pos + h.size])]
+            off = h.last_offset + 1
+    return out
+
+
+def fill(log, rounds=6, keys=(b"a", b"b", b"c")):
+    for i in range(rounds):
+        for k in keys:
+            put(log, [(k, b"%s-%d" % (k, i) + b"." * 60)], ts=1000 + i)
+
+
+def test_compaction_keeps_newest_record_per_key(tmp_path):
+    log = open_log(tmp_path, segment_bytes=400)
+    fill(log)
+    before = contents(log)
+    assert len(log.segments) > 3
+    stats = compact(log, now_ms=2000, force=True)
+    assert stats.segments > 0 and stats.records_removed > 0
+    after = contents(log)
+    active_base = log.active_segment.base_offset
+    # below the active segment only the newest record of each key (within that range) remains
+    newest = {}
+    for off, k, _v in before:
+        if off < active_base:
+            newest[k] = off
+    cleaned = [(o, k, v) for o, k, v in after if o < active_base]
+    assert sorted(cleaned) == sorted((o, k, v) for o, k, v in before if newest.get(k) == o)
+    # the active segment is untouched and offsets never change
+    assert [r for r in after if r[0] >= active_base] == [r for r in before if r[0] >= active_base]
+    assert log.log_end_offset == before[-1][0] + 1
+
+
+def test_compacted_log_reopens_and_appends_continue(tmp_path):
+    log = open_log(tmp_path, segment_bytes=400)
+    fill(log)
+    compact(log, now_ms=2000, force=True)
+    after = contents(log)
+    end = log.log_end_offset
+    log.close()
+    log = Log.open(str(tmp_path), "t", 0, log.config, now_ms=0)  # unclean path: CRC-scan everything
+    assert contents(log) == after
+    assert put(log, [(b"a", b"new")]).first_offset == end
+
+
+def test_partially_kept_batch_is_reencoded_with_same_offsets_and_codec(tmp_path):
+    log = open_log(tmp_path)
+    put(log, [(b"x", b"1"), (b"y", b"1"), (b"z", b"1")], compression=4)
+    put(log, [(b"y", b"2")])
+    log.roll(now_ms=0)
+    compact(log, now_ms=2000, force=True)
+    data = log.read_bytes(log.read(0, MAX, 4))
+    hs = parse_batches(data)
+    assert [(h.base_offset, h.last_offset, h.records_count, h.compression) for h in hs] == [
+        (0, 2, 2, 4), (3, 3, 1, 0)]
+    assert [(r.offset, r.key) for r in decode_records(data[:hs[0].size])] == [(0, b"x"), (2, b"z")]
+
+
+def test_tombstones_removed_only_after_delete_retention(tmp_path):
+    log = open_log(tmp_path, delete_retention_ms=1000)
+    put(log, [(b"k", b"v")], ts=100)
+    put(log, [(b"k", None)], ts=200)
+    put(log, [(b"other", b"v")], ts=300)
+    log.roll(now_ms=0)
+    compact(log, now_ms=1100, force=True)  # tombstone is 900 ms old: kept
+    assert [(o, k) for o, k, _ in contents(log)] == [(1, b"k"), (2, b"other")]
+    compact(log, now_ms=1300, force=True)
+    assert [(o, k) for o, k, _ in contents(log)] == [(2, b"other")]
+
+
+def test_records_without_key_are_kept(tmp_path):
+    log = open_log(tmp_path)
+    put(log, [(None, b"1")])
+    put(log, [(None, b"2")])
+    log.roll(now_ms=0)
+    assert compact(log, now_ms=0, force=True).segments == 0
+    assert len(contents(log)) == 2
+
+
+def test_active_segment_and_records_above_high_watermark_are_not_cleaned(tmp_path):
+    log = open_log(tmp_path, segment_bytes=400)
+    fill(log)
+    first_end = log.segments[1].base_offset
+    compact(log, now_ms=2000, high_watermark=first_end, force=True)
+    assert contents(log)[-1][0] == log.log_end_offset - 1
+    # segments past the high watermark kept every record
+    assert [o for o, _, _ in contents(log) if o >= first_end] == list(range(first_end, log.log_end_offset))
+
+
+def test_delete_policy_topics_are_not_compacted(tmp_path):
+    log = open_log(tmp_path, segment_bytes=400, cleanup_policy="delete")
+    fill(log)
+    assert compact(log, now_ms=2000, force=True).segments == 0
+
+
+def test_clean_log_is_not_recleaned_until_dirty(tmp_path):
+    log = open_log(tmp_path, segment_bytes=400)
+    fill(log)
+    assert compact(log, now_ms=2000).segments > 0
+    assert compact(log, now_ms=2000).segments == 0
+
+
+def test_leftover_cleaned_file_from_a_crash_is_removed(tmp_path):
+    log = open_log(tmp_path, segment_bytes=400)
+    fill(log)
+    base = log.segments[0].base_offset
+    junk = os.path.join(log.path, f"{base:020d}.log.cleaned")
+    with open(junk, "wb") as f:
+        f.write(b"partial")
+    expected = contents(log)
+    for s in log.segments:
+        s.release()
+    log = Log.open(str(tmp_path), "t", 0, log.config, now_ms=0)
+    assert not os.path.exists(junk)
+    assert contents(log) == expected
+
+
+def test_emptied_first_segment_keeps_log_start_offset_across_restart(tmp_path):
+    log = open_log(tmp_path)
+    put(log, [(b"k", b"old")])
+    log.roll(now_ms=0)
+    put(log, [(b"k", b"new")])
+    log.roll(now_ms=0)
+    compact(log, now_ms=0, force=True)
+    assert log.segments[0].size == 0 and log.log_start_offset == 0
+    assert [(o, v) for o, _, v in contents(log)] == [(1, b"new")]
+    log.close()
+    log = Log.open(str(tmp_path), "t", 0, log.config, now_ms=0, clean_shutdown=True)
+    assert log.log_start_offset == 0
+    assert [(o, v) for o, _, v in contents(log)] == [(1, b"new")]
+
+
+def test_compaction_and_flush_in_threads_while_appending(tmp_path):
+    import threading
+
+    log = open_log(tmp_path, segment_bytes=600)
+    fill(log, rounds=5)
+    stop = threading.Event()
+    errors = []
+
+    def background():
+        try:
+            while not stop.is_set():
+                compact(log, now_ms=0, force=True)
+                log.flush()
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=background)
+    t.start()
+    try:
+        for i in range(200):
+            put(log, [(b"k%d" % (i % 7), b"v%d" % i + b"." * 50)])
+    finally:
+        stop.set()
+        t.join()
+    assert not errors
+    compact(log, now_ms=0, force=True)
+    got = contents(log)
+    newest = {}
+    for o, k, v in got:
+        newest[k] = (o, v)
+    assert newest[b"k6"][1].startswith(b"v195")
+    assert [o for o, _, _ in got] == sorted(o for o, _, _ in got)
+    assert log.log_end_offset == 15 + 200

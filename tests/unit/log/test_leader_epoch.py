@@ -1,0 +1,56 @@
+"""Leader epoch cache: OffsetForLeaderEpoch answers, truncation, the checkpoint file."""
+
+import os
+
+from broker.log.leader_epoch import CHECKPOINT_FILE, UNDEFINED_EPOCH, LeaderEpochCache
+
+
+def cache(tmp_path, *entries):
+    c = LeaderEpochCache(str(tmp_path))
+    for e, o in entries:
+        c.assign(e, o)
+    return c
+
+
+def pairs(c):
+    return [(e.epoch, e.start_offset) for e in c.entries]
+
+
+def test_end_offset_for_epochs(tmp_path):
+    c = cache(tmp_path, (2, 0), (4, 10), (7, 25))
+    leo = 40
+    assert c.end_offset_for(7, leo) == (7, 40)
+    assert c.end_offset_for(4, leo) == (4, 25)
+    assert c.end_offset_for(5, leo) == (4, 25)  # unknown epoch between: the floor epoch's end
+    assert c.end_offset_for(1, leo) == (1, 0)  # older than every epoch
+    assert c.end_offset_for(8, leo) == (UNDEFINED_EPOCH, -1)
+    assert c.end_offset_for(UNDEFINED_EPOCH, leo) == (UNDEFINED_EPOCH, -1)
+
+
+def test_assign_ignores_same_epoch_and_drops_conflicting_entries(tmp_path):
+    c = cache(tmp_path, (1, 0), (1, 5), (3, 10))
+    assert pairs(c) == [(1, 0), (3, 10)]
+    c.assign(4, 8)  # starts before epoch 3's start: epoch 3 is dropped
+    assert pairs(c) == [(1, 0), (4, 8)]
+
+
+def test_truncate_from_end_and_start(tmp_path):
+    c = cache(tmp_path, (1, 0), (2, 10), (3, 20))
+    c.truncate_from_end(20)
+    assert pairs(c) == [(1, 0), (2, 10)]
+    c.truncate_from_start(15)
+    assert pairs(c) == [(2, 15)]
+    assert c.epoch_for_offset(16) == 2 and c.epoch_for_offset(3) == UNDEFINED_EPOCH
+
+
+def test_checkpoint_file_in_kafka_text_format_survives_reopen(tmp_path):
+    cache(tmp_path, (0, 0), (5, 123))
+    text = open(os.path.join(tmp_path, CHECKPOINT_FILE)).read()
+    assert text == "0\n2\n0 0\n5 123\n"
+    assert pairs(LeaderEpochCache(str(tmp_path))) == [(0, 0), (5, 123)]
+
+
+def test_malformed_checkpoint_is_treated_as_empty(tmp_path):
+    with open(os.path.join(tmp_path, CHECKPOINT_FILE), "w") as f:
+        f.write("0\n3\n1 0\n")
+    assert LeaderEpochCache(str(tmp_path)).entries == []

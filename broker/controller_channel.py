@@ -15,6 +15,7 @@ import grpc
 
 from common.errors import ErrorCode, KafkaError
 from metadata.controller_api import CreateTopicResult, HeartbeatResult, NewTopic
+from metadata.image import PartitionRegistration
 from proto import controller_pb2 as pb
 from proto import controller_pb2_grpc as pb_grpc
 
@@ -105,8 +106,9 @@ class ControllerChannel:
             req.partitions.add(topic_id=tid.bytes, partition=pid, leader_epoch=leader_epoch,
                                partition_epoch=partition_epoch, new_isr=isr)
         resp = await self._call("AlterPartition", req)
-        return [(uuid.UUID(bytes=p.topic_id), p.partition, p.error_code,
-                 (p.leader, p.leader_epoch, p.partition_epoch, tuple(p.isr))) for p in resp.partitions]
+        return [(uuid.UUID(bytes=p.topic_id), p.partition, ErrorCode(p.error_code),
+                 PartitionRegistration((), tuple(p.isr), p.leader, p.leader_epoch, p.partition_epoch)
+                 if p.error_code == 0 else None) for p in resp.partitions]
 
     async def create_topics(self, new_topics: list[NewTopic], validate_only: bool = False) -> list[CreateTopicResult]:
         req = pb.CreateTopicsRequest(validate_only=validate_only)

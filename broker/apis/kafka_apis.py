@@ -277,14 +277,17 @@ class KafkaApis:
                         raise KafkaError(ErrorCode.INVALID_RECORD, "null records")
                     headers = validate_produce_batches(p.records, part.log.config.max_message_bytes,
                                                        produce_version=ver)
-                    if req.acks == -1 and len(part.state.isr) < self.replicas.min_insync_replicas(image, name):
-                        raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
+                    min_isr = self.replicas.min_insync_replicas(image, name)
+                    if req.acks == -1:
+                        code = part.state.can_append_acks_all(min_isr)
+                        if code != ErrorCode.NONE:
+                            raise KafkaError(code)
                     info = self.replicas.append(part, p.records, headers)
                     res["base_offset"] = info.first_offset
                     res["log_append_time"] = info.log_append_time_ms
                     res["log_start_offset"] = info.log_start_offset
                     if req.acks == -1:
-                        appended.append(((name, p.index), info.last_offset, res))
+                        appended.append(((name, p.index), info.last_offset, min_isr, res))
                 except KafkaError as e:
                     any_error = True
                     res["error_code"] = e.code
@@ -306,13 +309,15 @@ class KafkaApis:
     async def _await_replication(self, appended, timeout_ms: int) -> None:
         """The produce purgatory: acks=all completes when the HW passes each batch."""
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
-        for tp, last_offset, res in appended:
+        for tp, last_offset, min_isr, res in appended:
             while True:
                 part = self.replicas.partitions.get(tp)
                 if part is None or not part.state.is_leader:
                     res["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
                     break
-                if part.state.high_watermark > last_offset:
+                done = part.state.acks_all_result(last_offset, min_isr)
+                if done is not None:
+                    res["error_code"] = done
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -339,16 +344,18 @@ class KafkaApis:
                 timg = image.topics_by_name.get(name)
                 tid = timg.topic_id if timg else None
             wanted.append((name, tid, timg, t.partitions))
+        first_pass = True
         while True:
-            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id)
+            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass)
+            first_pass = False
             left = deadline - time.monotonic()
             if total >= req.min_bytes or errors or left <= 0 or not wanted:
                 break
             await self.replicas.wait_for_data(
-                [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left)
+                [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left, log_end=replica_id >= 0)
         return wire.encode_fetch_response(ver, topics_out)
 
-    def _fetch_once(self, ver, wanted, req, replica_id):
+    def _fetch_once(self, ver, wanted, req, replica_id, first_pass):
         remaining = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
         total = 0
         errors = False
@@ -365,15 +372,28 @@ class KafkaApis:
                     part = self.replicas.partitions.get((name, p.partition))
                     if part is None or not part.state.is_leader:
                         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                    st = part.state
-                    if ver >= 9:
-                        bad = st.check_leader_epoch(p.current_leader_epoch)
-                        if bad:
-                            raise KafkaError(ErrorCode[bad])
-                    lg = part.log
+                    st, lg = part.state, part.log
                     if replica_id >= 0:
+                        v = st.validate_follower_fetch(
+                            p.current_leader_epoch if ver >= 9 else -1, p.fetch_offset,
+                            p.last_fetched_epoch if ver >= 12 else -1, lg.leader_epoch_cache, lg.log_start_offset,
+                            lg.log_end_offset)
+                        if v.error != ErrorCode.NONE:
+                            raise KafkaError(v.error)
+                        if v.diverging_epoch is not None:
+                            r.diverging_epoch = v.diverging_epoch
+                            r.high_watermark = r.last_stable_offset = st.high_watermark
+                            r.log_start_offset = lg.log_start_offset
+                            errors = True  # answer at once
+                            continue
+                        if first_pass:
+                            self.replicas.on_follower_fetch(part, replica_id, p.fetch_offset)
                         max_offset = lg.log_end_offset
                     else:
+                        if ver >= 9:
+                            bad = st.check_leader_epoch(p.current_leader_epoch)
+                            if bad:
+                                raise KafkaError(ErrorCode[bad])
                         max_offset = st.high_watermark
                     r.high_watermark = st.high_watermark
                     r.last_stable_offset = st.high_watermark

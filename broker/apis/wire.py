@@ -154,6 +154,7 @@ class FetchPartitionResult:
     records: FileRegion | bytes | None
     preferred_read_replica: int = -1
     current_leader: tuple[int, int] | None = None  # (leader id, epoch) on leadership errors (v12+)
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) for a diverged follower (v12+)
 
 
 def encode_fetch_response(version: int, topics: list[tuple[str, uuid.UUID, list[FetchPartitionResult]]],
@@ -193,11 +194,14 @@ def encode_fetch_response(version: int, topics: list[tuple[str, uuid.UUID, list[
                 else:
                     out += rec
             if flex:
+                tags = []
+                if p.diverging_epoch is not None:
+                    tags.append((0, _i.pack(p.diverging_epoch[0]) + struct.pack(">q", p.diverging_epoch[1]) + b"\x00"))
                 if p.current_leader is not None:
-                    leader = _i.pack(p.current_leader[0]) + _i.pack(p.current_leader[1]) + b"\x00"
-                    out += b"\x01" + b"\x01" + _uvarint(len(leader)) + leader
-                else:
-                    out += b"\x00"
+                    tags.append((1, _i.pack(p.current_leader[0]) + _i.pack(p.current_leader[1]) + b"\x00"))
+                out += _uvarint(len(tags))
+                for tag, val in tags:
+                    out += _uvarint(tag) + _uvarint(len(val)) + val
         if flex:
             out += b"\x00"
     if flex:

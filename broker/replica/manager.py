@@ -1,9 +1,11 @@
 """The replica manager: this broker's partitions, driven by metadata deltas.
 
-It owns the logs (through the LogManager), appends produced batches as leader, serves reads
-bounded by the high watermark, and wakes fetches waiting for data (the fetch purgatory).
-It is the publisher that turns ``delta.local_changes(broker_id)`` into leader/follower
-transitions and log deletions."""
+It owns the logs (through the LogManager); as leader it appends produced batches, serves
+reads bounded by the high watermark, learns followers' positions from their fetches, and
+sends the ISR changes the partition logic proposes to the controller (AlterPartition); as
+follower it hands partitions to the replica fetchers. Waiters: fetches from consumers wait
+for the high watermark to move, fetches from followers for the log end to move, acks=all
+produces for the high watermark to pass their batch (the purgatories)."""
 
 from __future__ import annotations
 
@@ -12,15 +14,16 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from broker.log.log import Log
 from broker.log.manager import LogManager
+from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.partition import PartitionState
 from common.config import topic_defaults
 from common.errors import ErrorCode, KafkaError
 from metadata.delta import MetadataDelta
-from metadata.image import MetadataImage
+from metadata.image import MetadataImage, PartitionRegistration
 
 log = logging.getLogger("krafty.replica")
 
@@ -37,14 +40,62 @@ class Partition:
     log: Log
 
 
+class _Waiters:
+    def __init__(self) -> None:
+        self._by_tp: dict[TopicPartition, list[asyncio.Future]] = {}
+
+    def wake(self, tp: TopicPartition) -> None:
+        for fut in self._by_tp.pop(tp, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        keys = list(tps)
+        for tp in keys:
+            self._by_tp.setdefault(tp, []).append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            for tp in keys:
+                lst = self._by_tp.get(tp)
+                if lst:
+                    try:
+                        lst.remove(fut)
+                    except ValueError:
+                        pass
+                    if not lst:
+                        del self._by_tp[tp]
+
+    def wake_all(self) -> None:
+        for tp in list(self._by_tp):
+            self.wake(tp)
+
+
 class ReplicaManager:
-    def __init__(self, broker_id: int, config, log_manager: LogManager):
+    def __init__(self, broker_id: int, config, log_manager: LogManager, *, channel=None,
+                 broker_epoch: Callable[[], int] = lambda: -1,
+                 endpoint_of: Callable[[int], tuple[str, int] | None] = lambda b: None):
         self.broker_id = broker_id
         self.config = config
         self.logs = log_manager
+        self.channel = channel
+        self.broker_epoch = broker_epoch
         self.partitions: dict[TopicPartition, Partition] = {}
         self._defaults = topic_defaults(config)
-        self._waiters: dict[TopicPartition, list[asyncio.Future]] = {}
+        self._lag_ms = config["replica.lag.time.max.ms"]
+        self._hw_waiters = _Waiters()
+        self._leo_waiters = _Waiters()
+        self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of)
+        self._alter_wake: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        self._alter_wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._isr_shrink_loop()), loop.create_task(self._alter_partition_loop())]
 
     # --- metadata ------------------------------------------------------------------------
     def topic_config(self, image: MetadataImage, topic: str) -> dict:
@@ -60,9 +111,22 @@ class ReplicaManager:
         changes = delta.local_changes(self.broker_id)
         for tp in changes.deletes:
             self._delete(tp)
-        for tp, (tid, reg) in list(changes.leaders.items()) + list(changes.followers.items()):
-            self._apply(image, tp, tid, reg)
-        # config changes for partitions we host
+        now = now_ms()
+        for tp, (tid, reg) in changes.leaders.items():
+            part = self._partition(image, tp, tid)
+            lg, st = part.log, part.state
+            if st.make_leader(reg, lg.log_end_offset, now):
+                lg.leader_epoch_cache.assign(reg.leader_epoch, lg.log_end_offset)
+                log.info("%s-%d: leader in epoch %d at offset %d, ISR %s", tp[0], tp[1], reg.leader_epoch,
+                         lg.log_end_offset, list(reg.isr))
+            self.fetchers.unfollow(tp)
+            self._wake(tp)
+        for tp, (tid, reg) in changes.followers.items():
+            part = self._partition(image, tp, tid)
+            if part.state.make_follower(reg):
+                log.info("%s-%d: following %d in epoch %d", tp[0], tp[1], reg.leader, reg.leader_epoch)
+                self.fetchers.follow(tp, reg.leader, reg.leader_epoch, part.state.high_watermark)
+            self._wake(tp)
         for (rtype, name) in delta.configs:
             if rtype == 2 and name in image.topics_by_name:
                 self.logs.update_config(name, self.topic_config(image, name))
@@ -73,34 +137,29 @@ class ReplicaManager:
                 p = t.partitions.get(tp[1]) if t else None
                 if p is None or self.broker_id not in p.replicas:
                     self._delete(tp)
+        if self._alter_wake is not None:
+            self._alter_wake.set()
 
-    def _apply(self, image: MetadataImage, tp: TopicPartition, tid: uuid.UUID, reg) -> None:
+    def _partition(self, image: MetadataImage, tp: TopicPartition, tid: uuid.UUID) -> Partition:
         part = self.partitions.get(tp)
         if part is not None and part.state.topic_id != tid:
             self._delete(tp)  # recreated with the same name
             part = None
         if part is None:
             lg = self.logs.get_or_create(tp[0], tp[1], tid, self.topic_config(image, tp[0]))
-            part = Partition(PartitionState(tp[0], tp[1], tid, self.broker_id), lg)
-            self.partitions[tp] = part
-        st = part.state
-        if st.become(reg.leader, reg.leader_epoch, reg.partition_epoch, reg.replicas, reg.isr):
-            if st.is_leader:
-                log.info("%s-%d: leader in epoch %d at offset %d", tp[0], tp[1], reg.leader_epoch,
-                         part.log.log_end_offset)
-                part.log.leader_epoch_cache.assign(reg.leader_epoch, part.log.log_end_offset)
-                st.high_watermark = max(st.high_watermark, 0)
-                st.maybe_advance_hw(part.log.log_end_offset)
-            self._wake(tp)
+            st = PartitionState(tp[0], tp[1], tid, self.broker_id, replica_lag_time_max_ms=self._lag_ms)
+            part = self.partitions[tp] = Partition(st, lg)
+        return part
 
     def _delete(self, tp: TopicPartition) -> None:
+        self.fetchers.unfollow(tp)
         part = self.partitions.pop(tp, None)
         if part is not None:
             self.logs.delete(tp[0], tp[1])
             log.info("%s-%d: deleted", tp[0], tp[1])
         self._wake(tp)
 
-    # --- produce ----------------------------------------------------------------------------
+    # --- leader: produce and follower fetches ---------------------------------------------------
     def leader_partition(self, tp: TopicPartition) -> Partition:
         part = self.partitions.get(tp)
         if part is None:
@@ -111,38 +170,88 @@ class ReplicaManager:
 
     def append(self, part: Partition, buf, headers):
         info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, now_ms())
+        tp = (part.state.topic, part.state.partition)
+        self._leo_waiters.wake(tp)
         if part.state.maybe_advance_hw(part.log.log_end_offset):
-            self._wake((part.state.topic, part.state.partition))
+            self._hw_waiters.wake(tp)
         return info
 
-    # --- fetch purgatory ---------------------------------------------------------------------
+    def on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
+        st = part.state
+        if st.on_follower_fetch(replica_id, fetch_offset, part.log.log_end_offset, now_ms()):
+            self._hw_waiters.wake((st.topic, st.partition))
+        if st.pending_alter is not None and self._alter_wake is not None:
+            self._alter_wake.set()
+
+    async def _isr_shrink_loop(self) -> None:
+        """Kafka checks every replica.lag.time.max.ms / 2 for followers that fell behind."""
+        while True:
+            await asyncio.sleep(max(self._lag_ms / 2000, 0.05))
+            now = now_ms()
+            proposed = False
+            for tp, part in list(self.partitions.items()):
+                if part.state.is_leader and part.state.maybe_shrink_isr(part.log.log_end_offset, now):
+                    log.info("%s-%d: proposing ISR shrink to %s", tp[0], tp[1], list(part.state.pending_alter.new_isr))
+                    proposed = True
+            if proposed:
+                self._alter_wake.set()
+
+    async def _alter_partition_loop(self) -> None:
+        """Sends the ISR changes partitions propose to the controller, at most one in
+        flight per partition, and feeds the answers back."""
+        while True:
+            await self._alter_wake.wait()
+            self._alter_wake.clear()
+            reqs = []
+            for part in list(self.partitions.values()):
+                req = part.state.take_alter_partition()
+                if req is not None:
+                    reqs.append((part, req))
+            if not reqs or self.channel is None:
+                continue
+            items = [(r.topic_id, r.partition, r.leader_epoch, r.partition_epoch, list(r.new_isr)) for _, r in reqs]
+            try:
+                results = await self.channel.alter_partition(self.broker_id, self.broker_epoch(), items)
+            except KafkaError as e:
+                log.info("AlterPartition failed: %s", e)
+                for part, req in reqs:
+                    part.state.on_alter_partition_error(e.code, req)
+                await asyncio.sleep(0.1)
+                self._alter_wake.set()
+                continue
+            by_key = {(tid, pid): (code, reg) for tid, pid, code, reg in results}
+            for part, req in reqs:
+                code, reg = by_key.get((req.topic_id, req.partition), (ErrorCode.UNKNOWN_SERVER_ERROR, None))
+                st = part.state
+                if code == ErrorCode.NONE and reg is not None:
+                    if st.on_isr_committed(reg, part.log.log_end_offset, req):
+                        self._hw_waiters.wake((st.topic, st.partition))
+                    log.info("%s-%d: ISR now %s (partition epoch %d)", st.topic, st.partition, list(st.isr),
+                             st.partition_epoch)
+                else:
+                    st.on_alter_partition_error(ErrorCode(code), req)
+                    if code not in (ErrorCode.NONE,):
+                        log.info("%s-%d: AlterPartition refused: %s", st.topic, st.partition, ErrorCode(code).name)
+
+    # --- waiting -----------------------------------------------------------------------------------
+    def wake_hw(self, tp: TopicPartition) -> None:
+        self._hw_waiters.wake(tp)
+
     def _wake(self, tp: TopicPartition) -> None:
-        for fut in self._waiters.pop(tp, ()):
-            if not fut.done():
-                fut.set_result(None)
+        self._hw_waiters.wake(tp)
+        self._leo_waiters.wake(tp)
 
-    async def wait_for_data(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
-        """Returns when any of the partitions' high watermark or state changes, or on timeout."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        keys = list(tps)
-        for tp in keys:
-            self._waiters.setdefault(tp, []).append(fut)
-        try:
-            await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            pass
-        finally:
-            for tp in keys:
-                lst = self._waiters.get(tp)
-                if lst:
-                    try:
-                        lst.remove(fut)
-                    except ValueError:
-                        pass
-                    if not lst:
-                        del self._waiters[tp]
+    async def wait_for_data(self, tps: Iterable[TopicPartition], timeout_s: float, *, log_end: bool = False) -> None:
+        """Until the high watermark (or, for followers' fetches, the log end) of any of the
+        partitions moves or their leadership changes, or the timeout."""
+        await (self._leo_waiters if log_end else self._hw_waiters).wait(tps, timeout_s)
 
-    def close(self) -> None:
-        for tp in list(self._waiters):
-            self._wake(tp)
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await self.fetchers.close()
+        self._hw_waiters.wake_all()
+        self._leo_waiters.wake_all()
+
+
+__all__ = ["ReplicaManager", "Partition", "PartitionRegistration"]

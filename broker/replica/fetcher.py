@@ -1,0 +1,237 @@
+"""Replica fetchers: the follower side of replication, one task per leader broker.
+
+Each task drives the ``FollowerFetchState`` of every partition it follows from that leader
+(broker/replica/follower.py holds the rules) and does the I/O: OffsetForLeaderEpoch to
+reconcile diverged logs (KIP-101/279), Fetch with our replica id (served by the leader's
+ordinary Fetch path, sendfile included), ListOffsets for the leader's log end when out of
+range, and applies the resulting truncations, appends and high watermarks to the logs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from broker.log.batch import parse_batches
+from broker.protocol.apis import ApiKey
+from broker.protocol.client import KafkaConnection
+from broker.replica.follower import (
+    AppendRecords,
+    FetchAnswer,
+    FetchRequest,
+    FollowerFetchState,
+    OffsetsForLeaderEpochRequest,
+    SetHighWatermark,
+    Truncate,
+    TruncateFullyAndStartAt,
+)
+from common.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("krafty.replica.fetcher")
+
+TopicPartition = tuple[str, int]
+FETCH_VERSION = 12  # flexible, topic names, diverging epochs (KIP-320)
+OFLE_VERSION = 4
+LIST_OFFSETS_VERSION = 4
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class FetcherThread:
+    def __init__(self, manager: ReplicaFetcherManager, leader_id: int):
+        self.m = manager
+        self.leader_id = leader_id
+        self.states: dict[TopicPartition, FollowerFetchState] = {}
+        self.wake = asyncio.Event()
+        self.conn: KafkaConnection | None = None
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{leader_id}")
+
+    def _connection(self) -> KafkaConnection | None:
+        ep = self.m.endpoint_of(self.leader_id)
+        if ep is None:
+            return None
+        if self.conn is None or (self.conn.host, self.conn.port) != ep:
+            if self.conn is not None:
+                self.conn.close()
+            self.conn = KafkaConnection(ep[0], ep[1], client_id=f"broker-{self.m.broker_id}-fetcher")
+        return self.conn
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("fetcher for leader %d failed a round", self.leader_id)
+                await asyncio.sleep(1)
+
+    async def _round(self) -> None:
+        now = _now_ms()
+        ofle, fetches = [], []
+        for tp, fs in list(self.states.items()):
+            part = self.m.rm.partitions.get(tp)
+            if part is None:
+                continue
+            act = fs.next_action(part.log, now)
+            if isinstance(act, OffsetsForLeaderEpochRequest):
+                ofle.append((tp, fs, act))
+            elif isinstance(act, FetchRequest):
+                fetches.append((tp, fs, act))
+        if not ofle and not fetches:
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), 0.1)
+            except TimeoutError:
+                pass
+            return
+        conn = self._connection()
+        try:
+            if conn is None:
+                raise ConnectionError(f"no endpoint for leader {self.leader_id}")
+            if ofle:
+                await self._offsets_for_leader_epoch(conn, ofle)
+            if fetches:
+                await self._fetch(conn, fetches)
+        except ConnectionError as e:
+            log.debug("fetch from leader %d failed: %s", self.leader_id, e)
+            now = _now_ms()
+            for _, fs, act in ofle + fetches:
+                fs.on_request_failed(act, now)
+            await asyncio.sleep(self.m.backoff_s)
+
+    async def _offsets_for_leader_epoch(self, conn: KafkaConnection, items) -> None:
+        by_topic: dict[str, list] = {}
+        for (topic, pid), _, act in items:
+            by_topic.setdefault(topic, []).append({"partition": pid, "current_leader_epoch": act.current_leader_epoch,
+                                                   "leader_epoch": act.leader_epoch})
+        resp = await conn.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFLE_VERSION, {
+            "replica_id": self.m.broker_id, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
+        answers = {(t.topic, p.partition): p for t in resp.topics for p in t.partitions}
+        now = _now_ms()
+        for tp, fs, act in items:
+            part = self.m.rm.partitions.get(tp)
+            a = answers.get(tp)
+            if part is None:
+                continue
+            if a is None:
+                fs.on_request_failed(act, now)
+                continue
+            effects = fs.on_offsets_for_leader_epoch(act, part.log, ErrorCode(int(a.error_code)), a.leader_epoch,
+                                                     a.end_offset, now)
+            self.m.apply(tp, part, fs, effects, None)
+
+    async def _fetch(self, conn: KafkaConnection, items) -> None:
+        cfg = self.m.config
+        by_topic: dict[str, list] = {}
+        for (topic, pid), _, act in items:
+            by_topic.setdefault(topic, []).append({
+                "partition": pid, "current_leader_epoch": act.current_leader_epoch, "fetch_offset": act.fetch_offset,
+                "last_fetched_epoch": act.last_fetched_epoch, "log_start_offset": act.log_start_offset,
+                "partition_max_bytes": cfg["replica.fetch.max.bytes"]})
+        wait_ms = cfg["replica.fetch.wait.max.ms"]
+        resp = await conn.request(ApiKey.FETCH, FETCH_VERSION, {
+            "replica_id": self.m.broker_id, "max_wait": wait_ms, "min_bytes": cfg["replica.fetch.min.bytes"],
+            "max_bytes": cfg["replica.fetch.response.max.bytes"], "isolation_level": 0, "session_id": 0,
+            "session_epoch": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "forgotten_topics_data": [], "rack_id": ""}, timeout=wait_ms / 1000 + 30)
+        answers = {(t.topic, p.partition_index): p for t in resp.responses for p in t.partitions}
+        now = _now_ms()
+        for tp, fs, act in items:
+            part = self.m.rm.partitions.get(tp)
+            p = answers.get(tp)
+            if part is None:
+                continue
+            if p is None:
+                fs.on_request_failed(act, now)
+                continue
+            err = ErrorCode(int(p.error_code))
+            records = bytes(p.records) if p.records else b""
+            headers = parse_batches(records) if records else []
+            div = p.diverging_epoch
+            answer = FetchAnswer(
+                error=err, high_watermark=p.high_watermark, log_start_offset=p.log_start_offset,
+                diverging_epoch=(div.epoch, div.end_offset) if div.epoch >= 0 or div.end_offset >= 0 else None,
+                records_first_offset=headers[0].base_offset if headers else None,
+                records_next_offset=headers[-1].last_offset + 1 if headers else None,
+                leader_log_end_offset=await self._leader_end(conn, tp, act) if err == ErrorCode.OFFSET_OUT_OF_RANGE
+                else -1)
+            effects = fs.on_fetch_response(act, part.log, answer, now)
+            self.m.apply(tp, part, fs, effects, (records, headers))
+
+    async def _leader_end(self, conn: KafkaConnection, tp: TopicPartition, act) -> int:
+        resp = await conn.request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, {
+            "replica_id": self.m.broker_id, "isolation_level": 0, "topics": [{"name": tp[0], "partitions": [
+                {"partition_index": tp[1], "current_leader_epoch": act.current_leader_epoch, "timestamp": -1}]}]})
+        p = resp.topics[0].partitions[0]
+        return p.offset if int(p.error_code) == 0 else -1
+
+    async def close(self) -> None:
+        self.task.cancel()
+        try:
+            await self.task
+        except (asyncio.CancelledError, Exception):
+            pass
+        if self.conn:
+            self.conn.close()
+
+
+class ReplicaFetcherManager:
+    def __init__(self, rm, broker_id: int, config, endpoint_of: Callable[[int], tuple[str, int] | None]):
+        self.rm = rm
+        self.broker_id = broker_id
+        self.config = config
+        self.endpoint_of = endpoint_of
+        self.backoff_s = max(config["controller.quorum.retry.backoff.ms"], 100) / 1000
+        self.threads: dict[int, FetcherThread] = {}
+        self.following: dict[TopicPartition, int] = {}
+
+    def follow(self, tp: TopicPartition, leader: int, leader_epoch: int, high_watermark: int) -> None:
+        self.unfollow(tp)
+        if leader < 0 or leader == self.broker_id:
+            return
+        th = self.threads.get(leader)
+        if th is None:
+            th = self.threads[leader] = FetcherThread(self, leader)
+        fs = FollowerFetchState(self.broker_id, retry_backoff_ms=int(self.backoff_s * 1000))
+        fs.become(leader, leader_epoch, high_watermark)
+        th.states[tp] = fs
+        self.following[tp] = leader
+        th.wake.set()
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        leader = self.following.pop(tp, None)
+        if leader is not None and leader in self.threads:
+            self.threads[leader].states.pop(tp, None)
+
+    def apply(self, tp: TopicPartition, part, fs: FollowerFetchState, effects, fetched) -> None:
+        """Applies a follower state machine's effects to the local log, in order."""
+        lg = part.log
+        for e in effects:
+            if isinstance(e, Truncate):
+                if e.offset < lg.log_end_offset:
+                    log.info("%s-%d: truncating from %d to %d", tp[0], tp[1], lg.log_end_offset, e.offset)
+                lg.truncate_to(e.offset)
+                lg.leader_epoch_cache.truncate_from_end(e.offset)
+            elif isinstance(e, TruncateFullyAndStartAt):
+                log.info("%s-%d: restarting the log at %d", tp[0], tp[1], e.offset)
+                lg.truncate_fully_and_start_at(e.offset)
+            elif isinstance(e, AppendRecords):
+                records, headers = fetched
+                try:
+                    lg.append_as_follower(records, headers, _now_ms())
+                except KafkaError as err:
+                    log.warning("%s-%d: replicated batches rejected (%s); reconciling again", tp[0], tp[1], err)
+                    fs.on_append_failed()
+                    return
+            elif isinstance(e, SetHighWatermark):
+                part.state.set_follower_high_watermark(e.high_watermark)
+                self.rm.wake_hw(tp)
+
+    async def close(self) -> None:
+        for th in self.threads.values():
+            await th.close()
+        self.threads.clear()

@@ -44,6 +44,7 @@ class BrokerSession:
     last_contact_ms: int
     metadata_offset: int = _NO_OFFSET  # last metadata offset the broker said it has applied
     controlled_shutdown_offset: int = _NO_OFFSET  # offset of its in-controlled-shutdown record
+    shut_down: bool = False  # finished a controlled shutdown: its session ended with it
 
 
 class ClusterState:
@@ -130,7 +131,8 @@ def register_broker(image: MetadataImage, state: ClusterState, broker_id: int, i
         else:
             if broker_id not in state.sessions:
                 state.touch(broker_id, now_ms)  # unknown to this controller: a fresh session, as activate gives
-            if state.has_valid_session(broker_id, now_ms, session_timeout_ms):
+            ended = existing.fenced and state.sessions[broker_id].shut_down
+            if not ended and state.has_valid_session(broker_id, now_ms, session_timeout_ms):
                 raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
                                  f"Another broker is registered with that broker id {broker_id}; retry after "
                                  f"its session expires ({session_timeout_ms} ms after its last heartbeat).")
@@ -247,6 +249,8 @@ def heartbeat(image: MetadataImage, state: ClusterState, broker_id: int, broker_
         recs += fence_broker(image, broker_id, unclean_default)
         s.controlled_shutdown_offset = _NO_OFFSET
     fenced = nxt in (_State.FENCED, _State.SHUTDOWN_NOW)
+    if nxt is _State.SHUTDOWN_NOW:
+        state.sessions[broker_id].shut_down = True  # a clean restart may register at once
     return recs, HeartbeatResult(is_caught_up=caught_up, is_fenced=fenced,
                                  should_shut_down=nxt is _State.SHUTDOWN_NOW,
                                  in_controlled_shutdown=nxt is _State.CONTROLLED_SHUTDOWN)

@@ -122,7 +122,8 @@ class FetcherThread:
                 continue
             effects = fs.on_offsets_for_leader_epoch(act, part.log, ErrorCode(int(a.error_code)), a.leader_epoch,
                                                      a.end_offset, now)
-            self.m.apply(tp, part, fs, effects, None)
+            self.m.apply(tp, part, fs, effects, None,
+                         f"OffsetForLeaderEpoch({act.leader_epoch}) -> epoch {a.leader_epoch} ends at {a.end_offset}")
 
     async def _fetch(self, conn: KafkaConnection, items) -> None:
         cfg = self.m.config
@@ -160,7 +161,8 @@ class FetcherThread:
                 leader_log_end_offset=await self._leader_end(conn, tp, act) if err == ErrorCode.OFFSET_OUT_OF_RANGE
                 else -1)
             effects = fs.on_fetch_response(act, part.log, answer, now)
-            self.m.apply(tp, part, fs, effects, (records, headers))
+            self.m.apply(tp, part, fs, effects, (records, headers),
+                         f"fetch({act.fetch_offset}, last epoch {act.last_fetched_epoch}) -> {answer}")
 
     async def _leader_end(self, conn: KafkaConnection, tp: TopicPartition, act) -> int:
         resp = await conn.request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, {
@@ -207,13 +209,14 @@ class ReplicaFetcherManager:
         if leader is not None and leader in self.threads:
             self.threads[leader].states.pop(tp, None)
 
-    def apply(self, tp: TopicPartition, part, fs: FollowerFetchState, effects, fetched) -> None:
+    def apply(self, tp: TopicPartition, part, fs: FollowerFetchState, effects, fetched, why=None) -> None:
         """Applies a follower state machine's effects to the local log, in order."""
         lg = part.log
         for e in effects:
             if isinstance(e, Truncate):
                 if e.offset < lg.log_end_offset:
-                    log.info("%s-%d: truncating from %d to %d", tp[0], tp[1], lg.log_end_offset, e.offset)
+                    log.info("%s-%d: truncating from %d to %d (%s; epochs %s)", tp[0], tp[1], lg.log_end_offset,
+                             e.offset, why, [(x.epoch, x.start_offset) for x in lg.leader_epoch_cache.entries()][-3:])
                 lg.truncate_to(e.offset)
                 lg.leader_epoch_cache.truncate_from_end(e.offset)
             elif isinstance(e, TruncateFullyAndStartAt):

@@ -346,3 +346,26 @@ def test_unclean_default_applies_when_fencing_stale_brokers():
         _hb(img, state, bid, TIMEOUT)
     img = apply(img, cc.fence_stale_brokers(img, state, TIMEOUT, TIMEOUT, unclean_default=True))
     assert (part(img, "t").leader, part(img, "t").isr) == (2, (2,))
+
+
+def test_clean_restart_after_controlled_shutdown_registers_at_once():
+    img, state = _live((1, 2, 3))
+    img = with_topic(img, "t", {0: (1, 2, 3)})
+    res = None
+    for now in range(10, 200, 10):  # heartbeats with want_shutdown until told to stop
+        img, res, _ = _hb(img, state, 1, now, shutdown=True)
+        for other in (2, 3):
+            img, _, _ = _hb(img, state, other, now)
+        if res.should_shut_down:
+            break
+    assert res.should_shut_down and img.brokers[1].fenced
+    img, epoch, _ = _register(img, state, 1, gen=1, now=300)  # well inside the old session
+    assert img.brokers[1].incarnation_id == incarnation(1, 1)
+
+
+def test_fenced_but_not_shut_down_broker_still_blocks_a_duplicate():
+    img, state = _live((1, 2))
+    img, _, _ = _hb(img, state, 1, 10, fence=True)
+    with pytest.raises(KafkaError) as e:
+        _register(img, state, 1, gen=1, now=20)
+    assert e.value.code == ErrorCode.DUPLICATE_BROKER_REGISTRATION

@@ -1,0 +1,151 @@
+"""A real multi-process krafty cluster on loopback (controllers + brokers), for tests that
+kill and restart nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from krafty.cluster import node_configs, write_properties
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _free_base_port() -> int:
+    """A base port P with P..P+9 and P+100..P+109 free."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + 110 > 65535:
+            continue
+        ok = True
+        for port in [*range(base, base + 10), *range(base + 100, base + 110)]:
+            with socket.socket() as t:
+                try:
+                    t.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port range")
+
+
+class Cluster:
+    def __init__(self, directory: str, controllers: int = 3, brokers: int = 3, racks=None, overrides=None):
+        self.dir = directory
+        self.base = _free_base_port()
+        self.configs = dict(node_configs(controllers, brokers, self.base, directory, racks, extra=overrides or {}))
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.n_controllers, self.n_brokers = controllers, brokers
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.base + i}" for i in range(self.n_brokers))
+
+    def broker_name(self, broker_id: int) -> str:
+        return f"broker-{broker_id}"
+
+    def start(self, name: str | None = None) -> None:
+        for n, props in self.configs.items():
+            if name is not None and n != name:
+                continue
+            path = os.path.join(self.dir, f"{n}.properties")
+            write_properties(path, props)
+            log = open(os.path.join(self.dir, f"{n}.log"), "ab")
+            self.procs[n] = subprocess.Popen([sys.executable, "-m", "krafty", "node", "--config", path], cwd=ROOT,
+                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self, name: str) -> None:
+        p = self.procs.pop(name)
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+
+    def stop(self, name: str, timeout: float = 40) -> None:
+        p = self.procs.pop(name)
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+    def shutdown(self) -> None:
+        for group in ("broker", "controller"):
+            for n in [n for n in self.procs if n.startswith(group)]:
+                self.procs[n].send_signal(signal.SIGTERM)
+            deadline = time.time() + 20
+            for n in [n for n in list(self.procs) if n.startswith(group)]:
+                p = self.procs.pop(n)
+                try:
+                    p.wait(max(0.1, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(5)
+
+    def log_text(self, name: str) -> str:
+        with open(os.path.join(self.dir, f"{name}.log"), errors="replace") as f:
+            return f.read()
+
+    def active_controller(self) -> str | None:
+        best = None
+        for i in range(1, self.n_controllers + 1):
+            n = f"controller-{i}"
+            if n in self.procs and "became the active controller" in self.log_text(n):
+                # the latest one to say so
+                t = self.log_text(n).rsplit("became the active controller", 1)[0].rsplit("\n", 1)[-1][:23]
+                if best is None or t > best[0]:
+                    best = (t, n)
+        return best[1] if best else None
+
+
+def wait_until(fn, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            v = fn()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001 - retried until the deadline
+            last = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last!r})")
+
+
+FAST = {
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "replica.lag.time.max.ms": "5000",
+    "leader.imbalance.check.interval.seconds": "5",
+}
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    rep = yield
+    if rep.when == "call":
+        item.failed_call = rep.failed
+    return rep
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    c = Cluster(str(tmp_path), overrides=FAST)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.shutdown()
+        if getattr(request.node, "failed_call", False):
+            for name in c.configs:
+                lines = [ln for ln in c.log_text(name).splitlines() if not ln.startswith("%")]
+                print(f"---- {name} (last 15 lines) ----")
+                print("\n".join(lines[-15:]))

@@ -69,6 +69,9 @@ class RaftMetadataLog:
         self.max_bytes_between_snapshots = max_bytes_between_snapshots
         self.rng = rng or random.Random()
         self.listeners: list[Listener] = []
+        # Extra gRPC services to serve on the controller listener, e.g. the controller's own:
+        # each is called with the grpc.aio.Server before it starts (voters only).
+        self.servicers: list[Callable[[grpc.aio.Server], None]] = []
         self.store = SqliteStore(data_dir)
         self.core: RaftCore | None = None
         self.transport: GrpcTransport | None = None
@@ -82,7 +85,9 @@ class RaftMetadataLog:
         self._task: asyncio.Task | None = None
         self._pending: list[_Pending] = []
         self._bytes_since_snapshot = 0
+        self._delivered_end = 0  # listeners have applied every record below this offset
         self._closing = False
+        self._stopped = False
         self._leader = LeaderAndEpoch(None, 0)
 
     @classmethod
@@ -131,6 +136,8 @@ class RaftMetadataLog:
             pb_grpc.add_RaftQuorumServicer_to_server(RaftServicer(self.transport, self.describe_pb), self.server)
             for add in self.servicers:
                 add(self.server)
+            for add in self.servicers:
+                add(self.server)
             self.bound_port = self.server.add_insecure_port(f"{self.listen[0]}:{self.listen[1]}")
             if self.bound_port == 0:
                 raise OSError(f"cannot bind the controller listener {self.listen[0]}:{self.listen[1]}")
@@ -155,11 +162,10 @@ class RaftMetadataLog:
             if self.transport is not None:
                 await self.transport.drain(0.2)
         if self._task is not None:
+            self._stopped = True
+            self._wake.set()
             self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down anyway
-                pass
+            await asyncio.wait([self._task], timeout=5)
         if self.server is not None:
             await self.server.stop(grace=None)
         if self.transport is not None:
@@ -184,7 +190,7 @@ class RaftMetadataLog:
     # ------------------------------------------------------------------ the loop
     async def _run(self) -> None:
         core = self.core
-        while True:
+        while not self._stopped:
             try:
                 core.poll(self.now_ms())
                 while (r := core.take_ready()) is not None:
@@ -201,9 +207,11 @@ class RaftMetadataLog:
                 log.exception("node %d: metadata log failed; stopping the quorum member", self.node_id)
                 raise
             delay = (core.next_deadline() - self.now_ms()) / 1000
-            if delay > 0:
+            if delay > 0 and not self._wake.is_set():
+                # (not asyncio.wait_for: on 3.11 it can swallow a cancellation)
                 try:
-                    await asyncio.wait_for(self._wake.wait(), min(delay, 3600))
+                    async with asyncio.timeout(min(delay, 3600)):
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
             self._wake.clear()
@@ -212,6 +220,7 @@ class RaftMetadataLog:
         for note in notes:
             if isinstance(note, LoadSnapshot):
                 self._bytes_since_snapshot = 0
+                self._delivered_end = note.snapshot.end_offset
                 for lst in self.listeners:
                     lst.handle_load_snapshot(note.snapshot)
                 end = note.snapshot.end_offset
@@ -224,6 +233,7 @@ class RaftMetadataLog:
                     for lst in self.listeners:
                         lst.handle_commit(batches)
                 self._bytes_since_snapshot += sum(len(e.data) for e in note.entries)
+                self._delivered_end = note.base_offset + len(note.entries)
                 self._complete_appends(note)
             elif isinstance(note, LeaderChange):
                 self._leader = note.leader
@@ -268,7 +278,8 @@ class RaftMetadataLog:
         if self.snapshot_provider is None or self._bytes_since_snapshot < self.max_bytes_between_snapshots:
             return
         core = self.core
-        end = core.applied
+        # Not core.applied: commits the core has emitted since may not have reached listeners yet.
+        end = self._delivered_end
         if end <= core.log_start:
             return
         records = self.snapshot_provider(end)

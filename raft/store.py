@@ -1,0 +1,116 @@
+"""Durable quorum state, log and snapshot in SQLite (through aiosqlite).
+
+WAL journal with ``synchronous=FULL``: a committed transaction is fsync'd before
+``apply`` returns, and the driver sends nothing that depends on a Ready until then. Each
+Ready's ops go in one transaction, so a crash leaves either all of them or none.
+
+Layout (one file, ``<metadata.log.dir>/__cluster_metadata-0/raft.db``):
+  quorum_state(k=0, epoch, voted_for, leader_id)      -- KIP-595 quorum-state
+  entries(offset PK, epoch, timestamp_ms, control, data)
+  snapshot(k=0, end_offset, epoch, records)            -- records length-prefixed
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Sequence
+
+import aiosqlite
+
+from raft.api import Snapshot
+from raft.core import Append, QuorumState, SaveSnapshot, SaveState, Truncate
+from raft.messages import Entry
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS quorum_state (k INTEGER PRIMARY KEY CHECK (k = 0), epoch INTEGER NOT NULL,
+    voted_for INTEGER, leader_id INTEGER);
+CREATE TABLE IF NOT EXISTS entries (offset INTEGER PRIMARY KEY, epoch INTEGER NOT NULL,
+    timestamp_ms INTEGER NOT NULL, control INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshot (k INTEGER PRIMARY KEY CHECK (k = 0), end_offset INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, records BLOB NOT NULL);
+"""
+
+
+def encode_records(records: Sequence[bytes]) -> bytes:
+    return b"".join(struct.pack(">I", len(r)) + r for r in records)
+
+
+def decode_records(blob: bytes) -> tuple[bytes, ...]:
+    out, i = [], 0
+    while i < len(blob):
+        (n,) = struct.unpack_from(">I", blob, i)
+        out.append(bytes(blob[i + 4:i + 4 + n]))
+        i += 4 + n
+    return tuple(out)
+
+
+class SqliteStore:
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.path = os.path.join(directory, "raft.db")
+        self._db: aiosqlite.Connection | None = None
+
+    async def open(self) -> tuple[QuorumState, Snapshot | None, list[Entry]]:
+        os.makedirs(self.directory, exist_ok=True)
+        self._db = await aiosqlite.connect(self.path, isolation_level=None)
+        await self._db.execute("PRAGMA journal_mode=WAL")
+        await self._db.execute("PRAGMA synchronous=FULL")
+        await self._db.executescript(_SCHEMA)
+        state = QuorumState()
+        async with self._db.execute("SELECT epoch, voted_for, leader_id FROM quorum_state WHERE k = 0") as cur:
+            row = await cur.fetchone()
+            if row:
+                state = QuorumState(row[0], row[1], row[2])
+        snap = None
+        async with self._db.execute("SELECT end_offset, epoch, records FROM snapshot WHERE k = 0") as cur:
+            row = await cur.fetchone()
+            if row:
+                snap = Snapshot(row[0], row[1], decode_records(row[2]))
+        start = snap.end_offset if snap else 0
+        entries: list[Entry] = []
+        async with self._db.execute(
+                "SELECT offset, epoch, timestamp_ms, control, data FROM entries WHERE offset >= ? ORDER BY offset",
+                (start,)) as cur:
+            async for off, epoch, ts, control, data in cur:
+                if off != start + len(entries):
+                    raise RuntimeError(f"metadata log {self.path} has a gap at offset {start + len(entries)}; "
+                                       "the file is corrupt")
+                entries.append(Entry(epoch, ts, bytes(data), bool(control)))
+        return state, snap, entries
+
+    async def apply(self, ops) -> None:
+        """Make ``ops`` durable, atomically, before returning."""
+        if not ops:
+            return
+        db = self._db
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            for op in ops:
+                if isinstance(op, Truncate):
+                    await db.execute("DELETE FROM entries WHERE offset >= ?", (op.offset,))
+                elif isinstance(op, Append):
+                    await db.executemany(
+                        "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?)",
+                        [(op.base_offset + i, e.epoch, e.timestamp_ms, int(e.control), e.data)
+                         for i, e in enumerate(op.entries)])
+                elif isinstance(op, SaveState):
+                    s = op.state
+                    await db.execute("INSERT OR REPLACE INTO quorum_state VALUES (0, ?, ?, ?)",
+                                     (s.epoch, s.voted_for, s.leader_id))
+                elif isinstance(op, SaveSnapshot):
+                    s = op.snapshot
+                    await db.execute("INSERT OR REPLACE INTO snapshot VALUES (0, ?, ?, ?)",
+                                     (s.end_offset, s.epoch, encode_records(s.records)))
+                    await db.execute("DELETE FROM entries WHERE offset < ?", (s.end_offset,))
+                else:
+                    raise TypeError(f"unknown persistence op {op!r}")
+            await db.execute("COMMIT")
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._db.close()
+            self._db = None

@@ -24,7 +24,7 @@ system-deps:
 
 test: $(BIN)/krafty system-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/spark
 
 lint: $(BIN)/krafty
 	$(BIN)/ruff check .

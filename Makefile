@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SEEDS ?= 1000
 
-.PHONY: run test lint sim bench system-deps clean test-spark pipeline-demo
+.PHONY: run test lint sim bench system-deps clean test-spark pipeline-demo pipeline-bench
 
 $(BIN)/krafty: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,23 @@ sim: $(BIN)/krafty
 
 bench: $(BIN)/krafty
 	$(BIN)/python bench/produce_consume.py
+	$(BIN)/python bench/raft_election.py --trials 20
+
+# The Spark data source (pipeline/): pyspark and pyarrow come with the [spark] extra; Java 17
+# must be on the machine (Debian: openjdk-17-jre-headless).
+$(VENV)/.spark: $(BIN)/krafty
+	@command -v java >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+	$(BIN)/pip install --quiet -e '.[test,spark]'
+	@touch $@
+
+test-spark: $(VENV)/.spark
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/spark
+
+pipeline-demo: $(VENV)/.spark
+	$(BIN)/python pipeline/examples/demo.py
+
+pipeline-bench: $(VENV)/.spark
+	$(BIN)/python pipeline/examples/bench_read.py
 
 clean:
 	rm -rf $(VENV) data build *.egg-info

@@ -162,10 +162,15 @@ class RaftMetadataLog:
             if self.transport is not None:
                 await self.transport.drain(0.2)
         if self._task is not None:
+            # Let the loop finish the Ready it is persisting, then stop; cancel only if it hangs.
             self._stopped = True
             self._wake.set()
-            self._task.cancel()
-            await asyncio.wait([self._task], timeout=5)
+            await asyncio.wait([self._task], timeout=2)
+            if not self._task.done():
+                self._task.cancel()
+                await asyncio.wait([self._task], timeout=5)
+            if self._task.done() and not self._task.cancelled() and self._task.exception() is not None:
+                log.debug("node %d: metadata loop ended with %r", self.node_id, self._task.exception())
         if self.server is not None:
             await self.server.stop(grace=None)
         if self.transport is not None:

@@ -107,7 +107,8 @@ class SqliteStore:
                     raise TypeError(f"unknown persistence op {op!r}")
             await db.execute("COMMIT")
         except BaseException:
-            await db.execute("ROLLBACK")
+            if db.in_transaction:
+                await db.execute("ROLLBACK")
             raise
 
     async def close(self) -> None:

@@ -181,6 +181,11 @@ class FetcherThread:
             self.conn.close()
 
 
+def _epochs(cache) -> list[tuple[int, int]]:
+    entries = cache.entries() if callable(cache.entries) else cache.entries
+    return [(e.epoch, e.start_offset) for e in entries][-3:]
+
+
 class ReplicaFetcherManager:
     def __init__(self, rm, broker_id: int, config, endpoint_of: Callable[[int], tuple[str, int] | None]):
         self.rm = rm
@@ -216,7 +221,7 @@ class ReplicaFetcherManager:
             if isinstance(e, Truncate):
                 if e.offset < lg.log_end_offset:
                     log.info("%s-%d: truncating from %d to %d (%s; epochs %s)", tp[0], tp[1], lg.log_end_offset,
-                             e.offset, why, [(x.epoch, x.start_offset) for x in lg.leader_epoch_cache.entries()][-3:])
+                             e.offset, why, _epochs(lg.leader_epoch_cache))
                 lg.truncate_to(e.offset)
                 lg.leader_epoch_cache.truncate_from_end(e.offset)
             elif isinstance(e, TruncateFullyAndStartAt):

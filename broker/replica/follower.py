@@ -4,11 +4,12 @@ diverging epochs).
 
 The shell (the fetcher) drives it::
 
-    fs.become(leader, leader_epoch)                 # on every leader/epoch change
+    fs.become(leader, leader_epoch, state.high_watermark)   # when state.make_follower(reg) is True
     while running:
-        act = fs.next_action(log)                    # None: wait (in flight, backoff, metadata)
+        act = fs.next_action(log, now_ms)            # None: wait (in flight, backoff, metadata)
         OffsetsForLeaderEpochRequest -> send; answer -> fs.on_offsets_for_leader_epoch(act, log, ...)
-        FetchRequest                 -> send; answer -> fs.on_fetch_response(act, log, FetchAnswer(...))
+        FetchRequest                 -> send (replica_id, replica epoch = our broker epoch);
+                                        answer -> fs.on_fetch_response(act, log, FetchAnswer(...), now_ms)
         network failure              -> fs.on_request_failed(act, now_ms)
         each returned effect, in order: Truncate -> log.truncate_to(offset) and
                                                     log.leader_epoch_cache.truncate_from_end(offset)

@@ -220,6 +220,7 @@ class ReplicaManager:
                 self._alter_wake.set()
                 continue
             by_key = {(tid, pid): (code, reg) for tid, pid, code, reg in results}
+            resend = False
             for part, req in reqs:
                 code, reg = by_key.get((req.topic_id, req.partition), (ErrorCode.UNKNOWN_SERVER_ERROR, None))
                 st = part.state
@@ -229,9 +230,11 @@ class ReplicaManager:
                     log.info("%s-%d: ISR now %s (partition epoch %d)", st.topic, st.partition, list(st.isr),
                              st.partition_epoch)
                 else:
-                    st.on_alter_partition_error(ErrorCode(code), req)
-                    if code not in (ErrorCode.NONE,):
-                        log.info("%s-%d: AlterPartition refused: %s", st.topic, st.partition, ErrorCode(code).name)
+                    resend |= bool(st.on_alter_partition_error(ErrorCode(code), req))
+                    log.info("%s-%d: AlterPartition refused: %s", st.topic, st.partition, ErrorCode(code).name)
+            if resend:  # transient errors: the partition keeps its proposal; send it again shortly
+                await asyncio.sleep(0.1)
+                self._alter_wake.set()
 
     # --- waiting -----------------------------------------------------------------------------------
     def wake_hw(self, tp: TopicPartition) -> None:

@@ -14,6 +14,26 @@ the committed and the proposed ISR, so neither a pending shrink nor a pending ex
 let the HW pass a replica the controller might elect.
 
 Nothing here reads a clock or a log: the caller passes ``now_ms`` and log end offsets.
+
+Driving it as leader (the shell; ``st`` is this state, ``log`` the partition's ``Log``)::
+
+    metadata delta, we lead:  if st.make_leader(reg, log.log_end_offset, now_ms):
+                                  log.leader_epoch_cache.assign(reg.leader_epoch, log.log_end_offset)
+                              (stop fetching; wake acks=all waiters if st.high_watermark moved)
+    produce acks=all:         err = st.can_append_acks_all(min_isr)  -> NOT_ENOUGH_REPLICAS
+                              log.append_as_leader(..., st.leader_epoch, now); st.maybe_advance_hw(leo)
+                              wait until st.acks_all_result(last_offset, min_isr) is not None
+    follower fetch:           v = st.validate_follower_fetch(cur_epoch, fetch_offset, last_fetched_epoch,
+                                                             log.leader_epoch_cache, log_start, leo)
+                              v.error -> answer it; v.diverging_epoch -> answer it with the HW, no records
+                              else read, st.on_follower_fetch(replica, fetch_offset, leo, now_ms,
+                                                              broker_epoch), answer with st.high_watermark
+    every lag.time.max / 2:   st.maybe_shrink_isr(leo, now_ms)
+    after any of the above:   req = st.take_alter_partition(); if req: send AlterPartition
+    AlterPartition answer:    st.on_isr_committed(PartitionRegistration(...), leo, req)
+                              or st.on_alter_partition_error(code, req); then take_alter_partition()
+    metadata delta, we follow: if st.make_follower(reg): fetcher.become(reg.leader, reg.leader_epoch,
+                                                                         st.high_watermark)
 """
 
 from __future__ import annotations
@@ -102,6 +122,9 @@ class PartitionState:
     alter_in_flight: bool = False
     alter_parked: bool = False  # an error said "wait for metadata"
     _alter_seq: int = 0
+    # unfenced brokers (not in controlled shutdown) and their broker epochs, from the metadata
+    # image; None: unknown, every replica may join the ISR (the controller still checks)
+    eligible_broker_epochs: dict[int, int] | None = None
 
     # =====================================================================================
     # metadata
@@ -125,9 +148,11 @@ class PartitionState:
         Kept for callers that do not track follower progress; prefer ``make_leader`` and
         ``make_follower``."""
         changed = leader != self.leader or leader_epoch != self.leader_epoch
+        duplicate = not changed and partition_epoch == self.partition_epoch
         self.leader, self.leader_epoch, self.partition_epoch = leader, leader_epoch, partition_epoch
         self.replicas, self.isr = tuple(replicas), tuple(isr)
-        self._clear_alter()
+        if not duplicate:
+            self._clear_alter()
         if changed:
             self.follower_end_offsets = {}
             self.progress = {}
@@ -140,14 +165,23 @@ class PartitionState:
                 or (registration.leader_epoch == self.leader_epoch
                     and registration.partition_epoch < self.partition_epoch))
 
+    def is_current(self, registration) -> bool:
+        """The registration we already applied (a duplicate delivery). It must not drop a
+        pending ISR proposal: the controller may still commit it, and the HW must keep
+        counting its new member until we know (KIP-497)."""
+        return (registration.leader_epoch == self.leader_epoch
+                and registration.partition_epoch == self.partition_epoch
+                and registration.leader == self.leader)
+
     def make_leader(self, registration, local_end_offset: int, now_ms: int) -> bool:
         """We lead per ``registration`` (a ``PartitionRegistration``). Returns True if this
         starts a new leader epoch: the caller must then record
         ``log.leader_epoch_cache.assign(leader_epoch, local_end_offset)``.
 
-        A stale registration is ignored (returns False). Any ISR proposal is dropped: the
-        registration is the committed truth."""
-        if self.is_stale(registration):
+        A stale or already applied registration is ignored (returns False). A newer one drops
+        any ISR proposal: it carries a newer partition epoch, so the controller will refuse
+        the proposal (INVALID_UPDATE_VERSION), and the registration is the committed truth."""
+        if self.is_stale(registration) or (self.is_leader and self.is_current(registration)):
             return False
         assert registration.leader == self.local_broker, "make_leader for a registration we do not lead"
         new_epoch = registration.leader_epoch != self.leader_epoch or not self.is_leader
@@ -180,7 +214,7 @@ class PartitionState:
         """We follow per ``registration``. Returns True if the leader or leader epoch changed:
         the caller must then reset its follower fetch state (``FollowerFetchState.become``).
         Stale registrations are ignored (False)."""
-        if self.is_stale(registration):
+        if self.is_stale(registration) or self.is_current(registration):
             return False
         changed = (registration.leader != self.leader or registration.leader_epoch != self.leader_epoch)
         self.leader = registration.leader
@@ -267,8 +301,25 @@ class PartitionState:
         self._maybe_expand_isr(replica_id)
         return self.maybe_advance_hw(leader_leo)
 
+    def set_eligible_brokers(self, broker_epochs: dict[int, int] | None) -> None:
+        """From the metadata image: brokers that may join an ISR (registered, unfenced, not
+        shutting down) with their broker epochs. Proposing others only earns an
+        INELIGIBLE_REPLICA from the controller (KIP-841, KIP-903)."""
+        self.eligible_broker_epochs = broker_epochs
+
+    def is_replica_isr_eligible(self, replica_id: int) -> bool:
+        if self.eligible_broker_epochs is None:
+            return True
+        epoch = self.eligible_broker_epochs.get(replica_id)
+        if epoch is None:
+            return False
+        p = self.progress.get(replica_id)
+        return p is None or p.broker_epoch < 0 or p.broker_epoch == epoch
+
     def _maybe_expand_isr(self, replica_id: int) -> None:
         if self.pending_alter is not None or replica_id in self.isr:
+            return
+        if not self.is_replica_isr_eligible(replica_id):
             return
         leo = self.follower_end_offsets.get(replica_id, UNKNOWN_OFFSET)
         # in sync: reached the HW, and fetched inside our epoch (so its log matches ours)
@@ -335,18 +386,24 @@ class PartitionState:
         self._clear_alter()
         return self.maybe_advance_hw(local_end_offset)
 
-    def on_alter_partition_error(self, code: ErrorCode, request: AlterPartitionRequest | None = None) -> None:
+    def on_alter_partition_error(self, code: ErrorCode, request: AlterPartitionRequest | None = None) -> bool:
         """A failed AlterPartition. Either drop the proposal (the committed ISR stands and a
-        new one may be proposed), park it until new metadata, or mark it for resending."""
+        new one may be proposed), park it until new metadata, or mark it for resending.
+
+        Returns True when the shell must send it again (after a backoff): nothing else will
+        prompt it, since no new proposal is made while this one is pending, and a pending
+        expansion keeps its member in the maximal ISR (the HW waits for it)."""
         if self.pending_alter is None or (request is not None and request is not self.pending_alter):
-            return
+            return False
         if code in _ALTER_REVERT:
             self._clear_alter()
-        elif code in _ALTER_AWAIT_METADATA:
+            return False
+        if code in _ALTER_AWAIT_METADATA:
             self.alter_in_flight = False
             self.alter_parked = True
-        else:  # timeouts, NOT_CONTROLLER, network errors: send again
-            self.alter_in_flight = False
+            return False
+        self.alter_in_flight = False  # timeouts, NOT_CONTROLLER, network errors: send again
+        return True
 
     # =====================================================================================
     # acks=all

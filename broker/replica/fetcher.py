@@ -212,10 +212,15 @@ class ReplicaFetcherManager:
     def unfollow(self, tp: TopicPartition) -> None:
         leader = self.following.pop(tp, None)
         if leader is not None and leader in self.threads:
-            self.threads[leader].states.pop(tp, None)
+            fs = self.threads[leader].states.pop(tp, None)
+            if fs is not None:
+                fs.stop()  # an answer still in flight is for a leadership that ended: ignore it
 
     def apply(self, tp: TopicPartition, part, fs: FollowerFetchState, effects, fetched, why=None) -> None:
         """Applies a follower state machine's effects to the local log, in order."""
+        th = self.threads.get(self.following.get(tp, -1))
+        if th is None or th.states.get(tp) is not fs or part.state.is_leader:
+            return  # the partition changed hands while the request was out: nothing may touch the log
         lg = part.log
         for e in effects:
             if isinstance(e, Truncate):

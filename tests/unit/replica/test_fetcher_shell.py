@@ -1,0 +1,57 @@
+"""The asyncio fetcher shell must never apply a follower answer that arrives after the
+partition stopped following that leader (e.g. it became leader meanwhile)."""
+
+import types
+import uuid
+
+from broker.replica.fetcher import ReplicaFetcherManager
+from broker.replica.follower import AppendRecords, FetchAnswer, FetchRequest, Truncate
+from broker.replica.partition import PartitionState
+from common.config import Config
+
+
+class _Cache:
+    def latest_epoch(self):
+        return 1
+
+    def end_offset_for(self, epoch, leo):
+        return epoch, leo
+
+    def truncate_from_end(self, offset):
+        self.truncated = offset
+
+
+class _Log:
+    def __init__(self):
+        self.log_start_offset, self.log_end_offset = 0, 10
+        self.leader_epoch_cache = _Cache()
+        self.appended = []
+
+    def append_as_follower(self, buf, headers, now_ms):
+        self.appended.append(buf)
+
+    def truncate_to(self, offset):
+        self.log_end_offset = min(self.log_end_offset, offset)
+
+
+async def test_answer_arriving_after_leadership_change_is_not_applied():
+    cfg = Config({"node.id": "1"})
+    part = types.SimpleNamespace(state=PartitionState("t", 0, uuid.uuid4(), 1), log=_Log())
+    rm = types.SimpleNamespace(partitions={("t", 0): part}, wake_hw=lambda tp: None)
+    m = ReplicaFetcherManager(rm, 1, cfg, lambda b: None)
+    try:
+        m.follow(("t", 0), leader=2, leader_epoch=1, high_watermark=0)
+        fs = m.threads[2].states[("t", 0)]
+        fs.phase = fs.phase.FETCHING
+        act = fs.next_action(part.log, 0)
+        assert isinstance(act, FetchRequest)
+        # metadata: we now lead the partition; the old request is still out
+        m.unfollow(("t", 0))
+        part.state.leader = 1
+        effects = fs.on_fetch_response(act, part.log, FetchAnswer(high_watermark=12, records_first_offset=10,
+                                                                    records_next_offset=12), 0)
+        assert effects == []
+        m.apply(("t", 0), part, fs, [Truncate(5), AppendRecords(10, 12)], (b"late", []))
+        assert part.log.appended == [] and part.log.log_end_offset == 10
+    finally:
+        await m.close()

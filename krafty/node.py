@@ -93,6 +93,8 @@ class Node:
         self.loader = MetadataLoader()
         self.metadata_log = make_metadata_log(cfg, self.loader)
         self.metadata_log.register(self.loader)
+        if hasattr(self.metadata_log, "cluster_id"):
+            self.metadata_log.cluster_id = self.cluster_id
         self.controller = None
         self.broker = None
         self.channel = None

@@ -53,7 +53,7 @@ def format_status(r: pb.DescribeQuorumResponse, now_ms: int) -> str:
     max_lag = max((max(0, hw - v.log_end_offset) for v in followers), default=0)
     max_lag_time = max((_lag_ms(v.last_caught_up_timestamp, now_ms) for v in followers), default=0)
     rows = [
-        ("ClusterId", "krafty"),
+        ("ClusterId", r.cluster_id or "unknown"),
         ("LeaderId", r.leader_id),
         ("LeaderEpoch", r.leader_epoch),
         ("HighWatermark", hw),

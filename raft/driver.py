@@ -72,6 +72,7 @@ class RaftMetadataLog:
         # Extra gRPC services to serve on the controller listener, e.g. the controller's own:
         # each is called with the grpc.aio.Server before it starts (voters only).
         self.servicers: list[Callable[[grpc.aio.Server], None]] = []
+        self.cluster_id = ""  # reported by DescribeQuorum
         self.store = SqliteStore(data_dir)
         self.core: RaftCore | None = None
         self.transport: GrpcTransport | None = None
@@ -316,7 +317,7 @@ class RaftMetadataLog:
         return pb.DescribeQuorumResponse(error=NONE, leader_id=info.leader_id, leader_epoch=info.epoch,
                                          high_watermark=info.high_watermark, voters=[rs(v) for v in info.voters],
                                          observers=[rs(o) for o in info.observers], leader_host=host,
-                                         leader_port=port)
+                                         leader_port=port, cluster_id=self.cluster_id)
 
     def snapshot(self) -> Snapshot | None:
         return self.core.snapshot if self.core else None

@@ -311,6 +311,16 @@ class Config(Mapping[str, Any]):
             raise ConfigError(
                 "configuration key 'listeners' has no listener named in 'controller.listener.names' "
                 f"({','.join(self['controller.listener.names'])}) but process.roles includes controller")
+        me = [v for v in self["controller.quorum.voters"] if v[0] == self._values["node.id"]]
+        if me and "controller" in roles:
+            ctrl = [lst for lst in self["listeners"] if lst.name in self["controller.listener.names"]]
+            if ctrl and all(lst.port != me[0][2] for lst in ctrl):
+                raise ConfigError(
+                    f"configuration key 'controller.quorum.voters' gives node {me[0][0]} port {me[0][2]}, but its "
+                    f"controller listener in 'listeners' is on port {ctrl[0].port}")
+        if me and "controller" not in roles:
+            raise ConfigError(f"node {me[0][0]} is listed in 'controller.quorum.voters' but 'process.roles' "
+                              "does not include controller")
         if "broker" in roles and not any(lst.name not in self["controller.listener.names"] for lst in self["listeners"]):
             raise ConfigError("configuration key 'listeners' has no broker listener but process.roles includes broker")
 

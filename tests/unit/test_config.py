@@ -55,3 +55,9 @@ def test_listeners_and_voters_parse():
 def test_bad_listener_names_the_key():
     with pytest.raises(ConfigError, match="'listeners'"):
         Config({"node.id": "1", "listeners": "PLAINTEXT:/oops"})
+
+
+def test_voter_port_must_match_the_controller_listener():
+    with pytest.raises(ConfigError, match="'controller.quorum.voters'"):
+        Config({"node.id": "1", "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+                "controller.quorum.voters": "1@127.0.0.1:9999"})

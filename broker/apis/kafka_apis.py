@@ -629,25 +629,21 @@ class KafkaApis:
 
     async def incremental_alter_configs(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
-        out = []
-        for res in req.resources:
-            entry = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
-                     "resource_name": res.resource_name}
-            out.append(entry)
-            try:
-                if res.resource_type != 2:
-                    raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                     "only topic configs can be altered; dynamic broker configs are not supported")
-                ops = [(c.name, c.config_operation, c.value) for c in res.configs]
-                await self.controller.alter_topic_configs(res.resource_name, ops, req.validate_only)
-            except KafkaError as e:
-                entry["error_code"], entry["error_message"] = e.code, e.message
-        return {"throttle_time": 0, "responses": out}
+        return await self._alter_configs(req, lambda res: [(c.name, c.config_operation, c.value) for c in res.configs])
 
     async def alter_configs(self, ctx, body, ver):
+        """The legacy, non-incremental AlterConfigs replaces a topic's whole set of overrides."""
         req = self.decode(ctx, body, ver)
-        out = []
         image = self.image
+
+        def ops(res):
+            new = {c.name: c.value for c in res.configs}
+            return [(k, 1, None) for k in image.topic_config(res.resource_name) if k not in new] + [
+                (k, 0, v) for k, v in new.items()]
+        return await self._alter_configs(req, ops)
+
+    async def _alter_configs(self, req, ops_of) -> dict:
+        out = []
         for res in req.resources:
             entry = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
                      "resource_name": res.resource_name}
@@ -656,10 +652,7 @@ class KafkaApis:
                 if res.resource_type != 2:
                     raise KafkaError(ErrorCode.INVALID_REQUEST,
                                      "only topic configs can be altered; dynamic broker configs are not supported")
-                new = {c.name: c.value for c in res.configs}
-                ops = [(k, 1, None) for k in image.topic_config(res.resource_name) if k not in new]
-                ops += [(k, 0, v) for k, v in new.items()]
-                await self.controller.alter_topic_configs(res.resource_name, ops, req.validate_only)
+                await self.controller.alter_topic_configs(res.resource_name, ops_of(res), req.validate_only)
             except KafkaError as e:
                 entry["error_code"], entry["error_message"] = e.code, e.message
         return {"throttle_time": 0, "responses": out}

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import time
@@ -21,6 +19,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from pipeline.local_node import _free_port, answers_api_versions
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -47,28 +47,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _free_port()
 
 
 def api_versions_ok(host: str, port: int, timeout: float = 1.0) -> bool:
     """True when the broker answers an ApiVersions v0 request with error code 0."""
-    client_id = b"krafty-spark-tests"
-    body = struct.pack(">hhih", 18, 0, 7, len(client_id)) + client_id
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(struct.pack(">i", len(body)) + body)
-            head = b""
-            while len(head) < 10:
-                chunk = s.recv(10 - len(head))
-                if not chunk:
-                    return False
-                head += chunk
-            _, corr, err = struct.unpack(">iih", head)
-            return corr == 7 and err == 0
-    except OSError:
-        return False
+    return answers_api_versions(host, port, timeout)
 
 
 class KraftyProcess:

@@ -165,7 +165,6 @@ KEYS: dict[str, Key] = {
         Key("controller.quorum.request.timeout.ms", _int, 2000, min=1),
         Key("controller.quorum.retry.backoff.ms", _int, 20, min=0),
         Key("metadata.log.dir", _str, None),
-        Key("metadata.log.local", _bool, False, "krafty: a lone combined node keeps metadata in a local log"),
         Key("metadata.log.max.record.bytes.between.snapshots", _int, 20 * 1024 * 1024, min=1),
         Key("metadata.max.idle.interval.ms", _int, 500, min=0),
         # brokers

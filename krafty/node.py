@@ -60,18 +60,7 @@ def ensure_meta_properties(cfg: Config) -> str:
     return cluster_id
 
 
-def uses_local_log(cfg: Config) -> bool:
-    """A lone combined node may keep its metadata in a local durable log (no network quorum)
-    when asked to with ``metadata.log.local=true``; everything else runs the Raft quorum."""
-    voters = cfg["controller.quorum.voters"]
-    return (cfg["metadata.log.local"]
-            and "controller" in cfg["process.roles"] and [v[0] for v in voters] in ([], [cfg["node.id"]]))
-
-
 def make_metadata_log(cfg: Config, loader: MetadataLoader):
-    if uses_local_log(cfg):
-        from krafty.local_log import LocalMetadataLog
-        return LocalMetadataLog(os.path.join(cfg["metadata.log.dir"], "__cluster_metadata-0"), cfg["node.id"])
     if not cfg["controller.quorum.voters"]:
         raise ConfigError("configuration key 'controller.quorum.voters' is empty: list the controllers as "
                           "id@host:port,...")
@@ -106,20 +95,16 @@ class Node:
                 unclean_default=cfg["unclean.leader.election.enable"],
                 auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],
                 rebalance_interval_s=cfg["leader.imbalance.check.interval.seconds"])
-            if not uses_local_log(cfg):
-                from controller.service import add_to_server
-                self.metadata_log.servicers.append(lambda server: add_to_server(server, self.controller))
+            from controller.service import add_to_server
+            self.metadata_log.servicers.append(lambda server: add_to_server(server, self.controller))
         if "broker" in self.roles:
             from broker.broker import Broker
-            if uses_local_log(cfg):
-                channel = self.controller  # the only controller is in this process
-            else:
-                from broker.controller_channel import ControllerChannel
-                channel = self.channel = ControllerChannel(
-                    cfg["controller.quorum.voters"], lambda: self.metadata_log.leader().leader_id,
-                    request_timeout_ms=cfg["request.timeout.ms"],
-                    retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20))
-            self.broker = Broker(cfg, self.loader, channel)
+            from broker.controller_channel import ControllerChannel
+            self.channel = ControllerChannel(
+                cfg["controller.quorum.voters"], lambda: self.metadata_log.leader().leader_id,
+                request_timeout_ms=cfg["request.timeout.ms"],
+                retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20))
+            self.broker = Broker(cfg, self.loader, self.channel)
 
     async def start(self) -> None:
         if self.broker:

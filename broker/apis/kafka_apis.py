@@ -16,6 +16,7 @@ from broker.log.batch import validate_produce_batches
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
 from broker.replica.manager import ReplicaManager
+from broker.replica.selector import candidates_for, make_selector
 from broker.server import FileRegion, RequestContext
 from common.config import KEYS, TOPIC_KEYS, Config, ConfigError, topic_defaults
 from common.errors import ErrorCode, KafkaError
@@ -64,6 +65,10 @@ class KafkaApis:
         self.producer_ids = ProducerIdAllocator(controller, broker_id)
         self.rng = random.Random()
         self._topic_defaults = topic_defaults(config)
+        try:
+            self.replica_selector = make_selector(config["replica.selector.class"])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self.handlers = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -346,7 +351,7 @@ class KafkaApis:
             wanted.append((name, tid, timg, t.partitions))
         first_pass = True
         while True:
-            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass)
+            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image)
             first_pass = False
             left = deadline - time.monotonic()
             if total >= req.min_bytes or errors or left <= 0 or not wanted:
@@ -355,7 +360,13 @@ class KafkaApis:
                 [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left, log_end=replica_id >= 0)
         return wire.encode_fetch_response(ver, topics_out)
 
-    def _fetch_once(self, ver, wanted, req, replica_id, first_pass):
+    def _fetch_once(self, ver, wanted, req, replica_id, first_pass, image):
+        # KIP-392: consumers (Fetch v11+) may read from followers, up to their high watermark,
+        # and the leader may point a consumer with a rack at an in-sync replica in that rack
+        from_consumer = replica_id < 0
+        follower_reads = from_consumer and ver >= 11
+        client_rack = (req.rack_id or None) if follower_reads else None
+        selector = self.replica_selector if client_rack else None
         remaining = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
         total = 0
         errors = False
@@ -370,7 +381,8 @@ class KafkaApis:
                         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID if ver >= 13 else
                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     part = self.replicas.partitions.get((name, p.partition))
-                    if part is None or not part.state.is_leader:
+                    if part is None or not (part.state.is_leader or (
+                            follower_reads and part.state.leader >= 0 and self.broker_id in part.state.replicas)):
                         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
                     st, lg = part.state, part.log
                     if replica_id >= 0:
@@ -394,7 +406,16 @@ class KafkaApis:
                             bad = st.check_leader_epoch(p.current_leader_epoch)
                             if bad:
                                 raise KafkaError(ErrorCode[bad])
-                        max_offset = st.high_watermark
+                        max_offset = min(st.high_watermark, lg.log_end_offset)
+                        if selector is not None and st.is_leader:
+                            preferred = self._preferred_read_replica(selector, client_rack, st, lg, image,
+                                                                     p.fetch_offset)
+                            if preferred is not None:
+                                r.preferred_read_replica = preferred
+                                r.high_watermark = r.last_stable_offset = st.high_watermark
+                                r.log_start_offset = lg.log_start_offset
+                                errors = True  # answer at once, without records
+                                continue
                     r.high_watermark = st.high_watermark
                     r.last_stable_offset = st.high_watermark
                     r.log_start_offset = lg.log_start_offset
@@ -415,6 +436,18 @@ class KafkaApis:
                             r.current_leader = (reg.leader, reg.leader_epoch)
             topics_out.append((name or "", tid, out))
         return topics_out, total, errors
+
+    def _preferred_read_replica(self, selector, client_rack, st, lg, image, fetch_offset) -> int | None:
+        """The in-sync replica the selector prefers for this consumer, if it is not us."""
+        racks = {b.id: b.rack for b in image.brokers.values() if not b.fenced}
+        leader, cands = candidates_for(fetch_offset, st.isr, st.follower_end_offsets, racks, self.broker_id,
+                                       lg.log_end_offset)
+        chosen = selector.select(client_rack, leader, cands)
+        if chosen == self.broker_id or chosen < 0:
+            return None
+        log.debug("%s-%d: consumer in rack %s at offset %d -> preferred read replica %d", st.topic, st.partition,
+                  client_rack, fetch_offset, chosen)
+        return chosen
 
     # --- ListOffsets / OffsetForLeaderEpoch ------------------------------------------------------
     async def list_offsets(self, ctx, body, ver):

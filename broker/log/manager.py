@@ -104,7 +104,10 @@ class LogManager:
             if topic_config is not None:
                 lg.config = self.config_for(topic)
             return lg
-        d = min(self.log_dirs, key=lambda x: sum(1 for lg in self._logs.values() if lg.path.startswith(x + os.sep)))
+        if len(self.log_dirs) == 1:  # the usual case: no O(n) scan per new partition
+            d = self.log_dirs[0]
+        else:
+            d = min(self.log_dirs, key=lambda x: sum(1 for lg in self._logs.values() if lg.path.startswith(x + os.sep)))
         now = self._clock() if now_ms is None else now_ms
         lg = Log.open(d, topic, partition, self.config_for(topic), topic_id=topic_id, now_ms=now)
         self._logs[(topic, partition)] = lg

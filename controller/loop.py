@@ -49,6 +49,9 @@ class QuorumController:
         self._lock = asyncio.Lock()
         self._applied = asyncio.Event()
         self._active_tasks: list[asyncio.Task] = []
+        # The epoch in which the metadata log announced us leader: it does so only once our
+        # image holds every entry of earlier epochs, so writes computed on it are safe.
+        self._active_epoch: int | None = None
         loader.add_publisher(self._on_publish, catch_up=False)
         loader.add_leader_listener(self._on_leader_change)
 
@@ -59,7 +62,7 @@ class QuorumController:
 
     def is_active(self) -> bool:
         leader = self.log.leader()
-        return leader.leader_id == self.node_id
+        return leader.leader_id == self.node_id and self._active_epoch == leader.epoch
 
     def _on_publish(self, delta, image) -> None:
         self._applied.set()
@@ -68,6 +71,7 @@ class QuorumController:
         for t in self._active_tasks:
             t.cancel()
         self._active_tasks = []
+        self._active_epoch = leader.epoch if leader.leader_id == self.node_id else None
         if leader.leader_id == self.node_id:
             log.info("became the active controller in epoch %d", leader.epoch)
             loop = asyncio.get_running_loop()
@@ -125,7 +129,7 @@ class QuorumController:
     async def write(self, op: Callable[[MetadataImage], tuple[list[Any], Any]]) -> Any:
         async with self._lock:
             leader = self.log.leader()
-            if leader.leader_id != self.node_id:
+            if leader.leader_id != self.node_id or self._active_epoch != leader.epoch:
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node is not the active controller")
             records, result = op(self.loader.image)
             if records:

@@ -90,6 +90,10 @@ class RaftMetadataLog:
         self._closing = False
         self._stopped = False
         self._leader = LeaderAndEpoch(None, 0)
+        # Our own leadership is announced to listeners only once they have applied every
+        # entry up to the epoch's start (its leader-change record), as KafkaRaftClient does:
+        # before that a new leader's state machine may miss entries an old leader committed.
+        self._held_leader: tuple[LeaderAndEpoch, int] | None = None
 
     @classmethod
     def from_config(cls, cfg, snapshot_provider: SnapshotProvider | None = None) -> RaftMetadataLog:
@@ -244,8 +248,18 @@ class RaftMetadataLog:
             elif isinstance(note, LeaderChange):
                 self._leader = note.leader
                 log.info("node %d: leader is %s in epoch %d", self.node_id, note.leader.leader_id, note.leader.epoch)
+                self._held_leader = None
+                if note.leader.leader_id == self.node_id and self.core.epoch == note.leader.epoch:
+                    self._held_leader = (note.leader, self.core.epoch_start)
+                else:
+                    for lst in self.listeners:
+                        lst.handle_leader_change(note.leader)
+            if self._held_leader is not None and self._delivered_end > self._held_leader[1]:
+                leader, self._held_leader = self._held_leader[0], None
+                log.info("node %d: caught up to the start of epoch %d; announcing leadership", self.node_id,
+                         leader.epoch)
                 for lst in self.listeners:
-                    lst.handle_leader_change(note.leader)
+                    lst.handle_leader_change(leader)
 
     @staticmethod
     def _batches(note: Committed) -> list[Batch]:

@@ -124,7 +124,7 @@ class SimNode:
         self.incarnation = 0
         self.max_epoch = 0
         self.core: RaftCore | None = None
-        self.kv = KV()
+        self.kv = sim.new_state_machine(node_id)
         self.inflight = False
         self.timer_at = NEVER
         self.last_hw = 0
@@ -134,7 +134,7 @@ class SimNode:
         self.incarnation += 1
         self.inflight = False
         self.timer_at = NEVER
-        self.kv = KV()
+        self.kv = self.sim.new_state_machine(self.id)
         d = self.disk
         self.core = RaftCore(self.id, self.sim.voters, random.Random(self.sim.rng.random()), self.sim.timeouts,
                              state=d.state, snapshot=d.snapshot, entries=list(d.entries), now_ms=now)
@@ -192,6 +192,10 @@ class Sim:
             self._after(n)
         self._push(self.client_every_ms, "client", None)
         self._push(self.faults.fault_every_ms, "fault", None)
+
+    def new_state_machine(self, node_id: int):
+        """What each node replays committed entries into (``load``/``apply``/``snapshot_records``)."""
+        return KV()
 
     # ------------------------------------------------------------------ scheduling
     def _push(self, at: int, kind: str, payload) -> None:

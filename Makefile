@@ -31,6 +31,8 @@ lint: $(BIN)/krafty
 
 sim: $(BIN)/krafty
 	$(BIN)/python -m sim.run --seeds $(SEEDS)
+	$(BIN)/python -m sim.replication.run --seeds $(SEEDS)
+	$(BIN)/python -m sim.controller.run --seeds $(SEEDS)
 
 bench: $(BIN)/krafty
 	$(BIN)/python bench/produce_consume.py

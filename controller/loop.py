@@ -1,10 +1,11 @@
 """The active quorum controller: one asyncio event loop over the metadata log.
 
 Each write is a pure manager call ``image -> (records, result)`` (controller/topics.py
-and friends). Writes run one at a time: the records are appended through the metadata
-log, and the caller is answered once they are committed and replayed into the image, so
-no caller ever sees state that could still be lost. Nothing uncommitted is kept in
-memory, so resigning needs no revert. Standby controllers just replay the log."""
+and friends) on the latest image: the committed one with every write still in flight
+replayed on top (the speculative image). The records are proposed to the metadata log at
+once, and the caller is answered once they are committed and replayed into the committed
+image, so no caller ever sees state that could still be lost. On resignation the
+speculative image is dropped (that is the revert). Standby controllers replay the log."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from controller import cluster as cluster_ops
 from controller import replication as replication_ops
 from controller import topics as topic_ops
 from metadata import records as r
+from metadata.delta import MetadataDelta
 from metadata.image import MetadataImage
 from metadata.loader import MetadataLoader
+from raft.api import NotLeaderError
 
 log = logging.getLogger("krafty.controller")
 
@@ -46,12 +49,15 @@ class QuorumController:
         self.auto_leader_rebalance = auto_leader_rebalance
         self.rebalance_interval_s = rebalance_interval_s
         self.cluster = cluster_ops.ClusterState()
-        self._lock = asyncio.Lock()
         self._applied = asyncio.Event()
         self._active_tasks: list[asyncio.Task] = []
         # The epoch in which the metadata log announced us leader: it does so only once our
         # image holds every entry of earlier epochs, so writes computed on it are safe.
         self._active_epoch: int | None = None
+        # The image with every proposed but not yet committed write applied (None when
+        # nothing is in flight): the state the next write must see. Dropped on resignation.
+        self._spec: MetadataImage | None = None
+        self._spec_commit: asyncio.Future | None = None  # completes when the speculative image's last write commits
         loader.add_publisher(self._on_publish, catch_up=False)
         loader.add_leader_listener(self._on_leader_change)
 
@@ -72,6 +78,7 @@ class QuorumController:
             t.cancel()
         self._active_tasks = []
         self._active_epoch = leader.epoch if leader.leader_id == self.node_id else None
+        self._spec = None  # uncommitted state of the previous term is gone
         if leader.leader_id == self.node_id:
             log.info("became the active controller in epoch %d", leader.epoch)
             loop = asyncio.get_running_loop()
@@ -127,15 +134,40 @@ class QuorumController:
             await self._applied.wait()
 
     async def write(self, op: Callable[[MetadataImage], tuple[list[Any], Any]]) -> Any:
-        async with self._lock:
-            leader = self.log.leader()
-            if leader.leader_id != self.node_id or self._active_epoch != leader.epoch:
-                raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node is not the active controller")
-            records, result = op(self.loader.image)
-            if records:
-                offset = await self.log.append([r.encode(x) for x in records], leader.epoch)
-                await self._wait_applied(offset)
+        """Runs ``op`` on the latest image, committed or not, and proposes its records at once,
+        so writes pipeline instead of each waiting for the previous commit (Kafka's
+        QuorumController does the same). The caller is answered only when the records (or, for
+        an op that writes nothing, everything proposed before it) are committed and applied.
+        Computing and proposing never await, so ops see each other's records in order."""
+        leader = self.log.leader()
+        if leader.leader_id != self.node_id or self._active_epoch != leader.epoch:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node is not the active controller")
+        committed = self.loader.image
+        spec = self._spec if self._spec is not None and self._spec.offset > committed.offset else None
+        records, result = op(spec or committed)
+        fut = None
+        if records:
+            try:
+                last, fut = self.log.propose([r.encode(x) for x in records], leader.epoch)
+            except NotLeaderError:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node is not the active controller") from None
+            d = MetadataDelta(spec or committed)
+            for x in records:
+                d.replay(x)
+            self._spec = d.apply(last, leader.epoch)
+            self._spec_commit = fut
+        elif spec is not None:
+            last, fut = spec.offset, self._spec_commit  # answer only once what it saw is committed
+        else:
             return result
+        if fut is not None:
+            try:
+                await asyncio.shield(fut)
+            except NotLeaderError:
+                self._spec = None
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, "lost the leadership before the write committed") from None
+        await self._wait_applied(last)
+        return result
 
     # --- operations --------------------------------------------------------------------
     async def create_topics(self, new_topics: list[topic_ops.NewTopic], validate_only: bool = False
@@ -165,7 +197,7 @@ class QuorumController:
         """Registers (or re-registers) a broker, fenced until it catches up; returns its epoch."""
         return await self.write(lambda image: cluster_ops.register_broker(
             image, self.cluster, broker_id, incarnation_id, tuple(endpoints), rack, _now_ms(),
-            self.session_timeout_ms, next_offset=image.offset + 1, unclean_default=self.unclean_default))
+            self.session_timeout_ms, next_offset=self.log.next_offset(), unclean_default=self.unclean_default))
 
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, want_fence: bool,
                         want_shutdown: bool, timeout: float | None = None):
@@ -174,7 +206,7 @@ class QuorumController:
         def op(image: MetadataImage):
             self.cluster.touch(broker_id, max(received, _now_ms()))
             return cluster_ops.heartbeat(image, self.cluster, broker_id, broker_epoch, _now_ms(), metadata_offset,
-                                         want_fence, want_shutdown, next_offset=image.offset + 1,
+                                         want_fence, want_shutdown, next_offset=self.log.next_offset(),
                                          unclean_default=self.unclean_default)
         return await self.write(op)
 

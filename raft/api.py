@@ -8,7 +8,7 @@ the log; listeners get committed batches in order, snapshots to load, and leader
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Protocol
 
 
@@ -64,6 +64,14 @@ class MetadataLog(Protocol):
     async def append(self, records: Sequence[bytes], expected_epoch: int | None = None) -> int:
         """Append records as the leader; returns the offset of the last one once committed.
         Raises NotLeaderError if this node is not the leader (of ``expected_epoch``)."""
+
+    def propose(self, records: Sequence[bytes], expected_epoch: int | None = None) -> tuple[int, Awaitable[int]]:
+        """``append`` in two halves: queues the records now and returns the offset of the last
+        one with an awaitable that completes when they are committed (or raises
+        NotLeaderError). Lets a caller pipeline writes without awaiting each commit."""
+
+    def next_offset(self) -> int:
+        """The offset the next proposed record will get (leader only)."""
 
     async def start(self) -> None: ...
 

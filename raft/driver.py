@@ -121,13 +121,21 @@ class RaftMetadataLog:
         return int((time.monotonic() - self._t0) * 1000)
 
     async def append(self, records: Sequence[bytes], expected_epoch: int | None = None) -> int:
+        _last, fut = self.propose(records, expected_epoch)
+        return await fut
+
+    def propose(self, records: Sequence[bytes], expected_epoch: int | None = None) -> tuple[int, asyncio.Future]:
         if self.core is None or self._closing:
             raise NotLeaderError(self._leader)
         epoch, last = self.core.propose(list(records), self.now_ms(), expected_epoch)
         fut = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(epoch, last, fut))
         self._wake.set()
-        return await fut
+        return last, fut
+
+    def next_offset(self) -> int:
+        core = self.core
+        return -1 if core is None else core.log_end + core.accum_count
 
     async def start(self) -> None:
         state, snap, entries = await self.store.open()

@@ -138,7 +138,11 @@ class ControllerShell:
         self.active_epoch: int | None = None
         self.cluster = cluster_ops.ClusterState()
         self.queue: collections.deque = collections.deque()
-        self.inflight: tuple[int, int, Any] | None = None  # (epoch, last offset, request)
+        # Pipelined writes, like QuorumController.write: (epoch, last offset, op, result) in
+        # proposal order, and the image with all of them applied (None when none in flight).
+        self.inflight: collections.deque = collections.deque()
+        self.spec: MetadataImage | None = None
+        self.spec_epoch = -1
         self.next_rebalance = 0
 
     # An op is (kind, request or None, fn(image) -> (records, result)).
@@ -153,12 +157,10 @@ class ControllerShell:
             caught_up = n.kv.applied_end > c.epoch_start >= 0
             if caught_up or not w.settings.wait_for_epoch_start:
                 self._activate(c.epoch)
-        if self.inflight is not None:
-            epoch, last, req = self.inflight
-            if n.kv.applied_end > last:
-                self.inflight = None
-                ok = w.committed.get(last, (None,))[0] == epoch
-                self._answer(req, req[3] if ok else KafkaError(ErrorCode.NOT_CONTROLLER, "write lost"))
+        while self.inflight and n.kv.applied_end > self.inflight[0][1]:
+            epoch, last, op, result = self.inflight.popleft()
+            ok = w.committed.get(last, (None,))[0] == epoch
+            self._answer(op, result if ok else KafkaError(ErrorCode.NOT_CONTROLLER, "write lost"))
         self._run()
 
     def _activate(self, epoch: int) -> None:
@@ -181,9 +183,9 @@ class ControllerShell:
     def _resign(self) -> None:
         self.world._log(f"controller {self.node.id} no longer active (epoch {self.active_epoch})")
         self.active_epoch = None
-        if self.inflight is not None:
-            self._answer(self.inflight[2], KafkaError(ErrorCode.NOT_CONTROLLER, "resigned"))
-            self.inflight = None
+        while self.inflight:
+            self._answer(self.inflight.popleft()[2], KafkaError(ErrorCode.NOT_CONTROLLER, "resigned"))
+        self.spec = None
         while self.queue:
             self._answer(self.queue.popleft(), KafkaError(ErrorCode.NOT_CONTROLLER, "resigned"))
         self.cluster = cluster_ops.ClusterState()
@@ -211,19 +213,27 @@ class ControllerShell:
 
     def _run(self) -> None:
         n = self.node
-        while self.active_epoch is not None and self.inflight is None and self.queue:
+        while self.active_epoch is not None and self.queue:
             op = self.queue.popleft()
+            committed = n.kv.image
+            spec = self.spec if self.spec is not None and self.spec.offset > committed.offset else None
             try:
-                records, result = op[2](n.kv.image)
+                records, result = op[2](spec or committed)
             except KafkaError as e:
                 self._answer(op, e)
                 continue
-            if not records:
+            if records:
+                epoch, last = n.core.propose([r.encode(x) for x in records], self.world.now, self.active_epoch)
+                d = MetadataDelta(spec or committed)
+                for x in records:
+                    d.replay(x)
+                self.spec, self.spec_epoch = d.apply(last, epoch), epoch
+                self.inflight.append((epoch, last, op, result))
+                self.world._after(n)
+            elif spec is not None:
+                self.inflight.append((self.spec_epoch, spec.offset, op, result))
+            else:
                 self._answer(op, result)
-                continue
-            epoch, last = n.core.propose([r.encode(x) for x in records], self.world.now, self.active_epoch)
-            self.inflight = (epoch, last, (*op, result))
-            self.world._after(n)
 
     def _answer(self, op, result) -> None:
         req = op[1]
@@ -375,14 +385,15 @@ class ControllerSim(Sim):
             bid, inc = m.payload
             return lambda image: cluster_ops.register_broker(
                 image, sh.cluster, bid, inc, (r.Endpoint("PLAINTEXT", f"b{bid}", 9092, 0),), None, self.now,
-                s.session_timeout_ms)
+                s.session_timeout_ms, next_offset=n.core.log_end + n.core.accum_count)
         if m.kind == "heartbeat":
             bid, epoch, offset, stopping = m.payload
             received = self.now
 
             def hb(image):
                 sh.cluster.touch(bid, received)
-                return cluster_ops.heartbeat(image, sh.cluster, bid, epoch, self.now, offset, False, stopping)
+                return cluster_ops.heartbeat(image, sh.cluster, bid, epoch, self.now, offset, False, stopping,
+                                             next_offset=n.core.log_end + n.core.accum_count)
             return hb
         if m.kind == "alter_partition":
             bid, epoch, tid, pid, le, pe, isr = m.payload
@@ -614,7 +625,7 @@ def run_seed(seed: int, safety_ms: int = 15_000, verbose: bool = False, settings
     if len(sim.created) == before:
         sim.fail("no CreateTopics succeeded within 10 s of recovery")
     sim.clients_on = False  # quiesce: once the controller's queue drains every node must reach one offset
-    sim.run_until(sim.now + 60_000, lambda: all(not sh.queue and sh.inflight is None for sh in sim.shells.values()))
+    sim.run_until(sim.now + 60_000, lambda: all(not sh.queue and not sh.inflight for sh in sim.shells.values()))
     leader = sim.stable_leader()
     caught_up_to = leader.core.hw if leader is not None else 0
     sim.run_until(sim.now + 3000)

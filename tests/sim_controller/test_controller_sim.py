@@ -23,7 +23,7 @@ def test_a_controller_acting_on_a_stale_image_is_caught():
     """Before the fix, a new leader served writes before applying its predecessors'
     entries: duplicate topics and fenced leaders. The simulation must catch that."""
     caught = []
-    for seed in (116, 236, 42, 45):
+    for seed in (82, 59, 75, 92):
         settings = dataclasses.replace(swarm(seed)[0], wait_for_epoch_start=False)
         try:
             run_seed(seed, settings=settings)
@@ -31,7 +31,7 @@ def test_a_controller_acting_on_a_stale_image_is_caught():
             caught.append(str(e))
     assert caught, "the stale-image controller went unnoticed"
     # and the same seeds pass with the fix
-    for seed in (116, 236):
+    for seed in (82, 59):
         run_seed(seed)
 
 

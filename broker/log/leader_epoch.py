@@ -11,6 +11,7 @@ Persisted in ``leader-epoch-checkpoint`` in Kafka's text checkpoint format::
 from __future__ import annotations
 
 import os
+import threading
 from bisect import bisect_right
 from dataclasses import dataclass
 
@@ -75,6 +76,15 @@ class LeaderEpochCache:
         self.path = os.path.join(dir, CHECKPOINT_FILE) if dir else None
         self._epochs: list[int] = []
         self._offsets: list[int] = []
+        # assign() only changes memory and sets ``dirty``; sync() (from Log.flush, in the flush
+        # thread) writes the checkpoint before the log's recovery point passes the new entries,
+        # and recovery re-derives entries from the batches past the recovery point, as Kafka
+        # does since KAFKA-15046. Truncations are written at once. The lock guards the lists
+        # against the flush thread's snapshot; the write lock
+        # keeps two writers of the file apart.
+        self.dirty = False
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         if self.path:
             rows = read_checkpoint_file(self.path, 2)
             for epoch, offset in rows or []:
@@ -121,21 +131,23 @@ class LeaderEpochCache:
             return False
         if self._epochs and epoch < self._epochs[-1] and self._offsets[-1] <= start_offset:
             return False  # an older epoch showing up late; ignore
-        while self._epochs and (self._epochs[-1] >= epoch or self._offsets[-1] >= start_offset):
-            self._epochs.pop()
-            self._offsets.pop()
-        self._epochs.append(epoch)
-        self._offsets.append(start_offset)
-        self._persist()
+        with self._lock:
+            while self._epochs and (self._epochs[-1] >= epoch or self._offsets[-1] >= start_offset):
+                self._epochs.pop()
+                self._offsets.pop()
+            self._epochs.append(epoch)
+            self._offsets.append(start_offset)
+            self.dirty = True
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop the entries starting at or after ``end_offset`` (log truncated to it)."""
         changed = False
-        while self._offsets and self._offsets[-1] >= end_offset:
-            self._epochs.pop()
-            self._offsets.pop()
-            changed = True
+        with self._lock:
+            while self._offsets and self._offsets[-1] >= end_offset:
+                self._epochs.pop()
+                self._offsets.pop()
+                changed = True
         if changed:
             self._persist()
 
@@ -147,19 +159,34 @@ class LeaderEpochCache:
             return
         if i == 1 and self._offsets[0] == start_offset:
             return
-        epoch = self._epochs[i - 1]
-        del self._epochs[:i]
-        del self._offsets[:i]
-        self._epochs.insert(0, epoch)
-        self._offsets.insert(0, start_offset)
+        with self._lock:
+            epoch = self._epochs[i - 1]
+            del self._epochs[:i]
+            del self._offsets[:i]
+            self._epochs.insert(0, epoch)
+            self._offsets.insert(0, start_offset)
         self._persist()
 
     def clear(self) -> None:
-        self._epochs.clear()
-        self._offsets.clear()
+        with self._lock:
+            self._epochs.clear()
+            self._offsets.clear()
         self._persist()
 
+    def sync(self) -> None:
+        """Write the checkpoint (durably) if assign() changed it since the last write."""
+        if self.dirty:
+            self._persist()
+
     def _persist(self) -> None:
-        if self.path:
-            write_checkpoint_file(self.path, 0, [f"{e} {o}" for e, o in zip(self._epochs, self._offsets,
-                                                                          strict=True)])
+        if not self.path:
+            return
+        with self._write_lock:  # one writer at a time, each with the newest lists
+            with self._lock:
+                rows = [f"{e} {o}" for e, o in zip(self._epochs, self._offsets, strict=True)]
+                self.dirty = False
+            try:
+                write_checkpoint_file(self.path, 0, rows)
+            except BaseException:
+                self.dirty = True
+                raise

@@ -177,6 +177,8 @@ class Log:
         self.recovery_point = 0
         self.last_flush_ms = 0
         self.leader_epoch_cache = LeaderEpochCache(path)
+        self._unsynced_dirs: list[str] = []  # created but not yet fsynced (defer_sync)
+        self._unsynced_files: list[str] = []
         self.producer_state = ProducerStateManager(path)
         self.closed = False
         # Serialises changes of the segment list between the loop and a cleaner/flush thread.
@@ -190,18 +192,28 @@ class Log:
     @classmethod
     def open(cls, dir: str, topic: str, partition: int, config: LogConfig, *, topic_id: uuid.UUID | None = None,
              now_ms: int, recovery_point: int = 0, log_start_offset: int = 0,
-             clean_shutdown: bool = False) -> Log:
+             clean_shutdown: bool = False, defer_sync: bool = False) -> Log:
         """Open (creating if needed) the log of ``topic``-``partition`` under the log dir ``dir``.
 
         Segments from the one containing ``recovery_point`` on are CRC-checked unless
         ``clean_shutdown``; a torn or corrupt tail is truncated, and the segments after a
         corruption are deleted. Missing or insane indexes are rebuilt.
+
+        ``defer_sync`` (for logs the metadata creates, possibly thousands at once): a new
+        directory and its partition.metadata are made durable by the next ``flush`` rather
+        than fsynced here; an empty log lost in a crash is simply created again.
         """
         path = os.path.join(dir, partition_dir_name(topic, partition))
+        created = False
         if not os.path.isdir(path):
             os.makedirs(path, exist_ok=True)
-            fsync_dir(dir)
+            created = True
         log = cls(path, topic, partition, config)
+        if created:
+            if defer_sync:
+                log._unsynced_dirs = [dir, path]
+            else:
+                fsync_dir(dir)
         log._load_partition_metadata(topic_id)
         log._load_segments(now_ms, recovery_point, clean_shutdown, log_start_offset)
         log._log_start_offset = max(log_start_offset, log.segments[0].base_offset)
@@ -238,12 +250,41 @@ class Log:
         assert self.topic_id is not None
         p = os.path.join(self.path, PARTITION_METADATA_FILE)
         tmp = p + ".tmp"
+        deferred = bool(self._unsynced_dirs)
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(f"version: 0\ntopic_id: {_topic_id_str(self.topic_id)}\n")
             f.flush()
-            os.fsync(f.fileno())
+            if not deferred:
+                os.fsync(f.fileno())
         os.replace(tmp, p)
-        fsync_dir(self.path)
+        if deferred:
+            self._unsynced_files = [p]
+        else:
+            fsync_dir(self.path)
+
+    def _sync_created(self) -> None:
+        """fsync what ``defer_sync`` left unsynced: partition.metadata, the log's directory and
+        its entry in the log dir."""
+        dirs, self._unsynced_dirs = self._unsynced_dirs, []
+        if not dirs:
+            return
+        for p in self._unsynced_files:
+            try:
+                fd = os.open(p, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._unsynced_files = []
+        for d in reversed(dirs):
+            fsync_dir(d)
+
+    @property
+    def needs_sync(self) -> bool:
+        """Something only ``flush`` makes durable is pending (a new directory, epoch entries)."""
+        return bool(self._unsynced_dirs) or self.leader_epoch_cache.dirty
 
     def set_topic_id(self, topic_id: uuid.UUID) -> None:
         if self.topic_id is not None and self.topic_id != topic_id:
@@ -281,7 +322,8 @@ class Log:
                 continue
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             recover = not clean_shutdown and (next_base is None or next_base > recovery_point)
-            seg, truncated = LogSegment.open(self.path, base, recover=recover, **self._segment_kwargs(now_ms))
+            seg, truncated = LogSegment.open(self.path, base, recover=recover, on_batch=self._recovered_batch,
+                                             **self._segment_kwargs(now_ms))
             if segments and seg.size and seg.base_offset < segments[-1].next_offset:
                 truncated = 1  # overlapping segments: keep the earlier data
                 seg.delete()
@@ -296,6 +338,10 @@ class Log:
             seg.release()  # reopened when read: idle partitions hold one descriptor
         self.segments = segments
         self._bases = [s.base_offset for s in segments]
+
+    def _recovered_batch(self, h) -> None:
+        # entries past the recovery point may not have reached the checkpoint (assign defers it)
+        self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
 
     def _rebuild_producer_state(self) -> None:
         """Load the newest snapshot at or below the log end and replay the batch headers after it."""
@@ -741,6 +787,8 @@ class Log:
         """fsync the segments holding offsets below ``up_to`` (default: the log end) that are
         past the recovery point, with their indexes, then advance the recovery point.
         Safe to run in a worker thread while the loop keeps appending."""
+        self._sync_created()
+        self.leader_epoch_cache.sync()  # before the recovery point passes its entries
         generation = self._truncations
         segs = list(self.segments)
         target = segs[-1].next_offset if up_to is None else min(up_to, segs[-1].next_offset)

@@ -109,7 +109,9 @@ class LogManager:
         else:
             d = min(self.log_dirs, key=lambda x: sum(1 for lg in self._logs.values() if lg.path.startswith(x + os.sep)))
         now = self._clock() if now_ms is None else now_ms
-        lg = Log.open(d, topic, partition, self.config_for(topic), topic_id=topic_id, now_ms=now)
+        # made durable by the flush thread: a CreateTopics of thousands of partitions must not
+        # stall the event loop on three fsyncs per log
+        lg = Log.open(d, topic, partition, self.config_for(topic), topic_id=topic_id, now_ms=now, defer_sync=True)
         self._logs[(topic, partition)] = lg
         return lg
 
@@ -164,8 +166,8 @@ class LogManager:
         return n
 
     def flush_check(self, now_ms: int) -> int:
-        """fsync logs whose flush.ms elapsed or that rolled a segment since their last flush;
-        then checkpoint recovery points. Returns the number of logs flushed. Blocking: run it
+        """fsync logs whose flush.ms elapsed or that rolled a segment since their last flush, and
+        new logs and epoch entries not yet durable; then checkpoint recovery points. Returns the number of logs flushed. Blocking: run it
         in a worker thread."""
         flushed = 0
         for lg in list(self._logs.values()):
@@ -179,6 +181,8 @@ class LogManager:
             elif rolled:
                 lg.flush(up_to=lg.segments[-1].base_offset)
                 flushed += 1
+            elif lg.needs_sync:
+                lg.flush(up_to=lg.recovery_point)  # just the new directory / epoch entries
         if flushed:
             self.checkpoint_recovery_points()
         return flushed

@@ -126,7 +126,7 @@ class LogSegment:
 
     @classmethod
     def open(cls, dir: str, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int,
-             created_ms: int, recover: bool) -> tuple[LogSegment, int]:
+             created_ms: int, recover: bool, on_batch=None) -> tuple[LogSegment, int]:
         """Open an existing segment. With ``recover`` every batch is CRC-checked, a bad tail is
         truncated and the indexes rebuilt; otherwise the indexes are loaded (and rebuilt if
         missing or insane). Returns the segment and the number of bytes truncated."""
@@ -139,13 +139,13 @@ class LogSegment:
         except OSError:
             pass
         if recover:
-            return seg, seg.recover()
+            return seg, seg.recover(on_batch)
         try:
             seg.index.load(seg.size)
             seg.time_index.load(2**63 - 1)
             seg._load_tail()
         except CorruptIndexError:
-            return seg, seg.recover()
+            return seg, seg.recover(on_batch)
         return seg, 0
 
     @property

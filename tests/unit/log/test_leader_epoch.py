@@ -44,7 +44,7 @@ def test_truncate_from_end_and_start(tmp_path):
 
 
 def test_checkpoint_file_in_kafka_text_format_survives_reopen(tmp_path):
-    cache(tmp_path, (0, 0), (5, 123))
+    cache(tmp_path, (0, 0), (5, 123)).sync()
     text = open(os.path.join(tmp_path, CHECKPOINT_FILE)).read()
     assert text == "0\n2\n0 0\n5 123\n"
     assert pairs(LeaderEpochCache(str(tmp_path))) == [(0, 0), (5, 123)]
@@ -54,3 +54,16 @@ def test_malformed_checkpoint_is_treated_as_empty(tmp_path):
     with open(os.path.join(tmp_path, CHECKPOINT_FILE), "w") as f:
         f.write("0\n3\n1 0\n")
     assert LeaderEpochCache(str(tmp_path)).entries == []
+
+
+def test_assign_is_written_by_sync_truncation_at_once(tmp_path):
+    """assign() stays in memory until sync() (the log's flush); truncations are written at once."""
+    path = os.path.join(tmp_path, CHECKPOINT_FILE)
+    c = cache(tmp_path, (1, 0), (2, 10))
+    assert c.dirty and not os.path.exists(path)
+    c.sync()
+    assert not c.dirty and pairs(LeaderEpochCache(str(tmp_path))) == [(1, 0), (2, 10)]
+    c.assign(3, 20)
+    assert pairs(LeaderEpochCache(str(tmp_path))) == [(1, 0), (2, 10)]
+    c.truncate_from_end(10)
+    assert pairs(LeaderEpochCache(str(tmp_path))) == [(1, 0)]

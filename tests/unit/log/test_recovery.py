@@ -220,3 +220,30 @@ def test_index_damaged_in_the_middle_is_rebuilt_on_first_use(tmp_path):
     log = open_log(tmp_path, config, clean_shutdown=True)
     assert [log.read(i, 1, 20).first_batch_offset for i in range(20)] == list(range(20))
     assert open(seg0(log, ".index"), "rb").read() == good
+
+
+def test_epoch_entries_not_yet_checkpointed_are_rebuilt_from_batches(tmp_path):
+    """Leader epoch entries reach the checkpoint only on flush; a crash before that loses
+    them from the file, and recovery must derive them again from the batches."""
+    log = open_log(tmp_path)
+    for epoch, n in ((2, 3), (5, 2), (7, 1)):
+        for _ in range(n):
+            buf = make_batch([b"x"])
+            log.append_as_leader(buf, validate_produce_batches(buf, MAX), epoch, 0)
+    assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == [(2, 0), (5, 3), (7, 5)]
+    crash(log)
+    log = open_log(tmp_path)
+    assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == [(2, 0), (5, 3), (7, 5)]
+    assert log.leader_epoch_cache.end_offset_for(5, log.log_end_offset) == (5, 5)
+
+
+def test_flush_makes_epoch_entries_and_new_log_durable(tmp_path):
+    log = Log.open(str(tmp_path), "t", 0, cfg(), now_ms=0, defer_sync=True)
+    assert log.needs_sync
+    buf = make_batch([b"x"])
+    log.append_as_leader(buf, validate_produce_batches(buf, MAX), 4, 0)
+    log.flush()
+    assert not log.needs_sync
+    crash(log)
+    log = open_log(tmp_path, recovery_point=1)  # nothing left to recover: the file must have it
+    assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == [(4, 0)]

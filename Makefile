@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SEEDS ?= 1000
 
-.PHONY: run test lint sim bench system-deps clean test-spark pipeline-demo pipeline-bench
+.PHONY: run test lint sim bench system-deps clean chaos test-cluster docker-deps test-docker test-spark pipeline-demo pipeline-bench
 
 $(BIN)/krafty: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,13 +18,16 @@ $(BIN)/krafty: pyproject.toml
 run: $(BIN)/krafty
 	$(BIN)/krafty node --config deploy/config/server.properties
 
-# Debian packages the tests use (kcat is a real client in the compatibility suite).
+# Debian packages the tests use (kcat is a real client in the compatibility suite; faketime skews
+# a node's clock, iptables and iproute2 cut the network in the chaos harness).
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat >/dev/null; }
+	@dpkg -s faketime iptables iproute2 >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq faketime iptables iproute2 >/dev/null; }
+	@command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq docker-compose >/dev/null; }
 
 test: $(BIN)/krafty system-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/spark
+	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/spark --ignore=tests/docker
 
 lint: $(BIN)/krafty
 	$(BIN)/ruff check .
@@ -33,6 +36,36 @@ sim: $(BIN)/krafty
 	$(BIN)/python -m sim.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.replication.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.controller.run --seeds $(SEEDS)
+
+# Long chaos runs, one per nemesis (CHAOS_TIME seconds each; netns needs root, else use
+# CHAOS_CLUSTER=local, where partitions need root too). Output in chaos-out/<nemesis>-<seed>.
+CHAOS_TIME ?= 600
+CHAOS_SEED ?= 1
+CHAOS_CLUSTER ?= netns
+CHAOS_NEMESES ?= kill pause partition clock
+chaos: $(BIN)/krafty system-deps
+	@fail=0; for n in $(CHAOS_NEMESES); do \
+	  $(BIN)/krafty chaos run --cluster $(CHAOS_CLUSTER) --nemesis $$n --time $(CHAOS_TIME) --seed $(CHAOS_SEED) \
+	    --out chaos-out/$$n-$(CHAOS_SEED) || fail=1; done; exit $$fail
+
+# End-to-end suites against real 3 controller + 3 broker clusters: clients, admin, rolling
+# restart under load, failover, and a 2-minute chaos run per nemesis.
+test-cluster: $(BIN)/krafty system-deps
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m 'cluster or not slow' tests/cluster tests/chaos
+
+# The docker-compose deployment (deploy/) on a real Docker engine: deploy/docker-engine.sh starts
+# dockerd when none answers; the tests build a base image without pulling (debootstrap + docker
+# import), build and start the compose cluster, use it from the host and from the compose network,
+# kill brokers. Prints SKIP and succeeds only when no Docker engine can run on this machine.
+docker-deps:
+	@dpkg -s docker.io docker-compose debootstrap >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq docker.io docker-compose debootstrap >/dev/null; }
+
+test-docker: $(BIN)/krafty system-deps docker-deps
+	@rc=0; deploy/docker-engine.sh start || rc=$$?; \
+	if [ $$rc = 3 ]; then echo "SKIP: make test-docker: no Docker engine can run on this machine (dockerd logs in build/docker-engine/)"; exit 0; fi; \
+	[ $$rc = 0 ] || exit $$rc; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/docker || rc=$$?; \
+	deploy/docker-engine.sh stop; exit $$rc
 
 bench: $(BIN)/krafty
 	$(BIN)/python bench/produce_consume.py

@@ -14,6 +14,9 @@ import uuid
 from broker.apis.kafka_apis import KafkaApis
 from broker.log.manager import LogManager
 from broker.replica.manager import ReplicaManager
+from broker.security.limits import ConnectionLimits
+from broker.security.sasl import inter_broker_security, listener_security
+from broker.security.scram import ScramCredential
 from broker.server import KafkaServer
 from common.config import Config, topic_defaults
 from common.errors import ErrorCode, KafkaError
@@ -34,6 +37,7 @@ class Broker:
         self.replicas: ReplicaManager | None = None
         self.apis: KafkaApis | None = None
         self.servers: list[KafkaServer] = []
+        self.limits = ConnectionLimits.from_config(config)  # max.connections(.per.ip), connections.max.idle.ms
         self._tasks: list[asyncio.Task] = []
         self.broker_epoch = -1
         self.fenced = True
@@ -41,6 +45,12 @@ class Broker:
         self._want_shutdown = False
         self._shutdown_ok = asyncio.Event()
         self._wake_heartbeat = asyncio.Event()
+        # TLS/SASL of each listener and of the connections to other brokers, checked now so that a bad
+        # security config stops startup (ConfigError) before anything runs (broker/security)
+        ctrl = set(config["controller.listener.names"])
+        self.listener_security = {lst.name: listener_security(config, lst.name)
+                                  for lst in config["listeners"] if lst.name not in ctrl}
+        self.inter_broker_security = inter_broker_security(config)
 
     def open_logs(self) -> None:
         """Loads and recovers every partition log; must run before the metadata log replays."""
@@ -50,6 +60,9 @@ class Broker:
                                        broker_epoch=lambda: self.broker_epoch, endpoint_of=self._endpoint_of)
         self.loader.add_publisher(self.replicas.on_metadata)
         self.apis = KafkaApis(self.config, self.node_id, self.loader, self.replicas, self.controller)
+        self.replicas.fetchers.security = self.inter_broker_security  # TLS/SASL to other brokers
+        # after the replica manager's publisher: a partition we now lead has its log when we load it
+        self.loader.add_publisher(self.apis.group_coordinator.on_metadata, catch_up=False)
         log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), time.monotonic() - t0)
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
@@ -57,6 +70,10 @@ class Broker:
         b = self.loader.image.brokers.get(broker_id)
         ep = b.endpoint(self.config["inter.broker.listener.name"]) if b else None
         return (ep.host, ep.port) if ep else None
+
+    def _scram_credential(self, user: str, mechanism: str):
+        rec = self.loader.image.scram_credentials.get((user, mechanism))
+        return None if rec is None else ScramCredential(rec.salt, rec.stored_key, rec.server_key, rec.iterations)
 
     def endpoints(self) -> list[r.Endpoint]:
         proto = self.config["listener.security.protocol.map"]
@@ -75,10 +92,13 @@ class Broker:
             if lst.name in ctrl:
                 continue
             s = KafkaServer(lst.name, lst.host, lst.port, self.apis,
-                            max_request_size=self.config["socket.request.max.bytes"])
+                            max_request_size=self.config["socket.request.max.bytes"],
+                            security=self.listener_security[lst.name], scram_lookup=self._scram_credential,
+                            limits=self.limits)
             await s.start()
             self.servers.append(s)
         await self.replicas.start()
+        await self.apis.group_coordinator.start()
         await self._register()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_loop()))
@@ -90,7 +110,7 @@ class Broker:
         # (Kafka does these asynchronously too); it blocks on fsync, so it runs off the event loop.
         flush_ms = min(self.config["log.flush.scheduler.interval.ms"], 1000)
         self._tasks.append(loop.create_task(self._periodic(flush_ms, self.logs.flush_check, in_thread=True)))
-        self._tasks.append(loop.create_task(self._periodic(15_000, self.logs.cleaner_check, in_thread=True)))
+        self._tasks.append(loop.create_task(self._periodic(15_000, self._cleaner_check, in_thread=True)))
 
     async def _register(self) -> None:
         while True:
@@ -150,6 +170,11 @@ class Broker:
         hws = {tp: p.state.high_watermark for tp, p in self.replicas.partitions.items()}
         self.logs.retention_check(now_ms, hws)
 
+    def _cleaner_check(self, now_ms: int) -> None:
+        # compaction never cleans above the high watermark (Kafka's cleaner is bounded by it too)
+        hws = {tp: p.state.high_watermark for tp, p in list(self.replicas.partitions.items())}
+        self.logs.cleaner_check(now_ms, hws)
+
     async def _periodic(self, interval_ms: int, fn, in_thread: bool = False) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -169,6 +194,9 @@ class Broker:
             t.cancel()
         for s in self.servers:
             await s.close()
+        self.limits.close()
+        if self.apis:
+            await self.apis.group_coordinator.close()
         if self.replicas:
             await self.replicas.close()
         if self.logs:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import grpc
 
 from common.errors import ErrorCode, KafkaError
+from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_to_pb
 from metadata.controller_api import CreateTopicResult, HeartbeatResult, NewTopic
 from metadata.image import PartitionRegistration
 from proto import controller_pb2 as pb
@@ -26,7 +27,9 @@ _RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR}
 
 class ControllerChannel:
     def __init__(self, voters: list[tuple[int, str, int]], leader_id: Callable[[], int | None], *,
-                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 50):
+                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 50,
+                 credentials: grpc.ChannelCredentials | None = None):
+        self.credentials = credentials  # TLS to the controllers (broker/security/ssl.py); None = plaintext
         self.voters = {vid: (host, port) for vid, host, port in voters}
         self.leader_id = leader_id
         self.timeout = request_timeout_ms / 1000
@@ -38,7 +41,8 @@ class ControllerChannel:
         ch = self._channels.get(vid)
         if ch is None:
             host, port = self.voters[vid]
-            channel = grpc.aio.insecure_channel(f"{host}:{port}")
+            channel = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials) if self.credentials is not None
+                       else grpc.aio.insecure_channel(f"{host}:{port}"))
             ch = self._channels[vid] = (channel, pb_grpc.ControllerServiceStub(channel))
         return ch[1]
 
@@ -150,3 +154,43 @@ class ControllerChannel:
             if value is not None:
                 c.value = value
         await self._call("AlterTopicConfigs", req)
+
+    async def create_acls(self, bindings) -> list:
+        req = pb.CreateAclsRequest()
+        for b in bindings:
+            acl_to_pb(b, req.creations.add())
+        resp = await self._call("CreateAcls", req)
+        return [(ErrorCode(a.error_code), a.error_message if a.HasField("error_message") else None)
+                for a in resp.results]
+
+    async def delete_acls(self, filters) -> list:
+        req = pb.DeleteAclsRequest()
+        for f in filters:
+            filter_to_pb(f, req.filters.add())
+        resp = await self._call("DeleteAcls", req)
+        return [(ErrorCode(a.error_code), a.error_message if a.HasField("error_message") else None,
+                 [binding_from_pb(m) for m in a.matching]) for a in resp.results]
+
+    async def alter_client_quotas(self, alterations, validate_only: bool = False) -> list:
+        req = pb.AlterClientQuotasRequest(validate_only=validate_only)
+        for entity, ops in alterations:
+            a = req.entries.add()
+            for etype, ename in entity:
+                e = a.entity.add(entity_type=etype)
+                if ename is not None:
+                    e.entity_name = ename
+            for key, value, remove in ops:
+                a.ops.add(key=key, value=value, remove=remove)
+        resp = await self._call("AlterClientQuotas", req)
+        return [(ErrorCode(a.error_code), a.error_message if a.HasField("error_message") else None)
+                for a in resp.results]
+
+    async def alter_user_scram_credentials(self, changes) -> list:
+        """changes: [metadata.controller_api.ScramChange]; returns [(user, error code, message)]."""
+        req = pb.AlterUserScramCredentialsRequest()
+        for c in changes:
+            req.changes.add(user=c.user, mechanism=c.mechanism, delete=c.delete, salt=c.salt,
+                            stored_key=c.stored_key, server_key=c.server_key, iterations=c.iterations)
+        resp = await self._call("AlterUserScramCredentials", req)
+        return [(u.user, ErrorCode(u.error_code), u.error_message if u.HasField("error_message") else None)
+                for u in resp.results]

@@ -44,6 +44,10 @@ class RequestContext:
     listener: str
     client_host: str
     connection_id: int
+    # Kafka principal of the connection (broker/security): User:ANONYMOUS on PLAINTEXT and on
+    # SSL without a client certificate, User:<TLS subject DN> with one, User:<name> after SASL
+    principal: str = "User:ANONYMOUS"
+    security_protocol: str = "PLAINTEXT"
 
 
 Handler = Callable[[RequestContext, memoryview], Awaitable["Chunks | None"]]
@@ -60,6 +64,12 @@ class Connection:
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
+        self.tls = None  # broker.security.ssl.TlsIO on SSL / SASL_SSL listeners
+        self.sasl = None  # broker.security.sasl.SaslSession on SASL listeners
+        self.principal = "User:ANONYMOUS"
+
+    def _recv_into(self, view) -> Awaitable[int]:
+        return self.tls.recv_into(view) if self.tls is not None else self.loop.sock_recv_into(self.sock, view)
 
     async def _recv_more(self) -> None:
         if self._start == self._end:
@@ -68,7 +78,7 @@ class Connection:
             n = self._end - self._start
             self._buf[:n] = self._buf[self._start:self._end]
             self._start, self._end = 0, n
-        n = await self.loop.sock_recv_into(self.sock, self._view[self._end:])
+        n = await self._recv_into(self._view[self._end:])
         if n == 0:
             raise ConnectionResetError("peer closed")
         self._end += n
@@ -92,7 +102,7 @@ class Connection:
         view = memoryview(frame)
         got = have
         while got < size:
-            n = await self.loop.sock_recv_into(self.sock, view[got:])
+            n = await self._recv_into(view[got:])
             if n == 0:
                 raise ConnectionResetError("peer closed mid-request")
             got += n
@@ -100,13 +110,37 @@ class Connection:
 
     async def run(self) -> None:
         try:
+            sec = self.server.security
+            if sec is not None:
+                await self._secure(sec)
+            protocol = sec.protocol if sec is not None else "PLAINTEXT"
             while True:
                 frame = await self.read_frame()
-                header = parse_request_header(frame)
-                ctx = RequestContext(header, self.server.listener_name, self.addr[0], self.cid)
+                self.in_request, self.active_at = True, self.loop.time()  # for connections.max.idle.ms
+                if self.sasl is not None:
+                    if self.sasl.raw_tokens:  # after SaslHandshake v0: bare SASL tokens
+                        reply, close = self.sasl.raw_token(bytes(frame))
+                        if reply is not None:
+                            await self.send([reply])
+                        if close:
+                            break
+                        continue
+                    header = parse_request_header(frame)
+                    reply, close = self.sasl.intercept(header, memoryview(frame)[header.size:])
+                    if reply is not None:
+                        await self.send(reply)
+                        if close:
+                            break
+                        continue
+                    self.principal = self.sasl.principal
+                else:
+                    header = parse_request_header(frame)
+                ctx = RequestContext(header, self.server.listener_name, self.addr[0], self.cid, self.principal,
+                                     protocol)
                 chunks = await self.server.handler(ctx, memoryview(frame)[header.size:])
                 if chunks is not None:
                     await self.send(chunks)
+                self.in_request, self.active_at = False, self.loop.time()
         except FramingError as e:
             log.info("closing connection %d from %s: %s", self.cid, self.addr, e)
         except (ConnectionError, OSError) as e:
@@ -118,8 +152,26 @@ class Connection:
         finally:
             self.sock.close()
 
+    async def _secure(self, sec) -> None:
+        """TLS handshake (SSL, SASL_SSL) and SASL state (SASL_*) of a new connection."""
+        if sec.ssl_context is not None:
+            from broker.security.ssl import TlsIO
+
+            self.tls = TlsIO(self.sock, sec.ssl_context, server_side=True)
+            await self.tls.handshake(timeout=30.0)
+            dn = self.tls.peer_dn()
+            if dn:
+                self.principal = f"User:{dn}"
+        if sec.sasl:
+            from broker.security.sasl import SaslSession
+
+            self.sasl = SaslSession(sec, self.server.scram_lookup, client=f"{self.addr[0]}:{self.addr[1]}")
+
     async def send(self, chunks: Chunks) -> None:
         total = sum(c.size if isinstance(c, FileRegion) else len(c) for c in chunks)
+        if self.tls is not None:
+            await self._send_tls(total, chunks)
+            return
         pending: list = [_I32.pack(total)]
         for c in chunks:
             if isinstance(c, FileRegion):
@@ -131,6 +183,19 @@ class Connection:
                 pending.append(c)
         if pending:
             await self.loop.sock_sendall(self.sock, b"".join(pending) if len(pending) > 1 else pending[0])
+
+    async def _send_tls(self, total: int, chunks: Chunks) -> None:
+        pending: list = [_I32.pack(total)]
+        for c in chunks:
+            if isinstance(c, FileRegion):
+                if pending:
+                    await self.tls.sendall(b"".join(pending))
+                    pending = []
+                await self.tls.sendfile(c.fd, c.offset, c.size)
+            else:
+                pending.append(c)
+        if pending:
+            await self.tls.sendall(b"".join(pending))
 
     async def _sendfile(self, region: FileRegion) -> None:
         out = self.sock.fileno()
@@ -165,8 +230,12 @@ class Connection:
 class KafkaServer:
     """One listener: accepts connections and runs them until closed."""
 
-    def __init__(self, listener_name: str, host: str, port: int, handler: Handler, *, max_request_size: int):
+    def __init__(self, listener_name: str, host: str, port: int, handler: Handler, *, max_request_size: int,
+                 security=None, scram_lookup=None, limits=None):
         self.listener_name = listener_name
+        self.limits = limits  # broker.security.limits.ConnectionLimits (max.connections, ...), shared by listeners
+        self.security = security  # broker.security.sasl.ListenerSecurity, None = PLAINTEXT
+        self.scram_lookup = scram_lookup  # (user, mechanism) -> ScramCredential | None
         self.host = host
         self.port = port
         self.handler = handler
@@ -191,20 +260,30 @@ class KafkaServer:
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._sock is not None
+        limits = self.limits
         while True:
             try:
+                if limits is not None:
+                    await limits.wait_for_slot(self.listener_name)
                 conn, addr = await loop.sock_accept(self._sock)
             except OSError as e:
                 log.warning("accept failed: %s", e)
                 await asyncio.sleep(0.05)
                 continue
+            if limits is not None and not limits.admit(addr[0]):
+                conn.close()
+                continue
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._next_id += 1
             c = Connection(self, conn, addr, self._next_id)
+            c.in_request, c.active_at = False, loop.time()
             t = loop.create_task(c.run())
             self._conns.add(t)
             t.add_done_callback(self._conns.discard)
+            if limits is not None:
+                limits.opened(c)
+                t.add_done_callback(lambda _t, c=c, ip=addr[0]: limits.closed(c, ip))
 
     async def close(self) -> None:
         if self._accept_task:

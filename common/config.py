@@ -154,7 +154,7 @@ KEYS: dict[str, Key] = {
             {"PLAINTEXT": "PLAINTEXT", "CONTROLLER": "PLAINTEXT", "SSL": "SSL",
              "SASL_PLAINTEXT": "SASL_PLAINTEXT", "SASL_SSL": "SASL_SSL"}),
         Key("controller.listener.names", _list, ["CONTROLLER"]),
-        Key("inter.broker.listener.name", _str, "PLAINTEXT"),
+        Key("inter.broker.listener.name", lambda v: _str(v).upper(), "PLAINTEXT"),
         # quorum
         Key("controller.quorum.voters", _voters, [], "id@host:port,..."),
         Key("controller.quorum.bootstrap.servers", _list, []),
@@ -208,6 +208,7 @@ KEYS: dict[str, Key] = {
         Key("replica.fetch.wait.max.ms", _int, 500, min=0),
         Key("replica.fetch.min.bytes", _int, 1, min=1),
         Key("replica.fetch.response.max.bytes", _int, 10 * 1024 * 1024, min=0),
+        Key("max.incremental.fetch.session.cache.slots", _int, 1000, min=0),
         Key("replica.selector.class", _str, None),
         Key("num.replica.fetchers", _int, 1, min=1),
         # groups and offsets
@@ -216,6 +217,9 @@ KEYS: dict[str, Key] = {
         Key("offsets.topic.segment.bytes", _int, 100 * 1024 * 1024, min=1),
         Key("offsets.retention.minutes", _int, 10080, min=1),
         Key("offsets.retention.check.interval.ms", _int, 600_000, min=1),
+        Key("offsets.commit.timeout.ms", _int, 5000, min=1),
+        Key("offsets.load.buffer.size", _int, 5 * 1024 * 1024, min=1),
+        Key("offset.metadata.max.bytes", _int, 4096, min=0),
         Key("group.initial.rebalance.delay.ms", _int, 3000, min=0),
         Key("group.min.session.timeout.ms", _int, 6000, min=0),
         Key("group.max.session.timeout.ms", _int, 1_800_000, min=0),
@@ -235,8 +239,32 @@ KEYS: dict[str, Key] = {
         Key("producer.id.expiration.ms", _int, 86_400_000, min=1),
         # security (issue 9)
         Key("sasl.enabled.mechanisms", _list, ["GSSAPI"]),
+        # TLS and SASL (broker/security/ssl.py, sasl.py); any of these may also be set per listener
+        # as listener.name.<listener>.<key>, and SASL JAAS configs as listener.name.<l>.<mechanism>.sasl.jaas.config
+        Key("sasl.mechanism.inter.broker.protocol", _str, "GSSAPI"),
+        Key("sasl.jaas.config", _str, None, "JAAS config (PlainLoginModule user_<name>=\"pw\" entries, username/password)"),
+        Key("sasl.server.max.receive.size", _int, 524_288, min=1),
+        Key("connections.max.reauth.ms", _int, 0, min=0),
+        Key("ssl.keystore.type", _str, "PKCS12"),
+        Key("ssl.keystore.location", _str, None),
+        Key("ssl.keystore.password", _str, None),
+        Key("ssl.key.password", _str, None),
+        Key("ssl.keystore.key", _str, None),
+        Key("ssl.keystore.certificate.chain", _str, None),
+        Key("ssl.truststore.type", _str, "PEM"),
+        Key("ssl.truststore.location", _str, None),
+        Key("ssl.truststore.password", _str, None),
+        Key("ssl.truststore.certificates", _str, None),
+        Key("ssl.client.auth", _choice("none", "requested", "required"), "none"),
+        Key("ssl.enabled.protocols", _list, ["TLSv1.2", "TLSv1.3"]),
+        Key("ssl.cipher.suites", _list, []),
+        Key("ssl.endpoint.identification.algorithm", _str, "https"),
         Key("super.users", _str, ""),
         Key("allow.everyone.if.no.acl.found", _bool, False),
+        Key("authorizer.class.name", _str, ""),
+        Key("max.connections.per.ip.overrides", _str, ""),
+        Key("quota.window.num", _int, 11, min=1),
+        Key("quota.window.size.seconds", _int, 1, min=1),
     ]
 }
 
@@ -276,8 +304,11 @@ class Config(Mapping[str, Any]):
         self._raw: dict[str, str] = dict(values or {})
         self._values: dict[str, Any] = {}
         self.unknown: list[str] = []
+        self._listener_values: dict[tuple[str, str], Any] = {}
         for name, raw in self._raw.items():
             key = KEYS.get(name)
+            if key is None and name.startswith("listener.name.") and self._listener_key(name, raw):
+                continue
             if key is None:
                 self.unknown.append(name)
                 if warn_unknown:
@@ -285,6 +316,32 @@ class Config(Mapping[str, Any]):
                 continue
             self._values[name] = key.convert(raw)
         self._derive()
+
+    def _listener_key(self, name: str, raw: str) -> bool:
+        """``listener.name.<listener>.<key>``: a per-listener value of a security key, or a
+        per-listener, per-mechanism JAAS config (``listener.name.<l>.<mechanism>.sasl.jaas.config``)."""
+        listener, _, rest = name[len("listener.name."):].partition(".")
+        if not listener:
+            return False
+        m = re.fullmatch(r"([a-z0-9-]+)\.sasl\.jaas\.config", rest)
+        if m:
+            self._listener_values[(listener.upper(), f"{m.group(1).upper()}.sasl.jaas.config")] = raw.strip()
+            return True
+        key = KEYS.get(rest)
+        if key is None or not (rest.startswith(("ssl.", "sasl.")) or rest == "connections.max.reauth.ms"):
+            return False
+        self._listener_values[(listener.upper(), rest)] = dataclasses.replace(key, name=name).convert(raw)
+        return True
+
+    def listener_value(self, listener: str, name: str) -> Any:
+        """A key as seen by one listener: ``listener.name.<listener>.<name>`` if set, else ``name``.
+        For ``<MECHANISM>.sasl.jaas.config`` the fallback is ``sasl.jaas.config``."""
+        v = self._listener_values.get((listener.upper(), name))
+        if v is not None:
+            return v
+        if name.endswith(".sasl.jaas.config"):
+            return self["sasl.jaas.config"]
+        return self[name]
 
     # --- derived values that Kafka computes from several keys -------------------------
     def _derive(self) -> None:
@@ -322,6 +379,36 @@ class Config(Mapping[str, Any]):
                               "does not include controller")
         if "broker" in roles and not any(lst.name not in self["controller.listener.names"] for lst in self["listeners"]):
             raise ConfigError("configuration key 'listeners' has no broker listener but process.roles includes broker")
+        if "broker" in roles:
+            self._check_broker_listeners()
+
+    def _check_broker_listeners(self) -> None:
+        """Kafka's startup checks on named listeners: every advertised listener is a bound one,
+        routable, and not a controller listener; the inter-broker listener is advertised; every
+        listener has a security protocol."""
+        names = {lst.name for lst in self["listeners"]}
+        ctrl = set(self["controller.listener.names"])
+        proto = self["listener.security.protocol.map"]
+        for lst in self["listeners"]:
+            if lst.name not in proto:
+                raise ConfigError(f"listener {lst.name} in 'listeners' has no security protocol: add "
+                                  f"{lst.name}:PLAINTEXT (or SSL, SASL_...) to 'listener.security.protocol.map'")
+        advertised = self["advertised.listeners"]
+        for lst in advertised:
+            if lst.name not in names:
+                raise ConfigError(f"configuration key 'advertised.listeners' names listener {lst.name}, "
+                                  f"which is not in 'listeners' ({','.join(sorted(names))})")
+            if lst.name in ctrl:
+                raise ConfigError(f"configuration key 'advertised.listeners' must not contain the controller "
+                                  f"listener {lst.name} on a broker")
+            if lst.host in ("0.0.0.0", "::"):
+                raise ConfigError(f"configuration key 'advertised.listeners' gives {lst.name} the non-routable "
+                                  f"address {lst.host}: clients cannot connect there; set 'advertised.listeners' "
+                                  "to a host name or address clients can reach")
+        ibl = self["inter.broker.listener.name"]
+        if ibl not in {lst.name for lst in advertised}:
+            raise ConfigError(f"configuration key 'inter.broker.listener.name' is {ibl}, which is not an "
+                              f"advertised listener ({','.join(lst.name for lst in advertised)})")
 
     def get_default(self, name: str) -> Any:
         return self._values[name] if name in self._values else KEYS[name].default

@@ -18,8 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 from common.errors import ErrorCode, KafkaError
+from controller import acls as acl_ops
 from controller import cluster as cluster_ops
 from controller import replication as replication_ops
+from controller import scram as scram_ops
 from controller import topics as topic_ops
 from metadata import records as r
 from metadata.delta import MetadataDelta
@@ -240,6 +242,22 @@ class QuorumController:
             return [r.ProducerIdsRecord(broker_id, broker_epoch, start + PRODUCER_ID_BLOCK_SIZE)], (
                 start, PRODUCER_ID_BLOCK_SIZE)
         return await self.write(op)
+
+    async def create_acls(self, bindings) -> list:
+        return await self.write(lambda image: acl_ops.create_acls(image, bindings))
+
+    async def delete_acls(self, filters) -> list:
+        return await self.write(lambda image: acl_ops.delete_acls(image, filters))
+
+    async def alter_client_quotas(self, alterations, validate_only: bool = False) -> list:
+        def op(image):
+            recs, results = acl_ops.alter_client_quotas(image, alterations)
+            return ([] if validate_only else recs), results
+        return await self.write(op)
+
+    async def alter_user_scram_credentials(self, changes) -> list:
+        """changes: [metadata.controller_api.ScramChange]; returns [(user, error code, message)]."""
+        return await self.write(lambda image: scram_ops.alter_user_scram_credentials(image, changes))
 
 
 def _now_ms() -> int:

@@ -10,7 +10,8 @@ import grpc
 
 from common.errors import ErrorCode, KafkaError
 from metadata import records as r
-from metadata.controller_api import NewTopic
+from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_from_pb
+from metadata.controller_api import NewTopic, ScramChange
 from proto import controller_pb2 as pb
 from proto import controller_pb2_grpc as pb_grpc
 
@@ -123,6 +124,56 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
             await self.c.alter_topic_configs(req.topic, ops, req.validate_only)
             return pb.ErrorResponse(error_code=0)
         return await self._guard(run, pb.ErrorResponse())
+
+    async def CreateAcls(self, req, context):
+        async def run():
+            results = await self.c.create_acls([binding_from_pb(e) for e in req.creations])
+            out = pb.AclsResponse(error_code=0)
+            for code, msg in results:
+                ar = out.results.add(error_code=code)
+                if msg:
+                    ar.error_message = msg
+            return out
+        return await self._guard(run, pb.AclsResponse())
+
+    async def DeleteAcls(self, req, context):
+        async def run():
+            results = await self.c.delete_acls([filter_from_pb(f) for f in req.filters])
+            out = pb.AclsResponse(error_code=0)
+            for code, msg, matched in results:
+                ar = out.results.add(error_code=code)
+                if msg:
+                    ar.error_message = msg
+                for b in matched:
+                    acl_to_pb(b, ar.matching.add())
+            return out
+        return await self._guard(run, pb.AclsResponse())
+
+    async def AlterClientQuotas(self, req, context):
+        async def run():
+            alterations = [(tuple((e.entity_type, e.entity_name if e.HasField("entity_name") else None)
+                                  for e in a.entity), [(o.key, o.value, o.remove) for o in a.ops])
+                           for a in req.entries]
+            results = await self.c.alter_client_quotas(alterations, req.validate_only)
+            out = pb.AclsResponse(error_code=0)
+            for code, msg in results:
+                ar = out.results.add(error_code=code)
+                if msg:
+                    ar.error_message = msg
+            return out
+        return await self._guard(run, pb.AclsResponse())
+
+    async def AlterUserScramCredentials(self, req, context):
+        async def run():
+            changes = [ScramChange(c.user, c.mechanism, c.delete, c.salt, c.stored_key, c.server_key, c.iterations)
+                       for c in req.changes]
+            out = pb.AlterUserScramCredentialsResponse(error_code=0)
+            for user, code, msg in await self.c.alter_user_scram_credentials(changes):
+                res = out.results.add(user=user, error_code=code)
+                if msg:
+                    res.error_message = msg
+            return out
+        return await self._guard(run, pb.AlterUserScramCredentialsResponse())
 
 
 def add_to_server(server: grpc.aio.Server, controller) -> None:

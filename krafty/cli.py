@@ -48,6 +48,21 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "metadata-quorum":
         from raft.cli import main as mq_main
         return mq_main(argv[1:])
+    if argv and argv[0] == "consumer-groups":
+        from krafty.consumer_groups import main as cg_main
+        return cg_main(argv[1:])
+    if argv and argv[0] == "chaos":
+        from chaos.runner import main as chaos_main
+        return chaos_main(argv[1:])
+    if argv and argv[0] == "acls":
+        from krafty.acls import main as acls_main
+        return acls_main(argv[1:])
+    if argv and argv[0] == "configs":
+        from krafty.configs import main as configs_main
+        return configs_main(argv[1:])
+    if argv and argv[0] == "healthcheck":
+        from krafty.healthcheck import main as hc_main
+        return hc_main(argv[1:])
     p = argparse.ArgumentParser(prog="krafty", description="A Kafka-compatible broker cluster")
     p.add_argument("--log-level", default="INFO")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -56,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     node.add_argument("--override", action="append", metavar="KEY=VALUE", help="override a config key")
     node.set_defaults(fn=cmd_node)
     sub.add_parser("metadata-quorum", help="describe the metadata quorum (see: krafty metadata-quorum --help)")
+    sub.add_parser("consumer-groups", help="list, describe, delete consumer groups, reset offsets "
+                   "(see: krafty consumer-groups --help)")
+    sub.add_parser("healthcheck", help="exit 0 when a broker answers ApiVersions / a controller is in the quorum "
+                   "(see: krafty healthcheck --help)")
+    sub.add_parser("acls", help="add, remove, list ACLs (see: krafty acls --help)")
+    sub.add_parser("configs", help="describe/alter users' SCRAM credentials (see: krafty configs --help)")
+    sub.add_parser("chaos", help="run a cluster under faults and check the history (see: krafty chaos run --help)")
     cluster = sub.add_parser("cluster", help="run a local multi-process cluster")
     csub = cluster.add_subparsers(dest="action", required=True)
     up = csub.add_parser("up", help="start controllers and brokers on loopback; Ctrl-C stops them")

@@ -81,6 +81,11 @@ class Node:
         self.cluster_id = ensure_meta_properties(cfg)
         self.loader = MetadataLoader()
         self.metadata_log = make_metadata_log(cfg, self.loader)
+        from broker.security.ssl import controller_grpc_credentials
+
+        server_creds, channel_creds = controller_grpc_credentials(cfg)  # controller listener TLS (SSL), or None
+        self.metadata_log.server_credentials = server_creds
+        self.metadata_log.channel_credentials = channel_creds
         self.metadata_log.register(self.loader)
         if hasattr(self.metadata_log, "cluster_id"):
             self.metadata_log.cluster_id = self.cluster_id
@@ -103,7 +108,7 @@ class Node:
             self.channel = ControllerChannel(
                 cfg["controller.quorum.voters"], lambda: self.metadata_log.leader().leader_id,
                 request_timeout_ms=cfg["request.timeout.ms"],
-                retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20))
+                retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds)
             self.broker = Broker(cfg, self.loader, self.channel)
 
     async def start(self) -> None:

@@ -35,3 +35,16 @@ class HeartbeatResult:
     is_fenced: bool
     should_shut_down: bool
     in_controlled_shutdown: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ScramChange:
+    """One AlterUserScramCredentials change: the broker salts and derives the keys."""
+
+    user: str
+    mechanism: str  # SCRAM-SHA-256 | SCRAM-SHA-512
+    delete: bool
+    salt: bytes = b""
+    stored_key: bytes = b""
+    server_key: bytes = b""
+    iterations: int = 0

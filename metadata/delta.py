@@ -10,7 +10,8 @@ import dataclasses
 import uuid
 
 from metadata import records as r
-from metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage
+from metadata.acl import AclBinding
+from metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage, acl_binding
 
 
 @dataclasses.dataclass(slots=True)
@@ -51,6 +52,9 @@ class MetadataDelta:
         self.deleted_topics: dict[uuid.UUID, TopicImage] = {}
         self.configs: dict[tuple[int, str], dict[str, str | None]] = {}
         self.next_producer_id: int | None = None
+        self.acls: dict[uuid.UUID, AclBinding | None] = {}  # None = removed
+        self.client_quotas: dict[tuple, dict[str, float | None]] = {}  # None = removed
+        self.scram_credentials: dict[tuple[str, str], r.UserScramCredentialRecord | None] = {}  # None = removed
         self.snapshot_loaded = False
 
     # --- lookups through the delta ---------------------------------------------------
@@ -132,6 +136,23 @@ class MetadataDelta:
     def _replay_ProducerIds(self, rec: r.ProducerIdsRecord) -> None:
         self.next_producer_id = rec.next_producer_id
 
+    def _replay_UserScramCredential(self, rec: r.UserScramCredentialRecord) -> None:
+        self.scram_credentials[(rec.name, rec.mechanism)] = rec
+
+    def _replay_RemoveUserScramCredential(self, rec: r.RemoveUserScramCredentialRecord) -> None:
+        self.scram_credentials[(rec.name, rec.mechanism)] = None
+
+    def _replay_AccessControlEntry(self, rec: r.AccessControlEntryRecord) -> None:
+        self.acls[rec.acl_id] = acl_binding(rec)
+
+    def _replay_RemoveAccessControlEntry(self, rec: r.RemoveAccessControlEntryRecord) -> None:
+        if rec.acl_id not in self.image.acls and self.acls.get(rec.acl_id) is None:
+            raise ValueError(f"RemoveAccessControlEntry for unknown ACL id {rec.acl_id}")
+        self.acls[rec.acl_id] = None
+
+    def _replay_ClientQuota(self, rec: r.ClientQuotaRecord) -> None:
+        self.client_quotas.setdefault(rec.entity, {})[rec.key] = None if rec.remove else rec.value
+
     # --- apply -----------------------------------------------------------------------
     def apply(self, offset: int, epoch: int) -> MetadataImage:
         img = self.image
@@ -169,6 +190,36 @@ class MetadataDelta:
                 else:
                     configs.pop(res, None)
         features = {**img.features, **self.features} if self.features else img.features
+        scram_credentials = img.scram_credentials
+        if self.scram_credentials:
+            scram_credentials = dict(scram_credentials)
+            for key, cred in self.scram_credentials.items():
+                if cred is None:
+                    scram_credentials.pop(key, None)
+                else:
+                    scram_credentials[key] = cred
+        acls = img.acls
+        if self.acls:
+            acls = dict(acls)
+            for acl_id, b in self.acls.items():
+                if b is None:
+                    acls.pop(acl_id, None)
+                else:
+                    acls[acl_id] = b
+        quotas = img.client_quotas
+        if self.client_quotas:
+            quotas = dict(quotas)
+            for entity, kv in self.client_quotas.items():
+                merged = dict(quotas.get(entity, {}))
+                for k, v in kv.items():
+                    if v is None:
+                        merged.pop(k, None)
+                    else:
+                        merged[k] = v
+                if merged:
+                    quotas[entity] = merged
+                else:
+                    quotas.pop(entity, None)
         return MetadataImage(
             offset=offset,
             epoch=epoch,
@@ -179,6 +230,9 @@ class MetadataDelta:
             topics_by_name=by_name,
             configs=configs,
             next_producer_id=self.next_producer_id if self.next_producer_id is not None else img.next_producer_id,
+            acls=acls,
+            client_quotas=quotas,
+            scram_credentials=scram_credentials,
         )
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:

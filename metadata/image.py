@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 
 from metadata import records as r
+from metadata.acl import AclBinding, AclOperation, PatternType, PermissionType, ResourceType
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,6 +65,12 @@ class MetadataImage:
     topics_by_name: dict[str, TopicImage]
     configs: dict[tuple[int, str], dict[str, str]]  # (resource type, name) -> {key: value}
     next_producer_id: int
+    acls: dict[uuid.UUID, AclBinding] = dataclasses.field(default_factory=dict)  # ACLs by id
+    # client quotas: entity ((type, name or None), ...) -> {quota key: value}
+    client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = dataclasses.field(
+        default_factory=dict)
+    # (user, mechanism) -> salted SCRAM credential (broker/security/sasl.py authenticates with it)
+    scram_credentials: dict[tuple[str, str], r.UserScramCredentialRecord] = dataclasses.field(default_factory=dict)
 
     def topic_config(self, name: str) -> dict[str, str]:
         return self.configs.get((r.RESOURCE_TOPIC, name), {})
@@ -90,7 +97,20 @@ class MetadataImage:
                 yield r.ConfigRecord(rtype, rname, k, v)
         if self.next_producer_id:
             yield r.ProducerIdsRecord(-1, -1, self.next_producer_id)
+        for acl_id, b in self.acls.items():
+            yield r.AccessControlEntryRecord(acl_id, int(b.resource_type), b.resource_name, int(b.pattern_type),
+                                             b.principal, b.host, int(b.operation), int(b.permission))
+        for entity, kv in self.client_quotas.items():
+            for k, v in sorted(kv.items()):
+                yield r.ClientQuotaRecord(entity, k, v)
+        for _, cred in sorted(self.scram_credentials.items()):
+            yield cred
 
 
 EMPTY = MetadataImage(offset=-1, epoch=-1, cluster_id=None, features={}, brokers={}, topics_by_id={},
                       topics_by_name={}, configs={}, next_producer_id=0)
+
+
+def acl_binding(rec: r.AccessControlEntryRecord) -> AclBinding:
+    return AclBinding(ResourceType(rec.resource_type), rec.resource_name, PatternType(rec.pattern_type),
+                      rec.principal, rec.host, AclOperation(rec.operation), PermissionType(rec.permission_type))

@@ -7,6 +7,7 @@ uuids as hex). The log itself treats records as opaque bytes.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import uuid
@@ -128,6 +129,59 @@ class NoOpRecord:
     TYPE: ClassVar[str] = "NoOp"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord:
+    """An ACL (KRaft's AccessControlEntryRecord); codes are Kafka's (metadata/acl.py)."""
+
+    TYPE: ClassVar[str] = "AccessControlEntry"
+    acl_id: uuid.UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord:
+    TYPE: ClassVar[str] = "RemoveAccessControlEntry"
+    acl_id: uuid.UUID
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClientQuotaRecord:
+    """A client quota (KRaft's ClientQuotaRecord): ``entity`` is ((type, name or None), ...)
+    with types user / client-id / ip, sorted; ``remove`` drops the key."""
+
+    TYPE: ClassVar[str] = "ClientQuota"
+    entity: tuple[tuple[str, str | None], ...]
+    key: str
+    value: float = 0.0
+    remove: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord:
+    """A user's salted SCRAM credential (KRaft's UserScramCredentialRecord); never the password."""
+
+    TYPE: ClassVar[str] = "UserScramCredential"
+    name: str
+    mechanism: str  # SCRAM-SHA-256 | SCRAM-SHA-512
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RemoveUserScramCredentialRecord:
+    TYPE: ClassVar[str] = "RemoveUserScramCredential"
+    name: str
+    mechanism: str
+
+
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
@@ -137,6 +191,8 @@ RECORD_TYPES: dict[str, type] = {
         RegisterBrokerRecord, UnregisterBrokerRecord, BrokerRegistrationChangeRecord, TopicRecord,
         RemoveTopicRecord, PartitionRecord, PartitionChangeRecord, ConfigRecord, ProducerIdsRecord,
         FeatureLevelRecord, ClusterIdRecord, NoOpRecord,
+        AccessControlEntryRecord, RemoveAccessControlEntryRecord, ClientQuotaRecord,
+        UserScramCredentialRecord, RemoveUserScramCredentialRecord,
     )
 }
 
@@ -150,6 +206,8 @@ def _to_json(v: Any) -> Any:
         return [v.name, v.host, v.port, v.security_protocol]
     if isinstance(v, tuple):
         return [_to_json(x) for x in v]
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode()
     return v
 
 
@@ -162,8 +220,9 @@ def encode(record: Record) -> bytes:
     return json.dumps(d, separators=(",", ":")).encode()
 
 
-_UUID_FIELDS = {"incarnation_id", "topic_id"}
+_UUID_FIELDS = {"incarnation_id", "topic_id", "acl_id"}
 _TUPLE_FIELDS = {"replicas", "isr"}
+_BYTES_FIELDS = {"salt", "stored_key", "server_key"}
 
 
 def decode(data: bytes) -> Record:
@@ -173,6 +232,10 @@ def decode(data: bytes) -> Record:
         d[k] = uuid.UUID(hex=d[k])
     for k in _TUPLE_FIELDS & d.keys():
         d[k] = tuple(d[k])
+    if "entity" in d:
+        d["entity"] = tuple(tuple(e) for e in d["entity"])
+    for k in _BYTES_FIELDS & d.keys():
+        d[k] = base64.b64decode(d[k])
     if "endpoints" in d:
         d["endpoints"] = tuple(Endpoint(*e) for e in d["endpoints"])
     return cls(**d)

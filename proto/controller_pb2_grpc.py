@@ -74,6 +74,26 @@ class ControllerServiceStub:
                 request_serializer=controller__pb2.AlterTopicConfigsRequest.SerializeToString,
                 response_deserializer=controller__pb2.ErrorResponse.FromString,
                 _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/krafty.controller.ControllerService/AlterUserScramCredentials',
+                request_serializer=controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=controller__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/krafty.controller.ControllerService/CreateAcls',
+                request_serializer=controller__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=controller__pb2.AclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/krafty.controller.ControllerService/DeleteAcls',
+                request_serializer=controller__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=controller__pb2.AclsResponse.FromString,
+                _registered_method=True)
+        self.AlterClientQuotas = channel.unary_unary(
+                '/krafty.controller.ControllerService/AlterClientQuotas',
+                request_serializer=controller__pb2.AlterClientQuotasRequest.SerializeToString,
+                response_deserializer=controller__pb2.AclsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServiceServicer:
@@ -127,6 +147,30 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterClientQuotas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +213,26 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.AlterTopicConfigs,
                     request_deserializer=controller__pb2.AlterTopicConfigsRequest.FromString,
                     response_serializer=controller__pb2.ErrorResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=controller__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=controller__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=controller__pb2.CreateAclsRequest.FromString,
+                    response_serializer=controller__pb2.AclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=controller__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=controller__pb2.AclsResponse.SerializeToString,
+            ),
+            'AlterClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterClientQuotas,
+                    request_deserializer=controller__pb2.AlterClientQuotasRequest.FromString,
+                    response_serializer=controller__pb2.AclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -387,6 +451,114 @@ class ControllerService:
             '/krafty.controller.ControllerService/AlterTopicConfigs',
             controller__pb2.AlterTopicConfigsRequest.SerializeToString,
             controller__pb2.ErrorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/krafty.controller.ControllerService/AlterUserScramCredentials',
+            controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            controller__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/krafty.controller.ControllerService/CreateAcls',
+            controller__pb2.CreateAclsRequest.SerializeToString,
+            controller__pb2.AclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/krafty.controller.ControllerService/DeleteAcls',
+            controller__pb2.DeleteAclsRequest.SerializeToString,
+            controller__pb2.AclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/krafty.controller.ControllerService/AlterClientQuotas',
+            controller__pb2.AlterClientQuotasRequest.SerializeToString,
+            controller__pb2.AclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

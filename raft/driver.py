@@ -80,6 +80,10 @@ class RaftMetadataLog:
         # other services to serve on the controller listener (e.g. the controller service)
         self.servicers: list[Callable[[grpc.aio.Server], None]] = []
         self.bound_port: int | None = None
+        # TLS of the controller listener (grpc ServerCredentials / ChannelCredentials), None = plaintext;
+        # set by the node from the controller listener's ssl.* keys (broker/security/ssl.py)
+        self.server_credentials: grpc.ServerCredentials | None = None
+        self.channel_credentials: grpc.ChannelCredentials | None = None
         self._t0 = time.monotonic()
         self._wall0 = time.time() * 1000
         self._wake = asyncio.Event()
@@ -143,7 +147,7 @@ class RaftMetadataLog:
                              snapshot=snap, entries=entries, now_ms=self.now_ms())
         peers = dict(self.voters)
         self.transport = GrpcTransport(self.node_id, peers, self._deliver, self._unreachable,
-                                       self.timeouts.request_ms / 1000)
+                                       self.timeouts.request_ms / 1000, credentials=self.channel_credentials)
         if self.is_voter and self.listen is not None:
             self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
             pb_grpc.add_RaftQuorumServicer_to_server(RaftServicer(self.transport, self.describe_pb), self.server)
@@ -151,7 +155,9 @@ class RaftMetadataLog:
                 add(self.server)
             for add in self.servicers:
                 add(self.server)
-            self.bound_port = self.server.add_insecure_port(f"{self.listen[0]}:{self.listen[1]}")
+            addr = f"{self.listen[0]}:{self.listen[1]}"
+            self.bound_port = (self.server.add_secure_port(addr, self.server_credentials) if self.server_credentials
+                               else self.server.add_insecure_port(addr))
             if self.bound_port == 0:
                 raise OSError(f"cannot bind the controller listener {self.listen[0]}:{self.listen[1]}")
             await self.server.start()

@@ -133,8 +133,10 @@ class GrpcTransport:
     reports a request that could not reach its peer at all."""
 
     def __init__(self, node_id: int, peers: dict[int, tuple[str, int]], deliver: Callable[[m.Message], None],
-                 unreachable: Callable[[int, int], None], request_timeout_s: float) -> None:
+                 unreachable: Callable[[int, int], None], request_timeout_s: float,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
         self.node_id = node_id
+        self.credentials = credentials  # TLS to the other voters; None = plaintext
         self.peers = peers
         self.deliver = deliver
         self.unreachable = unreachable
@@ -150,7 +152,8 @@ class GrpcTransport:
         stub = self._stubs.get(peer)
         if stub is None:
             host, port = self.peers[peer]
-            ch = grpc.aio.insecure_channel(f"{host}:{port}", options=CHANNEL_OPTIONS)
+            ch = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=CHANNEL_OPTIONS)
+                  if self.credentials is not None else grpc.aio.insecure_channel(f"{host}:{port}", options=CHANNEL_OPTIONS))
             self._channels.append(ch)
             stub = self._stubs[peer] = pb_grpc.RaftQuorumStub(ch)
         return stub

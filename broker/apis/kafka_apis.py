@@ -12,15 +12,25 @@ import time
 from typing import Any
 
 from broker.apis import wire
+from broker.apis.group_apis import GroupApis
+from broker.fetch_session import FetchContext, FetchSessionCache, PartitionData
+from broker.group.coordinator import GroupCoordinator
 from broker.log.batch import validate_produce_batches
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
 from broker.replica.manager import ReplicaManager
 from broker.replica.selector import candidates_for, make_selector
+from broker.security.acl_apis import AclApis
+from broker.security.authorizer import ANONYMOUS, make_authorizer
+from broker.security.quotas import FETCH, PRODUCE, ClientQuotas, user_of
+from broker.security.scram_apis import ScramApis
 from broker.server import FileRegion, RequestContext
 from common.config import KEYS, TOPIC_KEYS, Config, ConfigError, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from common.topic_names import INTERNAL_TOPICS, validate_topic_name
+from metadata.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS
+from metadata.acl import AclOperation as Op
+from metadata.acl import ResourceType as RT
 from metadata.controller_api import NewTopic
 from metadata.image import MetadataImage
 
@@ -69,6 +79,7 @@ class KafkaApis:
             self.replica_selector = make_selector(config["replica.selector.class"])
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.handlers = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -85,13 +96,66 @@ class KafkaApis:
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
         }
+        # the group coordinator (broker/group) and its handlers (broker/apis/group_apis.py)
+        self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller)
+        self.handlers.update(GroupApis(self, self.group_coordinator).handlers())
+        # authorization (authorizer.class.name; None = every request allowed) and the ACL/quota APIs
+        self.authorizer = make_authorizer(config)
+        if self.authorizer is not None:
+            loader.add_publisher(self.authorizer.on_metadata)
+        self.handlers.update(AclApis(self).handlers())
+        # client byte-rate quotas (AlterClientQuotas): connections over quota are muted until this time
+        self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"])
+        self._muted: dict[tuple[str, int], float] = {}
+        # SCRAM credential APIs; SASL requests that get here (broker/security/scram_apis.py)
+        self.handlers.update(ScramApis(self).handlers())
 
     @property
     def image(self) -> MetadataImage:
         return self.loader.image
 
+    # --- authorization -------------------------------------------------------------------
+    def authorize(self, ctx: RequestContext, op: Op, rtype: RT, name: str) -> bool:
+        """Whether the request's principal may perform ``op`` on ``rtype:name``."""
+        a = self.authorizer
+        if a is None:
+            return True
+        return a.authorize(getattr(ctx, "principal", ANONYMOUS), ctx.client_host, op, rtype, name)
+
+    async def _throttle(self, ctx: RequestContext, key: str, nbytes: int, kip219: bool) -> int:
+        """Records bytes against the client's quota; returns the throttle time (ms). Clients that
+        honour throttle_time_ms (KIP-219 versions) get the response at once and the connection
+        is muted; older versions get the response late, as Kafka does."""
+        q = self.quotas
+        q.update(self.image.client_quotas)
+        if not q.enabled:
+            return 0
+        now = time.monotonic()
+        ms = q.record(key, user_of(getattr(ctx, "principal", ANONYMOUS)), ctx.header.client_id or "", nbytes, now)
+        if ms > 0:
+            if kip219:
+                if len(self._muted) > 100_000:
+                    self._muted = {k: t for k, t in self._muted.items() if t > now}
+                self._muted[(ctx.listener, ctx.connection_id)] = now + ms / 1000
+            else:
+                await asyncio.sleep(ms / 1000)
+        return ms
+
+    def authorize_cluster(self, ctx: RequestContext, op: Op) -> bool:
+        return self.authorize(ctx, op, RT.CLUSTER, CLUSTER_NAME)
+
+    def authorized_operations(self, ctx: RequestContext, rtype: RT, name: str) -> int:
+        a = self.authorizer
+        if a is None:  # everything is allowed: every operation the resource type supports
+            return sum(1 << int(op) for op in SUPPORTED_OPERATIONS.get(rtype, ()))
+        return a.authorized_operations(getattr(ctx, "principal", ANONYMOUS), ctx.client_host, rtype, name)
+
     # --- dispatch ------------------------------------------------------------------------
     async def __call__(self, ctx: RequestContext, body: memoryview):
+        if self._muted:  # a throttled connection's next request waits out the throttle (KIP-219)
+            until = self._muted.pop((ctx.listener, ctx.connection_id), None)
+            if until is not None and until > time.monotonic():
+                await asyncio.sleep(until - time.monotonic())
         h = ctx.header
         key, ver = h.api_key, h.api_version
         rng = SUPPORTED.get(key)
@@ -202,8 +266,10 @@ class KafkaApis:
         allow_auto = (req.allow_auto_topic_creation if ver >= 4 else True) and self.config["auto.create.topics.enable"]
         topics_out = []
         if req.topics is None or (ver == 0 and not req.topics):
+            # topics the principal may not describe are left out, as if they did not exist
             topics_out = [self._topic_metadata(image, t) for t in sorted(image.topics_by_name.values(),
-                                                                          key=lambda t: t.name)]
+                                                                          key=lambda t: t.name)
+                          if self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.name)]
         else:
             to_create = []
             for rt in req.topics:
@@ -211,8 +277,16 @@ class KafkaApis:
                 tid = getattr(rt, "topic_id", None)
                 if name is None and tid is not None and tid.int != 0:
                     t = image.topics_by_id.get(tid)
+                    if t is not None and not self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.name):
+                        topics_out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": None,
+                                           "topic_id": tid})
+                        continue
                     topics_out.append(self._topic_metadata(image, t) if t else
                                       {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": tid})
+                    continue
+                if not self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, name):
+                    # not even whether it exists is disclosed
+                    topics_out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name})
                     continue
                 t = image.topics_by_name.get(name)
                 if t is not None:
@@ -224,6 +298,9 @@ class KafkaApis:
                     topics_out.append({"error_code": ErrorCode.INVALID_TOPIC_EXCEPTION, "name": name})
                     continue
                 if allow_auto:
+                    if not (self.authorize_cluster(ctx, Op.CREATE) or self.authorize(ctx, Op.CREATE, RT.TOPIC, name)):
+                        topics_out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name})
+                        continue
                     to_create.append(name)
                 topics_out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name})
             if to_create:
@@ -238,8 +315,15 @@ class KafkaApis:
                         else:
                             entry["error_code"] = code
         alive = self._alive_brokers(image, ctx.listener)
-        return {"throttle_time": 0, "brokers": alive, "cluster_id": image.cluster_id,
-                "controller_id": self._controller_id(alive), "topics": topics_out}
+        out = {"throttle_time": 0, "brokers": alive, "cluster_id": image.cluster_id,
+               "controller_id": self._controller_id(alive), "topics": topics_out}
+        if ver >= 8 and req.include_topic_authorized_operations:
+            for entry in topics_out:
+                if entry.get("error_code") == ErrorCode.NONE and entry.get("name"):
+                    entry["topic_authorized_operations"] = self.authorized_operations(ctx, RT.TOPIC, entry["name"])
+        if 8 <= ver <= 10 and req.include_cluster_authorized_operations:
+            out["cluster_authorized_operations"] = self.authorized_operations(ctx, RT.CLUSTER, CLUSTER_NAME)
+        return out
 
     async def _auto_create(self, names: list[str]) -> dict[str, int]:
         new = [NewTopic(n) for n in names]
@@ -266,13 +350,19 @@ class KafkaApis:
         results: dict[str, list[dict]] = {}
         appended: list[tuple[tuple[str, int], int, dict]] = []
         any_error = False
+        txn_denied = req.transactional_id is not None and not self.authorize(
+            ctx, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id)
         for name, parts in req.topics:
             out = results.setdefault(name, [])
+            auth_error = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied else
+                          0 if self.authorize(ctx, Op.WRITE, RT.TOPIC, name) else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             for p in parts:
                 res = {"index": p.index, "error_code": 0, "base_offset": -1, "log_append_time": -1,
                        "log_start_offset": -1}
                 out.append(res)
                 try:
+                    if auth_error:
+                        raise KafkaError(auth_error)
                     if req.acks not in (-1, 0, 1):
                         raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
                     if name not in image.topics_by_name:
@@ -302,6 +392,7 @@ class KafkaApis:
                         reg = t.partitions.get(p.index) if t else None
                         if reg is not None:
                             res["current_leader"] = {"leader_id": reg.leader, "leader_epoch": reg.leader_epoch}
+        throttle = await self._throttle(ctx, PRODUCE, len(body), ver >= 6) if self.image.client_quotas else 0
         if req.acks == 0:
             if any_error:
                 raise CloseConnection()
@@ -309,7 +400,7 @@ class KafkaApis:
         if appended:
             await self._await_replication(appended, req.timeout_ms)
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in results.items()],
-                "throttle_time": 0}
+                "throttle_time": throttle}
 
     async def _await_replication(self, appended, timeout_ms: int) -> None:
         """The produce purgatory: acks=all completes when the HW passes each batch."""
@@ -337,30 +428,77 @@ class KafkaApis:
         replica_id = req.replica_state.replica_id if ver >= 15 else req.replica_id
         max_wait = req.max_wait.total_seconds()
         deadline = time.monotonic() + max_wait
+        # KIP-227: the request may name only what changed in a fetch session; the context
+        # gives every partition to read (keyed by topic id from v13, by name before)
+        requested = [((t.topic_id if ver >= 13 else t.topic, p.partition), PartitionData(
+            p.partition, p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1),
+            getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1)))
+            for t in req.topics for p in t.partitions]
+        if ver >= 7:
+            forgotten = [(t.topic_id if ver >= 13 else t.topic, int(pid))
+                         for t in req.forgotten_topics_data for pid in t.partitions]
+            fctx = self.fetch_sessions.context(req.session_id, req.session_epoch, requested, forgotten,
+                                               int(time.time() * 1000), replica_id >= 0)
+            if fctx.error:
+                return wire.encode_fetch_response(ver, [], error=fctx.error)
+        else:
+            fctx = FetchContext(parts=requested)
+        by_topic: dict = {}
+        for (tkey, _), pd in fctx.parts:
+            by_topic.setdefault(tkey, []).append(pd)
         # resolve topics once
         wanted = []
-        for t in req.topics:
+        for tkey, parts in by_topic.items():
             if ver >= 13:
-                timg = image.topics_by_id.get(t.topic_id)
+                timg = image.topics_by_id.get(tkey)
                 name = timg.name if timg else None
-                tid = t.topic_id
+                tid = tkey
             else:
-                name = t.topic
+                name = tkey
                 timg = image.topics_by_name.get(name)
                 tid = timg.topic_id if timg else None
-            wanted.append((name, tid, timg, t.partitions))
+            wanted.append((name, tid, timg, parts))
+        # replicas need CLUSTER_ACTION on the cluster, consumers READ on each topic
+        denied: frozenset[str | None] = frozenset()
+        if self.authorizer is not None:
+            if replica_id >= 0:
+                if not self.authorize_cluster(ctx, Op.CLUSTER_ACTION):
+                    denied = frozenset(w[0] for w in wanted)
+            else:
+                denied = frozenset(w[0] for w in wanted if w[0] is not None
+                                   and not self.authorize(ctx, Op.READ, RT.TOPIC, w[0]))
         first_pass = True
         while True:
-            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image)
+            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image, denied)
             first_pass = False
             left = deadline - time.monotonic()
             if total >= req.min_bytes or errors or left <= 0 or not wanted:
                 break
+            if replica_id >= 0 and fctx.session is not None and any(
+                    fctx.has_news(((tid if ver >= 13 else name), r.index), r.high_watermark, r.log_start_offset)
+                    for name, tid, out in topics_out for r in out):
+                break  # a follower learns a new high watermark now, not a long poll later
             await self.replicas.wait_for_data(
                 [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left, log_end=replica_id >= 0)
-        return wire.encode_fetch_response(ver, topics_out)
+        throttle = 0
+        if replica_id < 0 and self.image.client_quotas:
+            throttle = await self._throttle(ctx, FETCH, total, ver >= 8)
+            if throttle:  # over quota: an empty response (Kafka's getThrottledResponse)
+                self.quotas.unrecord(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)), ctx.header.client_id or "",
+                                     total, time.monotonic())
+                for _, _, parts in topics_out:
+                    for pr in parts:
+                        pr.records = None
+        if fctx.session is not None:
+            keyed = {((tid if ver >= 13 else name), r.index): r for name, tid, out in topics_out for r in out}
+            chosen = fctx.select({k: (r.error, r.high_watermark, r.log_start_offset, r.records is not None,
+                                      r.diverging_epoch is not None or r.preferred_read_replica >= 0
+                                      or r.current_leader is not None) for k, r in keyed.items()})
+            topics_out = [(name, tid, kept) for name, tid, out in topics_out
+                          if (kept := [r for r in out if ((tid if ver >= 13 else name), r.index) in chosen])]
+        return wire.encode_fetch_response(ver, topics_out, throttle_ms=throttle, session_id=fctx.session_id)
 
-    def _fetch_once(self, ver, wanted, req, replica_id, first_pass, image):
+    def _fetch_once(self, ver, wanted, req, replica_id, first_pass, image, denied=frozenset()):
         # KIP-392: consumers (Fetch v11+) may read from followers, up to their high watermark,
         # and the leader may point a consumer with a rack at an in-sync replica in that rack
         from_consumer = replica_id < 0
@@ -377,6 +515,8 @@ class KafkaApis:
                 r = wire.FetchPartitionResult(p.partition, 0, -1, -1, -1, None)
                 out.append(r)
                 try:
+                    if name in denied:
+                        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                     if timg is None or p.partition not in timg.partitions:
                         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID if ver >= 13 else
                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -455,11 +595,14 @@ class KafkaApis:
         topics = []
         for t in req.topics:
             parts = []
+            allowed = self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.name)
             for p in t.partitions:
                 res = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1,
                        "leader_epoch": -1}
                 parts.append(res)
                 try:
+                    if not allowed:
+                        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                     part = self.replicas.leader_partition((t.name, p.partition_index))
                     if ver >= 4:
                         bad = part.state.check_leader_epoch(p.current_leader_epoch)
@@ -502,17 +645,24 @@ class KafkaApis:
 
     async def offset_for_leader_epoch(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
+        replica_id = req.replica_id if ver >= 3 else -1  # replica_id is v3+ (consumers send v2)
         topics = []
+        cluster_denied = replica_id >= 0 and not self.authorize_cluster(ctx, Op.CLUSTER_ACTION)
         for t in req.topics:
             parts = []
+            auth_error = (ErrorCode.CLUSTER_AUTHORIZATION_FAILED if cluster_denied else
+                          0 if replica_id >= 0 or self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.topic)
+                          else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             for p in t.partitions:
                 res = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
                 parts.append(res)
                 try:
+                    if auth_error:
+                        raise KafkaError(auth_error)
                     part = self.replicas.partitions.get((t.topic, p.partition))
                     if part is None:
                         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                    if req.replica_id < 0 and not part.state.is_leader:
+                    if replica_id < 0 and not part.state.is_leader:
                         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
                     bad = part.state.check_leader_epoch(p.current_leader_epoch)
                     if bad:
@@ -527,6 +677,15 @@ class KafkaApis:
     # --- InitProducerId ----------------------------------------------------------------------------
     async def init_producer_id(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
+        if req.transactional_id is None and self.authorizer is not None and not (
+                self.authorize_cluster(ctx, Op.IDEMPOTENT_WRITE) or self.authorizer.authorize_by_resource_type(
+                    getattr(ctx, "principal", ANONYMOUS), ctx.client_host, Op.WRITE, RT.TOPIC)):
+            return {"throttle_time": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "producer_id": -1,
+                    "producer_epoch": -1}
+        if req.transactional_id is not None and not self.authorize(ctx, Op.WRITE, RT.TRANSACTIONAL_ID,
+                                                                   req.transactional_id):
+            return {"throttle_time": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "producer_id": -1, "producer_epoch": -1}
         if req.transactional_id is not None:
             return {"throttle_time": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "producer_id": -1, "producer_epoch": -1}
@@ -541,21 +700,29 @@ class KafkaApis:
     async def create_topics(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
         new = []
+        out = []
+        # CREATE on the cluster allows every topic; otherwise CREATE on each topic is needed
+        cluster_create = self.authorize_cluster(ctx, Op.CREATE)
         for t in req.topics:
+            if not cluster_create and not self.authorize(ctx, Op.CREATE, RT.TOPIC, t.name):
+                out.append({"name": t.name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            "error_message": "Authorization failed."})
+                continue
             assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
             new.append(NewTopic(t.name, t.num_partitions, t.replication_factor, assignments,
                                 {c.name: c.value for c in t.configs}))
         try:
-            results = await self.controller.create_topics(new, req.validate_only if ver >= 1 else False)
+            results = await self.controller.create_topics(new, req.validate_only if ver >= 1 else False) if new else []
         except KafkaError as e:
-            return {"throttle_time": 0, "topics": [{"name": t.name, "error_code": e.code, "error_message": e.message}
-                                                    for t in req.topics]}
-        out = []
+            return {"throttle_time": 0, "topics": out + [
+                {"name": t.name, "error_code": e.code, "error_message": e.message} for t in new]}
         for res in results:
             entry: dict[str, Any] = {"name": res.name, "error_code": res.error, "error_message": res.message,
                                      "topic_id": res.topic_id, "num_partitions": res.num_partitions,
                                      "replication_factor": res.replication_factor}
-            if res.error == ErrorCode.NONE:
+            if res.error == ErrorCode.NONE and not self.authorize(ctx, Op.DESCRIBE_CONFIGS, RT.TOPIC, res.name):
+                entry["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif res.error == ErrorCode.NONE:
                 cfg = self._effective_topic_config(res.configs)
                 entry["configs"] = [{"name": k, "value": v, "read_only": False,
                                      "config_source": 1 if k in res.configs else 5, "is_sensitive": False}
@@ -575,12 +742,30 @@ class KafkaApis:
             return {"throttle_time": 0, "responses": [
                 {"name": n, "topic_id": i, "error_code": ErrorCode.TOPIC_DELETION_DISABLED} for n, i in zip(names, ids,
                                                                                                           strict=True)]}
+        denied = []
+        if self.authorizer is not None:
+            image = self.image
+            keep_names, keep_ids = [], []
+            for n, i in zip(names, ids, strict=True):
+                name = n
+                if n is None and i is not None:
+                    t = image.topics_by_id.get(i)
+                    name = t.name if t else None
+                    if name is not None and not self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, name):
+                        denied.append({"name": None, "topic_id": i, "error_code": ErrorCode.UNKNOWN_TOPIC_ID})
+                        continue
+                if name is not None and not self.authorize(ctx, Op.DELETE, RT.TOPIC, name):
+                    denied.append({"name": n, "topic_id": i, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+                    continue
+                keep_names.append(n)
+                keep_ids.append(i)
+            names, ids = keep_names, keep_ids
         try:
-            recs_results = await self.controller.delete_topics(names, ids)
+            recs_results = await self.controller.delete_topics(names, ids) if names else []
         except KafkaError as e:
-            return {"throttle_time": 0, "responses": [{"name": n, "topic_id": i, "error_code": e.code}
-                                                      for n, i in zip(names, ids, strict=True)]}
-        return {"throttle_time": 0, "responses": [
+            return {"throttle_time": 0, "responses": denied + [{"name": n, "topic_id": i, "error_code": e.code}
+                                                               for n, i in zip(names, ids, strict=True)]}
+        return {"throttle_time": 0, "responses": denied + [
             {"name": n, "topic_id": i, "error_code": code, "error_message": msg} for n, i, code, msg in recs_results]}
 
     async def create_partitions(self, ctx, body, ver):
@@ -590,6 +775,8 @@ class KafkaApis:
             res = {"name": t.name, "error_code": 0, "error_message": None}
             results.append(res)
             try:
+                if not self.authorize(ctx, Op.ALTER, RT.TOPIC, t.name):
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
                 await self.controller.create_partitions(t.name, t.count, assignments, req.validate_only)
             except KafkaError as e:
@@ -614,6 +801,12 @@ class KafkaApis:
                                      "resource_name": res.resource_name, "configs": []}
             results.append(entry)
             wanted = set(res.configuration_keys) if res.configuration_keys else None
+            if res.resource_type == 2 and not self.authorize(ctx, Op.DESCRIBE_CONFIGS, RT.TOPIC, res.resource_name):
+                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            if res.resource_type == 4 and not self.authorize_cluster(ctx, Op.DESCRIBE_CONFIGS):
+                entry["error_code"] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                continue
             if res.resource_type == 2:
                 if res.resource_name not in image.topics_by_name:
                     entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -662,7 +855,8 @@ class KafkaApis:
 
     async def incremental_alter_configs(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
-        return await self._alter_configs(req, lambda res: [(c.name, c.config_operation, c.value) for c in res.configs])
+        return await self._alter_configs(req, lambda res: [(c.name, c.config_operation, c.value) for c in res.configs],
+                                         ctx)
 
     async def alter_configs(self, ctx, body, ver):
         """The legacy, non-incremental AlterConfigs replaces a topic's whole set of overrides."""
@@ -673,15 +867,20 @@ class KafkaApis:
             new = {c.name: c.value for c in res.configs}
             return [(k, 1, None) for k in image.topic_config(res.resource_name) if k not in new] + [
                 (k, 0, v) for k, v in new.items()]
-        return await self._alter_configs(req, ops)
+        return await self._alter_configs(req, ops, ctx)
 
-    async def _alter_configs(self, req, ops_of) -> dict:
+    async def _alter_configs(self, req, ops_of, ctx=None) -> dict:
         out = []
         for res in req.resources:
             entry = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
                      "resource_name": res.resource_name}
             out.append(entry)
             try:
+                if ctx is not None and res.resource_type == 2 and not self.authorize(
+                        ctx, Op.ALTER_CONFIGS, RT.TOPIC, res.resource_name):
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                if ctx is not None and res.resource_type == 4 and not self.authorize_cluster(ctx, Op.ALTER_CONFIGS):
+                    raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
                 if res.resource_type != 2:
                     raise KafkaError(ErrorCode.INVALID_REQUEST,
                                      "only topic configs can be altered; dynamic broker configs are not supported")
@@ -700,7 +899,9 @@ class KafkaApis:
         alive = self._alive_brokers(image, ctx.listener)
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
                 "cluster_id": image.cluster_id or "", "controller_id": self._controller_id(alive),
-                "brokers": alive, "cluster_authorized_operations": -2147483648}
+                "brokers": alive, "cluster_authorized_operations": (
+                    self.authorized_operations(ctx, RT.CLUSTER, CLUSTER_NAME) if req.include_cluster_authorized_operations
+                    else -2147483648)}
 
 
 def _config_str(v) -> str | None:

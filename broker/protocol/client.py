@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 
 from broker.protocol import codec
 from broker.protocol.apis import ApiKey, is_flexible
@@ -13,8 +14,10 @@ _I32 = struct.Struct(">i")
 
 
 class KafkaConnection:
-    def __init__(self, host: str, port: int, client_id: str = "krafty"):
+    def __init__(self, host: str, port: int, client_id: str = "krafty", security=None):
         self.host, self.port, self.client_id = host, port, client_id
+        self.security = security  # broker.security.sasl.ClientSecurity: TLS and/or SASL; None = PLAINTEXT
+        self._session_end: float | None = None  # KIP-368: reconnect (and so re-authenticate) before this
         self._r: asyncio.StreamReader | None = None
         self._w: asyncio.StreamWriter | None = None
         self._cid = 0
@@ -25,43 +28,63 @@ class KafkaConnection:
         return self._w is not None and not self._w.is_closing()
 
     async def connect(self, timeout: float = 5.0) -> None:
-        self._r, self._w = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), timeout)
+        sec = self.security
+        ctx = sec.ssl_context if sec is not None else None
+        self._r, self._w = await asyncio.wait_for(
+            asyncio.open_connection(self.host, self.port, ssl=ctx, server_hostname=self.host if ctx else None),
+            timeout)
+        self._session_end = None
+        if sec is not None and sec.mechanism:
+            from broker.security.sasl import client_authenticate
+
+            try:
+                lifetime_ms = await client_authenticate(self._roundtrip, sec)
+            except BaseException:
+                self.close()
+                raise
+            if lifetime_ms > 0:
+                self._session_end = time.monotonic() + lifetime_ms * 0.85 / 1000
 
     async def request(self, api_key: int, version: int, data: dict, timeout: float = 30.0):
         """Sends a request built from ``data`` (see codec.build) and returns the decoded
         response (a kio object). Raises ConnectionError/TimeoutError on failure, after which
         the connection is closed."""
         async with self._lock:
+            if self._session_end is not None and time.monotonic() > self._session_end:
+                self.close()
             if not self.connected:
                 await self.connect()
-            self._cid += 1
-            cid = self._cid
-            body = codec.encode(codec.build(codec.request_type(api_key, version), data))
-            cb = self.client_id.encode()
-            header = struct.pack(">hhih", api_key, version, cid, len(cb)) + cb
-            if is_flexible(api_key, version):
-                header += b"\x00"
-            try:
-                self._w.write(_I32.pack(len(header) + len(body)) + header + body)
-                await self._w.drain()
-                size = _I32.unpack(await asyncio.wait_for(self._r.readexactly(4), timeout))[0]
-                raw = await asyncio.wait_for(self._r.readexactly(size), timeout)
-            except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
-                self.close()
-                raise ConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None
-            (got,) = _I32.unpack_from(raw, 0)
-            if got != cid:
-                self.close()
-                raise ConnectionError(f"correlation id {got} != {cid}")
-            pos = 4
-            if api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version):
-                n, pos = codec.read_uvarint(raw, pos)
-                for _ in range(n):
-                    _, pos = codec.read_uvarint(raw, pos)
-                    size, pos = codec.read_uvarint(raw, pos)
-                    pos += size
-            obj, _ = codec._reader(codec.response_type(api_key, version))(raw, pos)
-            return obj
+            return await self._roundtrip(api_key, version, data, timeout)
+
+    async def _roundtrip(self, api_key: int, version: int, data: dict, timeout: float = 30.0):
+        self._cid += 1
+        cid = self._cid
+        body = codec.encode(codec.build(codec.request_type(api_key, version), data))
+        cb = self.client_id.encode()
+        header = struct.pack(">hhih", api_key, version, cid, len(cb)) + cb
+        if is_flexible(api_key, version):
+            header += b"\x00"
+        try:
+            self._w.write(_I32.pack(len(header) + len(body)) + header + body)
+            await self._w.drain()
+            size = _I32.unpack(await asyncio.wait_for(self._r.readexactly(4), timeout))[0]
+            raw = await asyncio.wait_for(self._r.readexactly(size), timeout)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
+            self.close()
+            raise ConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None
+        (got,) = _I32.unpack_from(raw, 0)
+        if got != cid:
+            self.close()
+            raise ConnectionError(f"correlation id {got} != {cid}")
+        pos = 4
+        if api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version):
+            n, pos = codec.read_uvarint(raw, pos)
+            for _ in range(n):
+                _, pos = codec.read_uvarint(raw, pos)
+                size, pos = codec.read_uvarint(raw, pos)
+                pos += size
+        obj, _ = codec._reader(codec.response_type(api_key, version))(raw, pos)
+        return obj
 
     def close(self) -> None:
         if self._w is not None:

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from broker.fetch_session import FetchSessionHandler, PartitionData
 from broker.log.batch import parse_batches
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
@@ -47,6 +48,7 @@ class FetcherThread:
         self.states: dict[TopicPartition, FollowerFetchState] = {}
         self.wake = asyncio.Event()
         self.conn: KafkaConnection | None = None
+        self.session = FetchSessionHandler()  # one fetch session per leader broker (KIP-227)
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{leader_id}")
 
     def _connection(self) -> KafkaConnection | None:
@@ -56,7 +58,8 @@ class FetcherThread:
         if self.conn is None or (self.conn.host, self.conn.port) != ep:
             if self.conn is not None:
                 self.conn.close()
-            self.conn = KafkaConnection(ep[0], ep[1], client_id=f"broker-{self.m.broker_id}-fetcher")
+            self.conn = KafkaConnection(ep[0], ep[1], client_id=f"broker-{self.m.broker_id}-fetcher",
+                                        security=self.m.security)
         return self.conn
 
     async def _run(self) -> None:
@@ -98,6 +101,7 @@ class FetcherThread:
                 await self._fetch(conn, fetches)
         except ConnectionError as e:
             log.debug("fetch from leader %d failed: %s", self.leader_id, e)
+            self.session.reset()
             now = _now_ms()
             for _, fs, act in ofle + fetches:
                 fs.on_request_failed(act, now)
@@ -127,19 +131,31 @@ class FetcherThread:
 
     async def _fetch(self, conn: KafkaConnection, items) -> None:
         cfg = self.m.config
+        wanted = {tp: PartitionData(tp[1], act.fetch_offset, cfg["replica.fetch.max.bytes"], act.current_leader_epoch,
+                                    act.last_fetched_epoch, act.log_start_offset) for tp, _, act in items}
+        session_id, epoch, send, forget = self.session.build(wanted)
         by_topic: dict[str, list] = {}
-        for (topic, pid), _, act in items:
+        for (topic, pid), d in send.items():
             by_topic.setdefault(topic, []).append({
-                "partition": pid, "current_leader_epoch": act.current_leader_epoch, "fetch_offset": act.fetch_offset,
-                "last_fetched_epoch": act.last_fetched_epoch, "log_start_offset": act.log_start_offset,
-                "partition_max_bytes": cfg["replica.fetch.max.bytes"]})
+                "partition": pid, "current_leader_epoch": d.current_leader_epoch, "fetch_offset": d.fetch_offset,
+                "last_fetched_epoch": d.last_fetched_epoch, "log_start_offset": d.log_start_offset,
+                "partition_max_bytes": d.partition_max_bytes})
+        forgotten: dict[str, list] = {}
+        for topic, pid in forget:
+            forgotten.setdefault(topic, []).append(pid)
         wait_ms = cfg["replica.fetch.wait.max.ms"]
         resp = await conn.request(ApiKey.FETCH, FETCH_VERSION, {
             "replica_id": self.m.broker_id, "max_wait": wait_ms, "min_bytes": cfg["replica.fetch.min.bytes"],
-            "max_bytes": cfg["replica.fetch.response.max.bytes"], "isolation_level": 0, "session_id": 0,
-            "session_epoch": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [], "rack_id": ""}, timeout=wait_ms / 1000 + 30)
+            "max_bytes": cfg["replica.fetch.response.max.bytes"], "isolation_level": 0, "session_id": session_id,
+            "session_epoch": epoch, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()],
+            "rack_id": ""}, timeout=wait_ms / 1000 + 30)
         answers = {(t.topic, p.partition_index): p for t in resp.responses for p in t.partitions}
+        unchanged = self.session.on_response(int(resp.error_code), int(resp.session_id),
+                                             {tp: (p.high_watermark, p.log_start_offset) for tp, p in answers.items()})
+        if unchanged is None:
+            log.info("fetch session with leader %d failed (%s): starting a new one", self.leader_id,
+                     ErrorCode(int(resp.error_code)).name)
         now = _now_ms()
         for tp, fs, act in items:
             part = self.m.rm.partitions.get(tp)
@@ -147,7 +163,13 @@ class FetcherThread:
             if part is None:
                 continue
             if p is None:
-                fs.on_request_failed(act, now)
+                if unchanged is not None and tp in unchanged:  # left out of an incremental response: no news
+                    hw, log_start = unchanged[tp]
+                    effects = fs.on_fetch_response(act, part.log, FetchAnswer(high_watermark=hw,
+                                                                             log_start_offset=log_start), now)
+                    self.m.apply(tp, part, fs, effects, (b"", []), f"fetch({act.fetch_offset}) -> nothing new")
+                else:
+                    fs.on_request_failed(act, now)
                 continue
             err = ErrorCode(int(p.error_code))
             records = bytes(p.records) if p.records else b""
@@ -192,6 +214,7 @@ class ReplicaFetcherManager:
         self.broker_id = broker_id
         self.config = config
         self.endpoint_of = endpoint_of
+        self.security = None  # broker.security.sasl.ClientSecurity of the inter-broker listener (set by Broker)
         self.backoff_s = max(config["controller.quorum.retry.backoff.ms"], 100) / 1000
         self.threads: dict[int, FetcherThread] = {}
         self.following: dict[TopicPartition, int] = {}

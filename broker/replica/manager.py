@@ -173,13 +173,13 @@ class ReplicaManager:
         tp = (part.state.topic, part.state.partition)
         self._leo_waiters.wake(tp)
         if part.state.maybe_advance_hw(part.log.log_end_offset):
-            self._hw_waiters.wake(tp)
+            self._wake(tp)
         return info
 
     def on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
         st = part.state
         if st.on_follower_fetch(replica_id, fetch_offset, part.log.log_end_offset, now_ms()):
-            self._hw_waiters.wake((st.topic, st.partition))
+            self._wake((st.topic, st.partition))
         if st.pending_alter is not None and self._alter_wake is not None:
             self._alter_wake.set()
 
@@ -226,7 +226,7 @@ class ReplicaManager:
                 st = part.state
                 if code == ErrorCode.NONE and reg is not None:
                     if st.on_isr_committed(reg, part.log.log_end_offset, req):
-                        self._hw_waiters.wake((st.topic, st.partition))
+                        self._wake((st.topic, st.partition))
                     log.info("%s-%d: ISR now %s (partition epoch %d)", st.topic, st.partition, list(st.isr),
                              st.partition_epoch)
                 else:
@@ -238,9 +238,11 @@ class ReplicaManager:
 
     # --- waiting -----------------------------------------------------------------------------------
     def wake_hw(self, tp: TopicPartition) -> None:
-        self._hw_waiters.wake(tp)
+        self._wake(tp)
 
     def _wake(self, tp: TopicPartition) -> None:
+        """The high watermark or leadership moved: consumers' and followers' long polls re-check
+        (a follower's ends if the watermark is news to it, see KafkaApis.fetch)."""
         self._hw_waiters.wake(tp)
         self._leo_waiters.wake(tp)
 

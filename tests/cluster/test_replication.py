@@ -369,3 +369,46 @@ def test_rack_aware_selector_rules():
     # fenced brokers are left out of `racks` by the caller
     leader, cands = candidates_for(100, (4, 5, 6), {5: 120, 6: 130}, {4: "a", 5: "b"}, 4, 140)
     assert sel.select("b", leader, cands) == 5
+
+
+def test_followers_learn_a_new_high_watermark_without_waiting_out_the_long_poll(tmp_path):
+    """With replica.fetch.wait.max.ms = 5 s and no further traffic, a follower would learn the
+    high watermark of a just-acknowledged record only when its held fetch times out. The leader
+    ends a follower's long poll when the watermark is news to it (tracked by the fetch session),
+    so followers (and consumers reading from them, KIP-392) see it at once."""
+    from broker.protocol.apis import ApiKey
+    from broker.protocol.client import KafkaConnection
+
+    c = Cluster(str(tmp_path), overrides={**FAST, "replica.fetch.wait.max.ms": "5000"})
+    c.start()
+    try:
+        _create(c, "hwprop")
+        time.sleep(6)  # let the followers' fetches settle into their long polls
+        reg = _partition(c, "hwprop")
+        followers = [b for b in reg.replicas if b != reg.leader]
+        p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+        p.produce("hwprop", b"x", partition=0)
+        assert p.flush(30) == 0
+        acked = time.monotonic()
+
+        async def follower_hw(broker_id: int) -> int:
+            conn = KafkaConnection("127.0.0.1", _port(c, broker_id))
+            try:
+                resp = await conn.request(ApiKey.FETCH, 12, {
+                    "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1024, "isolation_level": 0,
+                    "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+                    "topics": [{"topic": "hwprop", "partitions": [{
+                        "partition": 0, "fetch_offset": 0, "partition_max_bytes": 1024, "log_start_offset": -1,
+                        "current_leader_epoch": -1, "last_fetched_epoch": -1}]}]})
+                return resp.responses[0].partitions[0].high_watermark
+            finally:
+                conn.close()
+
+        def all_know() -> bool:
+            return all(asyncio.run(follower_hw(b)) == 1 for b in followers)
+
+        wait_until(all_know, 30, "followers know the new high watermark")
+        took = time.monotonic() - acked
+        assert took < 2.5, f"followers learned the high watermark {took:.2f} s after the ack"
+    finally:
+        c.shutdown()

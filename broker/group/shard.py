@@ -1,0 +1,370 @@
+"""One ``__consumer_offsets`` partition's worth of coordinator state: its groups and their
+committed offsets (Kafka's CoordinatorShard for the classic protocol). Pure: loading
+replays records, requests return responses and ``Write``s (see ``state.py``).
+
+Offsets are applied to memory when their records are appended (the shell calls
+``Write.on_append``); answers go out once the high watermark passes them. Records above
+the high watermark only exist while this broker stays leader, and a leadership change
+unloads the shard and the next leader rebuilds it from the log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.group import records as rec
+from broker.group.state import (
+    COMPLETING_REBALANCE,
+    CONSUMER_PROTOCOL_TYPE,
+    DEAD,
+    EMPTY,
+    STATES,
+    ClassicGroup,
+    Effects,
+    GroupConfig,
+    JoinRequest,
+    Write,
+    join_error,
+    sync_error,
+)
+from common.errors import ErrorCode
+
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+GROUP_TYPE_CLASSIC = "classic"
+
+
+class GroupShard:
+    def __init__(self, partition: int, config: GroupConfig, *, metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES):
+        self.partition = partition
+        self.config = config
+        self.metadata_max_bytes = metadata_max_bytes
+        self.groups: dict[str, ClassicGroup] = {}
+        self.offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
+
+    # --- loading ------------------------------------------------------------------------------
+    def replay(self, key: bytes | None, value: bytes | None, now: int) -> None:
+        """Apply one record read from the partition (raises RecordFormatError if undecodable)."""
+        if key is None:
+            raise rec.RecordFormatError("record without a key")
+        k = rec.decode_key(key)
+        if isinstance(k, rec.OffsetKey):
+            if value is None:
+                offs = self.offsets.get(k.group)
+                if offs is not None:
+                    offs.pop((k.topic, k.partition), None)
+                    if not offs:
+                        del self.offsets[k.group]
+                return
+            v = rec.decode_offset_value(value)
+            self.offsets.setdefault(k.group, {})[(k.topic, k.partition)] = v
+            if k.group not in self.groups:
+                self.groups[k.group] = ClassicGroup(k.group, now, self.config)
+            return
+        if value is None:
+            self.groups.pop(k.group, None)
+            return
+        self.groups[k.group] = ClassicGroup.from_value(k.group, rec.decode_group_value(value), now, self.config)
+
+    def unload(self, now: int) -> Effects:
+        fx = Effects()
+        for g in self.groups.values():
+            fx.add(g.make_dead(now, ErrorCode.NOT_COORDINATOR))
+        self.groups.clear()
+        self.offsets.clear()
+        return fx
+
+    # --- timers -------------------------------------------------------------------------------
+    def next_deadline(self) -> int | None:
+        ds = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
+        return min(ds) if ds else None
+
+    def tick(self, now: int) -> Effects:
+        fx = Effects()
+        for g in list(self.groups.values()):
+            d = g.next_deadline()
+            if d is not None and now >= d:
+                fx.add(g.tick(now))
+        return fx
+
+    # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
+    def join(self, now: int, req: JoinRequest, waiter: Any) -> Effects:
+        fx = Effects()
+        if not req.group_id:
+            fx.reply(waiter, join_error(ErrorCode.INVALID_GROUP_ID, req.member_id))
+            return fx
+        if not (self.config.min_session_timeout_ms <= req.session_timeout_ms <= self.config.max_session_timeout_ms):
+            fx.reply(waiter, join_error(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))
+            return fx
+        g = self.groups.get(req.group_id)
+        if g is None:
+            if req.member_id != "":
+                fx.reply(waiter, join_error(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id))
+                return fx
+            g = self.groups[req.group_id] = ClassicGroup(req.group_id, now, self.config)
+        fx.add(g.join(now, req, waiter))
+        self._forget_if_unused(g)
+        return fx
+
+    def sync(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int,
+             protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
+             waiter: Any) -> Effects:
+        fx = Effects()
+        if not group_id:
+            fx.reply(waiter, sync_error(ErrorCode.INVALID_GROUP_ID))
+            return fx
+        g = self.groups.get(group_id)
+        if g is None:
+            fx.reply(waiter, sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
+            return fx
+        return g.sync(now, member_id, instance_id, generation, protocol_type, protocol_name, assignments, waiter)
+
+    def heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int) -> int:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        g = self.groups.get(group_id)
+        if g is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return g.heartbeat(now, member_id, instance_id, generation)
+
+    def leave(self, now: int, group_id: str, identities: list[tuple[str, str | None]]
+              ) -> tuple[int, list[dict], Effects]:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, [], Effects()
+        g = self.groups.get(group_id)
+        if g is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, [], Effects()
+        if g.state == DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, [], Effects()
+        results, fx = g.leave(now, identities)
+        return ErrorCode.NONE, results, fx
+
+    def _forget_if_unused(self, g: ClassicGroup) -> None:
+        """A group made by a request that failed (nothing joined, nothing committed) is not kept."""
+        if (g.state == EMPTY and g.generation == 0 and not g.members and not g.pending_members
+                and g.group_id not in self.offsets and self.groups.get(g.group_id) is g and g.protocol_type is None):
+            del self.groups[g.group_id]
+
+    # --- offsets ------------------------------------------------------------------------------
+    def validate_offset_commit(self, now: int, group_id: str, member_id: str, instance_id: str | None,
+                               generation: int, api_version: int) -> int:
+        g = self.groups.get(group_id)
+        if g is None:
+            if generation < 0:
+                return ErrorCode.NONE  # a simple (manual-assignment) consumer: the group is made on commit
+            return ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
+        if g.state == DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and g.state == EMPTY:
+            return ErrorCode.NONE
+        if generation >= 0 or member_id or instance_id is not None:
+            err = g.validate_member(member_id, instance_id)
+            if err:
+                return err
+        if generation != g.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if g.state == COMPLETING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        g.touch(now, member_id)
+        return ErrorCode.NONE
+
+    def commit_offsets(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int,
+                       api_version: int, topics: list[tuple[str, list[tuple[int, int, int, str | None]]]],
+                       retention_ms: int = -1) -> tuple[list[dict], Write | None]:
+        """``topics``: [(name, [(partition, offset, leader_epoch, metadata)])]. Returns the
+        response topics (error codes filled in for refused partitions) and the Write.
+        ``retention_ms`` (OffsetCommit v2-v4) other than -1 gives the offsets an expire
+        timestamp of their own, as Kafka does."""
+        expire = -1 if retention_ms == -1 else min(now + retention_ms, 2**63 - 1)
+        out = []
+        if not group_id:
+            err = ErrorCode.INVALID_GROUP_ID
+        else:
+            err = self.validate_offset_commit(now, group_id, member_id, instance_id, generation, api_version)
+        records: list[tuple[bytes, bytes | None]] = []
+        applied: list[tuple[str, int, rec.OffsetValue]] = []
+        for name, parts in topics:
+            pout = []
+            out.append({"name": name, "partitions": pout})
+            for p, offset, epoch, metadata in parts:
+                code = err
+                if not code and metadata is not None and len(metadata.encode("utf-8")) > self.metadata_max_bytes:
+                    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                pout.append({"partition_index": p, "error_code": int(code)})
+                if code:
+                    continue
+                v = rec.OffsetValue(offset, epoch, metadata or "", now, expire)
+                records.append((rec.offset_commit_key(group_id, name, p), rec.offset_commit_value(v)))
+                applied.append((name, p, v))
+        if not records:
+            return out, None
+
+        def on_append() -> None:
+            if group_id not in self.groups:
+                self.groups[group_id] = ClassicGroup(group_id, now, self.config)
+            offs = self.offsets.setdefault(group_id, {})
+            for name, p, v in applied:
+                offs[(name, p)] = v
+
+        return out, Write(records, on_append=on_append)
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None) -> list[dict]:
+        offs = self.offsets.get(group_id, {})
+        if topics is None:
+            by_topic: dict[str, list[dict]] = {}
+            for (t, p), v in sorted(offs.items()):
+                by_topic.setdefault(t, []).append(_offset_entry(p, v))
+            return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+        return [{"name": t, "partitions": [_offset_entry(p, offs.get((t, p))) for p in ps]} for t, ps in topics]
+
+    def delete_offsets(self, now: int, group_id: str, topics: list[tuple[str, list[int]]]
+                       ) -> tuple[int, list[dict], Write | None]:
+        g = self.groups.get(group_id)
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, [], None
+        if g is None or g.state == DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND, [], None
+        if g.protocol_type is not None and g.protocol_type != CONSUMER_PROTOCOL_TYPE and g.members:
+            return ErrorCode.NON_EMPTY_GROUP, [], None
+        subscribed = g.subscribed_topics()
+        offs = self.offsets.get(group_id, {})
+        out = []
+        records = []
+        gone = []
+        for t, ps in topics:
+            pout = []
+            out.append({"name": t, "partitions": pout})
+            busy = subscribed is None or t in subscribed
+            for p in ps:
+                if busy and g.members:
+                    pout.append({"partition_index": p, "error_code": int(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)})
+                    continue
+                pout.append({"partition_index": p, "error_code": 0})
+                if (t, p) in offs:
+                    records.append((rec.offset_commit_key(group_id, t, p), None))
+                    gone.append((t, p))
+        if not records:
+            return ErrorCode.NONE, out, None
+
+        def on_append() -> None:
+            o = self.offsets.get(group_id, {})
+            for tp in gone:
+                o.pop(tp, None)
+            if not o:
+                self.offsets.pop(group_id, None)
+
+        return ErrorCode.NONE, out, Write(records, on_append=on_append)
+
+    def delete_groups(self, now: int, group_ids: list[str]) -> tuple[dict[str, int], Write | None, Effects]:
+        codes: dict[str, int] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        doomed = []
+        for gid in group_ids:
+            g = self.groups.get(gid)
+            if g is None or g.state == DEAD:
+                codes[gid] = ErrorCode.GROUP_ID_NOT_FOUND
+                continue
+            if g.members or g.state != EMPTY:
+                codes[gid] = ErrorCode.NON_EMPTY_GROUP
+                continue
+            codes[gid] = ErrorCode.NONE
+            records += [(rec.offset_commit_key(gid, t, p), None) for (t, p) in self.offsets.get(gid, {})]
+            records.append((rec.group_metadata_key(gid), None))
+            doomed.append(gid)
+        fx = Effects()
+        if not records:
+            return codes, None, fx
+
+        def on_append() -> None:
+            for gid in doomed:
+                g = self.groups.pop(gid, None)
+                if g is not None:
+                    fx.add(g.make_dead(now, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+                self.offsets.pop(gid, None)
+
+        return codes, Write(records, on_append=on_append), fx
+
+    def expire_offsets(self, now: int, retention_ms: int) -> Write | None:
+        """Offsets of empty groups expire ``retention_ms`` after the group became empty
+        (after their commit for groups that never had members); those of topics a consumer
+        group no longer subscribes to after their commit (KIP-211/496). An empty group left
+        without offsets is deleted."""
+        records: list[tuple[bytes, bytes | None]] = []
+        gone: list[tuple[str, tuple[str, int]]] = []
+        dead: list[str] = []
+        for gid, g in list(self.groups.items()):
+            offs = self.offsets.get(gid, {})
+            expired = []
+            if g.state == EMPTY:
+                for tp, v in offs.items():
+                    base = g.state_timestamp if g.protocol_type else v.commit_timestamp
+                    if v.expire_timestamp >= 0:
+                        if now >= v.expire_timestamp:
+                            expired.append(tp)
+                    elif now - base >= retention_ms:
+                        expired.append(tp)
+            elif g.protocol_type == CONSUMER_PROTOCOL_TYPE:
+                subscribed = g.subscribed_topics()
+                if subscribed is not None:
+                    expired = [tp for tp, v in offs.items()
+                               if tp[0] not in subscribed and now - v.commit_timestamp >= retention_ms]
+            for tp in expired:
+                records.append((rec.offset_commit_key(gid, tp[0], tp[1]), None))
+                gone.append((gid, tp))
+            if (g.state == EMPTY and not g.members and not g.pending_members
+                    and len(expired) == len(offs)):
+                records.append((rec.group_metadata_key(gid), None))
+                dead.append(gid)
+        if not records:
+            return None
+
+        def on_append() -> None:
+            for gid, tp in gone:
+                o = self.offsets.get(gid)
+                if o is not None:
+                    o.pop(tp, None)
+                    if not o:
+                        del self.offsets[gid]
+            for gid in dead:
+                g = self.groups.get(gid)
+                if g is not None and g.state == EMPTY and not g.members and gid not in self.offsets:
+                    del self.groups[gid]
+
+        return Write(records, on_append=on_append)
+
+    # --- ListGroups / DescribeGroups ------------------------------------------------------------
+    def list_groups(self, states: set[str] | None, types: set[str] | None) -> list[dict]:
+        if types and GROUP_TYPE_CLASSIC not in types:
+            return []
+        out = []
+        for gid, g in self.groups.items():
+            if g.state == DEAD:
+                continue
+            if states and g.state.lower() not in states:
+                continue
+            out.append({"group_id": gid, "protocol_type": g.protocol_type or "", "group_state": g.state,
+                        "group_type": GROUP_TYPE_CLASSIC})
+        return out
+
+    def describe(self, group_id: str) -> dict | None:
+        g = self.groups.get(group_id)
+        if g is None or g.state == DEAD:
+            return None
+        stable = g.state == "Stable"
+        members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.metadata(g.protocol_name) if stable else b"",
+                    "member_assignment": m.assignment if stable else b""} for m in g.members.values()]
+        return {"error_code": 0, "group_id": group_id, "group_state": g.state,
+                "protocol_type": g.protocol_type or "", "protocol_data": (g.protocol_name or "") if stable else "",
+                "members": members}
+
+
+def _offset_entry(p: int, v: rec.OffsetValue | None) -> dict:
+    if v is None:
+        return {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                "error_code": 0}
+    return {"partition_index": p, "committed_offset": v.offset, "committed_leader_epoch": v.leader_epoch,
+            "metadata": v.metadata, "error_code": 0}
+
+
+__all__ = ["GroupShard", "STATES"]

@@ -1,0 +1,438 @@
+"""``krafty chaos run``: start a cluster, run the workloads while the nemesis breaks things, heal,
+check that the cluster recovers, read everything back, and judge the history.
+
+Phases (TigerBeetle/Jepsen style): setup -> faults on (workloads + nemesis) -> heal -> recovery
+(leaders back, a fresh acks=all write to every partition) -> final reads -> checker. The output
+directory gets ``history.jsonl`` (every operation), ``verdict.json``, ``report.html`` and the nodes'
+logs; the exit code is 0 when the checker found nothing, 1 on any anomaly, 2 when the run itself
+could not be carried out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shlex
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from chaos import checker, report
+from chaos.cluster import FAKETIME_LIB, BaseCluster, make_cluster
+from chaos.history import History
+from chaos.nemesis import KINDS, Nemesis
+from chaos.workload import (
+    ConsumerWorker,
+    Counter,
+    GroupWorker,
+    Probe,
+    ProducerWorker,
+    TopicChurnWorker,
+    _NullLogger,
+)
+
+TOPIC = "chaos"
+
+
+@dataclass
+class Options:
+    cluster: str = "local"
+    nemesis: list[str] = field(default_factory=lambda: list(KINDS))
+    time: float = 120.0
+    seed: int = 1
+    out: str = "chaos-out"
+    partitions: int = 6
+    producers: int = 2
+    rate: float = 100.0  # records per second per producer
+    consumers: int = 2
+    groups: str = "auto"  # auto | on | off
+    churn: bool = True
+    hold: tuple[float, float] = (5.0, 12.0)
+    quiet: tuple[float, float] = (2.0, 6.0)
+    recovery_timeout: float = 90.0
+    argv: list[str] = field(default_factory=list)
+
+
+class HarnessError(Exception):
+    """The run could not be carried out (not a verdict about the cluster)."""
+
+
+def log(msg: str) -> None:
+    print(f"chaos: {msg}", file=sys.stderr, flush=True)
+
+
+def clock_unavailable() -> str | None:
+    """None when the clock nemesis can skew a node's wall clock, else why not."""
+    if not os.path.exists(FAKETIME_LIB):
+        return (f"libfaketime is not installed ({FAKETIME_LIB} is missing): "
+                "apt-get install faketime (or: make system-deps)")
+    return None
+
+
+def supports_api(host: str, port: int, api_key: int, timeout: float = 5.0) -> bool:
+    """Whether the broker advertises ``api_key`` in its ApiVersions v0 answer."""
+    client = b"krafty-chaos"
+    body = struct.pack(">hhih", 18, 0, 1, len(client)) + client
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(struct.pack(">i", len(body)) + body)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed during ApiVersions")
+            data += chunk
+    _corr, err, n = struct.unpack(">ihi", data[4:14])
+    keys = {struct.unpack(">h", data[14 + 6 * i:16 + 6 * i])[0] for i in range(max(n, 0))}
+    return err == 0 and api_key in keys
+
+
+def wait_for(fn, timeout: float, what: str, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            v = fn()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001 - retried until the deadline
+            last = e
+        time.sleep(interval)
+    raise HarnessError(f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else ""))
+
+
+def leaders_ok(admin: AdminClient, topic: str, partitions: int, brokers: set[int], full_isr: bool = False) -> bool:
+    md = admin.list_topics(topic, timeout=5)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or len(t.partitions) != partitions:
+        return False
+    return all(p.leader in brokers and (not full_isr or len(p.isrs) == len(p.replicas))
+               for p in t.partitions.values())
+
+
+def setup_topic(c: BaseCluster, opts: Options) -> None:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap, "logger": _NullLogger()})
+    ids = {b.id for b in c.brokers}
+    wait_for(lambda: {b.id for b in admin.list_topics(timeout=5).brokers.values()} >= ids, 120,
+             "every broker to register")
+    fut = admin.create_topics([NewTopic(TOPIC, opts.partitions, 3, config={"min.insync.replicas": "2"})],
+                              operation_timeout=30)[TOPIC]
+    fut.result(60)
+    wait_for(lambda: leaders_ok(admin, TOPIC, opts.partitions, ids, full_isr=True), 60,
+             f"leaders and full ISRs for {TOPIC}")
+
+
+def final_produce(c: BaseCluster, hist: History, partitions: int, timeout: float) -> None:
+    """A fresh acks=all write to every partition after the heal: the cluster makes progress again."""
+    errors: list[str] = []
+    done = []
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "message.timeout.ms": int(timeout * 1000), "logger": _NullLogger()})
+
+    def cb(err, msg):
+        (errors.append(f"{msg.partition()}: {err}") if err else done.append(msg.partition()))
+    t0 = hist.now()
+    for pid in range(partitions):  # negative values: unique, and never confused with the workload's
+        p.produce(TOPIC, value=str(-1 - pid).encode(), partition=pid, on_delivery=cb)
+    left = p.flush(timeout + 5)
+    ok = not errors and left == 0 and len(done) == partitions
+    hist.add("final-produce", type="ok" if ok else "fail", seconds=round(hist.now() - t0, 3),
+             error="; ".join(errors[:3]) or (f"{left} unanswered" if left else None))
+
+
+def final_read(c: BaseCluster, hist: History, partitions: int, timeout: float) -> None:
+    """Read every partition from its start to its high watermark with a fresh consumer."""
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "chaos-final", "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest", "logger": _NullLogger()})
+    try:
+        for pid in range(partitions):
+            tp = f"{TOPIC}/{pid}"
+            deadline = time.monotonic() + timeout
+            lo = hi = None
+            while time.monotonic() < deadline:
+                try:
+                    lo, hi = cons.get_watermark_offsets(TopicPartition(TOPIC, pid), timeout=5)
+                    break
+                except KafkaException:
+                    time.sleep(1)
+            if hi is None:
+                hist.add("final-read", tp=tp, msgs=[], complete=False, error="no watermarks")
+                continue
+            msgs: list[list[int]] = []
+            cons.assign([TopicPartition(TOPIC, pid, lo)])
+            last = lo - 1
+            while last < hi - 1 and time.monotonic() < deadline:
+                for m in cons.consume(1000, 1.0):
+                    if m.error() is None and m.offset() < hi:
+                        msgs.append([m.offset(), int(m.value())])
+                        last = max(last, m.offset())
+            cons.unassign()
+            hist.add("final-read", tp=tp, msgs=msgs, complete=last >= hi - 1 and lo == 0, low=lo, high=hi)
+    finally:
+        cons.close()
+
+
+def final_topics(c: BaseCluster, hist: History) -> None:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap, "logger": _NullLogger()})
+    try:
+        md = admin.list_topics(timeout=10)
+        hist.add("topics-final", topics=sorted(md.topics), complete=True)
+    except KafkaException as e:
+        hist.add("topics-final", topics=[], complete=False, error=str(e))
+
+
+class Progress(threading.Thread):
+    """One line every few seconds: elapsed, writes acknowledged/failed, reads, the current fault."""
+
+    def __init__(self, hist: History, total: float, producers, consumers, groups, nemesis: Nemesis,
+                 every: float = 5.0):
+        super().__init__(name="progress", daemon=True)
+        self.hist, self.total, self.every = hist, total, every
+        self.producers, self.consumers, self.groups, self.nemesis = producers, consumers, groups, nemesis
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        tty = sys.stderr.isatty()
+        while not self.stopping.wait(self.every):
+            acked = sum(p.acked for p in self.producers)
+            failed = sum(p.failed for p in self.producers)
+            polled = sum(c.polled for c in self.consumers)
+            commits = sum(g.commits for g in self.groups)
+            fault = self.nemesis.current or "-"
+            line = (f"[{self.hist.now():5.0f}s/{self.total:.0f}s] acked {acked} failed {failed} polled {polled} "
+                    f"commits {commits} | fault: {fault}")
+            print(("\r\x1b[K" if tty else "") + line, end="" if tty else "\n", file=sys.stderr, flush=True)
+        if tty:
+            print(file=sys.stderr)
+
+
+def run(opts: Options) -> int:
+    kinds = list(dict.fromkeys(opts.nemesis))
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        log(f"unknown nemesis {bad[0]!r} (choose from {', '.join(KINDS)})")
+        return 2
+    skipped = {}
+    if "clock" in kinds:
+        why = clock_unavailable() or ("clock skew is not supported in compose mode (no libfaketime in the image)"
+                                      if opts.cluster == "compose" else None)
+        if why:
+            log(f"skipping the clock nemesis: {why}")
+            skipped["clock"] = why
+            kinds.remove("clock")
+    if not kinds:
+        log("no nemesis left to run")
+        return 2
+    os.makedirs(opts.out, exist_ok=True)
+    out = os.path.abspath(opts.out)
+    rng = random.Random(opts.seed)
+    hist = History()
+    meta = {"seed": opts.seed, "cluster": opts.cluster, "nemesis": kinds, "skipped": skipped, "time": opts.time,
+            "command": "krafty chaos " + shlex.join(opts.argv) if opts.argv else None,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    log(f"seed {opts.seed}, cluster {opts.cluster}, nemesis {','.join(kinds)}, {opts.time:.0f}s, output in {out}")
+    try:
+        c = make_cluster(opts.cluster, os.path.join(out, "cluster"), network="partition" in kinds, log=log)
+    except (RuntimeError, OSError) as e:
+        log(f"cannot start the {opts.cluster} cluster: {e}")
+        return 2
+    workers: list = []
+    nemesis = None
+    harness_error = None
+    try:
+        c.start_all()
+        log(f"cluster starting: {len(c.controllers)} controllers, {len(c.brokers)} brokers at {c.bootstrap}")
+        setup_topic(c, opts)
+        groups = opts.groups == "on"
+        if opts.groups == "auto":
+            b = c.brokers[0]
+            groups = supports_api(b.host, b.ports[0], 10)  # FindCoordinator
+        meta["groups"] = groups
+        log(f"topic {TOPIC} ready ({opts.partitions} partitions, RF 3, min.insync.replicas 2); "
+            f"consumer groups {'on' if groups else 'off (the brokers do not serve FindCoordinator)'}")
+        counter = Counter()
+        probe = Probe(c.bootstrap, TOPIC, c.controller_addresses(), hist)
+        producers = [ProducerWorker(i, c.bootstrap, TOPIC, opts.partitions, hist, counter, opts.rate)
+                     for i in range(opts.producers)]
+        consumers = [ConsumerWorker(i, c.bootstrap, TOPIC, opts.partitions, hist, random.Random(rng.random()))
+                     for i in range(opts.consumers)]
+        members = [GroupWorker(i, c.bootstrap, TOPIC, "chaos-group", hist) for i in range(2)] if groups else []
+        churn = [TopicChurnWorker(c.bootstrap, hist, random.Random(rng.random()))] if opts.churn else []
+        workers = [probe, *producers, *consumers, *members, *churn]
+        for w in workers:
+            w.start()
+        nemesis = Nemesis(c, hist, kinds, random.Random(rng.random()), probe=probe, topic=TOPIC)
+        progress = Progress(hist, hist.now() + opts.time, producers, consumers, members, nemesis)
+        progress.start()
+        stopping = threading.Event()
+        try:
+            nemesis.run(opts.time, stopping, hold=opts.hold, quiet=opts.quiet)
+        except KeyboardInterrupt:
+            log("interrupted: healing and checking what ran so far")
+        finally:
+            nemesis.heal_all()
+            progress.stopping.set()
+        log("faults healed; waiting for the cluster to recover")
+        admin = AdminClient({"bootstrap.servers": c.bootstrap, "logger": _NullLogger()})
+        ids = {b.id for b in c.brokers}
+        t_heal = hist.now()
+        try:
+            wait_for(lambda: leaders_ok(admin, TOPIC, opts.partitions, ids), opts.recovery_timeout,
+                     "every partition to have a leader")
+            hist.add("recovered", seconds=round(hist.now() - t_heal, 3))
+        except HarnessError as e:
+            hist.add("recovered", seconds=None, error=str(e))
+        # let the producers run a few seconds on the healed cluster, then stop everyone
+        time.sleep(3)
+        for w in [*producers, *churn, *members]:
+            w.stop()
+        for w in [*producers, *churn, *members]:
+            w.join(120)
+        final_produce(c, hist, opts.partitions, 60)
+        time.sleep(3)  # consumers catch up to the end
+        for w in [*consumers, probe]:
+            w.stop()
+        for w in [*consumers, probe]:
+            w.join(60)
+        log("final reads")
+        final_read(c, hist, opts.partitions, 120)
+        final_topics(c, hist)
+        errors = {w.name: repr(w.error) for w in workers if w.error is not None}
+        stuck = [w.name for w in workers if w.is_alive()]
+        if errors or stuck:
+            harness_error = f"workers failed: {errors}" + (f"; did not stop: {stuck}" if stuck else "")
+    except HarnessError as e:
+        harness_error = str(e)
+    except Exception as e:  # noqa: BLE001 - reported with the partial history
+        harness_error = f"{type(e).__name__}: {e}"
+    finally:
+        for w in workers:
+            w.stop()
+        if nemesis is not None and harness_error:
+            try:
+                nemesis.heal_all()
+            except Exception as e:  # noqa: BLE001 - the cluster is torn down next anyway
+                log(f"healing after the error failed too: {e}")
+        try:
+            c.close()
+        except Exception as e:  # noqa: BLE001 - report the run all the same
+            log(f"cleaning up the cluster failed: {e}")
+            harness_error = harness_error or f"cleanup failed: {e}"
+
+    history = hist.snapshot()
+    hist.dump(os.path.join(out, "history.jsonl"))
+    verdict = checker.check(history)
+    verdict["meta"] = meta
+    if harness_error:
+        verdict["harness-error"] = harness_error
+        for name in c.nodes:
+            tail = c.log_tail(name, 10)
+            if tail:
+                log(f"---- {name} (last lines) ----\n{tail}")
+    with open(os.path.join(out, "verdict.json"), "w") as f:
+        json.dump(verdict, f, indent=2, sort_keys=True)
+    with open(os.path.join(out, "report.html"), "w") as f:
+        f.write(report.render(verdict, history))
+    print_summary(verdict, out)
+    if harness_error:
+        log(f"the run could not be completed: {harness_error}")
+        return 2
+    return 0 if verdict["valid"] else 1
+
+
+def _fmt(s: dict) -> str:
+    if not s["count"]:
+        return "none measured"
+    return f"n={s['count']} median {s['median']:.2f}s p99 {s['p99']:.2f}s max {s['max']:.2f}s"
+
+
+def print_summary(v: dict, out: str) -> None:
+    c = v["counts"]
+    e = v["elections"]
+    lines = [
+        f"verdict: {'VALID' if v['valid'] else 'ANOMALIES: ' + ', '.join(v['anomaly-types'])}",
+        f"writes: {c['send-ok']} acknowledged, {c['send-fail']} failed/indeterminate, {c['lost']} lost, "
+        f"{c['unseen']} not reached by any read; polled {c['polled']}, final read {c['final-read']}; "
+        f"{c['commits']} group commits; {c['topic-ops']} topic ops; {c['faults']} faults",
+        f"controller elections: {_fmt(e['controller'])}",
+        f"partition-leader elections: {_fmt(e['partition'])}",
+    ]
+    gaps = sorted(v.get("outages", []), key=lambda o: o["max_ack_gap_s"])
+    if gaps:
+        worst = gaps[-1]
+        lines.append(f"unavailability (longest gap between acknowledged writes to one partition, per fault): "
+                     f"median {gaps[len(gaps) // 2]['max_ack_gap_s']:.2f}s, max {worst['max_ack_gap_s']:.2f}s "
+                     f"during {worst['desc']}")
+    for k in v["anomaly-types"]:
+        lines.append(f"  {k}: {json.dumps(v['anomalies'][k][:3])}")
+    lines.append(f"report: {os.path.join(out, 'report.html')}  verdict: {os.path.join(out, 'verdict.json')}")
+    print("\n".join(lines), flush=True)
+
+
+def _span(text: str) -> tuple[float, float]:
+    """``MIN:MAX`` seconds (or one number for both) for --hold and --gap."""
+    import argparse
+    try:
+        lo, _, hi = text.partition(":")
+        span = (float(lo), float(hi or lo))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN:MAX seconds, got {text!r}") from None
+    if not 0 <= span[0] <= span[1]:
+        raise argparse.ArgumentTypeError(f"expected 0 <= MIN <= MAX, got {text!r}")
+    return span
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="krafty chaos", description="chaos testing of a krafty cluster")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a cluster under faults and check the history")
+    r.add_argument("--cluster", choices=["local", "netns", "compose"], default="local",
+                   help="local processes on loopback, processes in network namespaces, or docker compose")
+    r.add_argument("--nemesis", default=",".join(KINDS), help=f"comma-separated, from {','.join(KINDS)}")
+    r.add_argument("--time", type=float, default=120, help="seconds of faults")
+    r.add_argument("--seed", type=int, default=None, help="seed of the fault schedule (default: random)")
+    r.add_argument("--out", default=None, help="output directory (default: chaos-out/<seed>)")
+    r.add_argument("--partitions", type=int, default=6)
+    r.add_argument("--producers", type=int, default=2)
+    r.add_argument("--rate", type=float, default=100, help="records per second per producer")
+    r.add_argument("--consumers", type=int, default=2)
+    r.add_argument("--groups", choices=["auto", "on", "off"], default="auto",
+                   help="consumer-group members that commit (auto: when the brokers serve FindCoordinator)")
+    r.add_argument("--no-churn", action="store_true", help="no topic create/delete during faults")
+    r.add_argument("--hold", type=_span, default=(5.0, 12.0), metavar="MIN:MAX",
+                   help="seconds each fault lasts, drawn uniformly (default 5:12)")
+    r.add_argument("--gap", type=_span, default=(2.0, 6.0), metavar="MIN:MAX",
+                   help="seconds of calm between faults (default 2:6)")
+    c = sub.add_parser("check", help="judge a recorded history.jsonl again (and rewrite the report)")
+    c.add_argument("history")
+    c.add_argument("--out", default=None, help="where to write verdict.json and report.html")
+    args = p.parse_args(argv)
+    if args.cmd == "check":
+        from chaos.history import load
+        history = load(args.history)
+        verdict = checker.check(history)
+        out = args.out or os.path.dirname(os.path.abspath(args.history))
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "verdict.json"), "w") as f:
+            json.dump(verdict, f, indent=2, sort_keys=True)
+        with open(os.path.join(out, "report.html"), "w") as f:
+            f.write(report.render(verdict, history))
+        print_summary(verdict, out)
+        return 0 if verdict["valid"] else 1
+    if args.time <= 0 or args.partitions < 1 or args.producers < 1 or args.rate <= 0 or args.consumers < 0:
+        p.error("--time, --partitions, --producers and --rate must be positive, --consumers not negative")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**6)
+    opts = Options(cluster=args.cluster, nemesis=[k.strip() for k in args.nemesis.split(",") if k.strip()],
+                   time=args.time, seed=seed, out=args.out or os.path.join("chaos-out", str(seed)),
+                   partitions=args.partitions, producers=args.producers, rate=args.rate,
+                   consumers=args.consumers, groups=args.groups, churn=not args.no_churn,
+                   hold=args.hold, quiet=args.gap,
+                   argv=["run", *argv[1:]] if args.seed is not None else ["run", *argv[1:], "--seed", str(seed)])
+    return run(opts)

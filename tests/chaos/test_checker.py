@@ -1,0 +1,251 @@
+"""The chaos history checker on hand-written histories: a clean one passes, and each anomaly class
+is found in a history that contains it (and only that one)."""
+
+from __future__ import annotations
+
+from chaos.checker import check, election_times, produce_outages
+
+TP = "t/0"
+
+
+def send(v, off, proc="p1", tp=TP, t=None, ok=True):
+    t = float(v) if t is None else t
+    ops = [{"f": "send", "type": "invoke", "t": t, "process": proc, "tp": tp, "value": v}]
+    if ok:
+        ops.append({"f": "send", "type": "ok", "t": t + 0.01, "process": proc, "tp": tp, "value": v, "offset": off})
+    else:
+        ops.append({"f": "send", "type": "fail", "t": t + 0.01, "process": proc, "tp": tp, "value": v,
+                    "error": "timed out"})
+    return ops
+
+
+def final(msgs, tp=TP, complete=True):
+    return {"f": "final-read", "t": 100.0, "tp": tp, "msgs": [list(m) for m in msgs], "complete": complete}
+
+
+def ending():
+    return [{"f": "final-produce", "type": "ok", "t": 101.0}]
+
+
+def clean():
+    h = []
+    for v in range(5):
+        h += send(v, v)
+    h.append({"f": "assign", "t": 0.0, "process": "c1", "session": 1, "tp": TP, "offset": 0})
+    h.append({"f": "poll", "t": 2.0, "process": "c1", "session": 1, "msgs": [[TP, 0, 0], [TP, 1, 1]]})
+    h.append({"f": "poll", "t": 3.0, "process": "c1", "session": 1, "msgs": [[TP, 2, 2]]})
+    h.append(final([(i, i) for i in range(5)]))
+    return h + ending()
+
+
+def kinds(h):
+    return check(h)["anomaly-types"]
+
+
+def test_a_clean_history_is_valid():
+    v = check(clean())
+    assert v["valid"], v["anomalies"]
+    assert v["counts"]["send-ok"] == 5 and v["counts"]["polled"] == 3 and v["counts"]["lost"] == 0
+
+
+def test_lost_acknowledged_write():
+    h = clean()
+    h[-2] = final([(0, 0), (1, 1), (2, 2), (4, 4)])  # value 3, acked at offset 3, is gone
+    v = check(h)
+    assert kinds(h) == ["lost"]
+    assert v["anomalies"]["lost"][0]["value"] == 3 and v["counts"]["lost"] == 1
+
+
+def test_a_failed_send_that_is_missing_is_not_lost():
+    h = []
+    for v in range(3):
+        h += send(v, v)
+    h += send(3, None, ok=False)
+    h.append(final([(0, 0), (1, 1), (2, 2)]))
+    assert check(h + ending())["valid"]
+
+
+def test_lost_without_a_complete_final_read_needs_a_later_offset_read():
+    h = []
+    for v in range(3):
+        h += send(v, v)
+    h.append({"f": "poll", "t": 5.0, "process": "c1", "session": 1, "msgs": [[TP, 0, 0], [TP, 2, 2]]})
+    v = check(h + ending())
+    assert v["anomalies"]["lost"] == [{"tp": TP, "value": 1, "acked_offset": 1, "t": 1.01}]
+    assert "no-recovery" in v["anomaly-types"]  # the final read did not happen
+
+
+def test_duplicate_value():
+    h = clean()
+    h[-2] = final([(0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 4)])
+    assert kinds(h) == ["duplicate"]
+
+
+def test_inconsistent_offsets():
+    h = clean()
+    # a poll saw value 9 at offset 1, the final read sees value 1 there (and 9 nowhere else)
+    h.insert(-2, {"f": "poll", "t": 4.0, "process": "c2", "session": 1, "msgs": [[TP, 1, 9]]})
+    v = check(h)
+    assert "inconsistent-offsets" in v["anomaly-types"]
+    assert v["anomalies"]["inconsistent-offsets"][0]["offset"] == 1
+
+
+def test_ack_offset_disagreeing_with_the_log_is_inconsistent():
+    h = clean()
+    h[-2] = final([(0, 0), (1, 1), (2, 2), (3, 4), (4, 3)])
+    v = check(h)
+    assert "inconsistent-offsets" in v["anomaly-types"]
+    assert "reorder" in v["anomaly-types"]  # and the log order contradicts the send order
+
+
+def test_reorder_within_one_producer():
+    h = []
+    for v in (0, 1, 2):
+        h += [
+            {"f": "send", "type": "invoke", "t": float(v), "process": "p1", "tp": TP, "value": v},
+            {"f": "send", "type": "info", "t": float(v) + 0.5, "process": "p1", "tp": TP, "value": v}]
+    h.append(final([(0, 0), (1, 2), (2, 1)]))
+    v = check(h + ending())
+    assert v["anomaly-types"] == ["reorder"]
+    assert v["anomalies"]["reorder"][0]["sent_later"] == 2
+
+
+def test_two_producers_may_interleave():
+    h = send(0, 1, proc="p1") + send(1, 0, proc="p2")
+    h.append(final([(0, 1), (1, 0)]))
+    assert check(h + ending())["valid"]
+
+
+def test_nonmonotonic_poll():
+    h = clean()
+    h.insert(-2, {"f": "poll", "t": 3.5, "process": "c1", "session": 1, "msgs": [[TP, 1, 1]]})
+    assert kinds(h) == ["nonmonotonic-poll"]
+
+
+def test_a_new_session_may_start_over():
+    h = clean()
+    h.insert(-2, {"f": "assign", "t": 3.2, "process": "c1", "session": 2, "tp": TP, "offset": 0})
+    h.insert(-2, {"f": "poll", "t": 3.5, "process": "c1", "session": 2, "msgs": [[TP, 0, 0], [TP, 1, 1]]})
+    assert check(h)["valid"]
+
+
+def test_skipped_offset_in_a_session():
+    h = clean()
+    h.insert(-2, {"f": "poll", "t": 3.5, "process": "c1", "session": 1, "msgs": [[TP, 4, 4]]})
+    v = check(h)
+    assert v["anomaly-types"] == ["skipped-poll"]
+    assert v["anomalies"]["skipped-poll"][0]["skipped"] == [3]
+
+
+def test_skip_from_the_session_start():
+    h = clean()
+    h.insert(-2, {"f": "assign", "t": 3.2, "process": "c3", "session": 7, "tp": TP, "offset": 0})
+    h.insert(-2, {"f": "poll", "t": 3.5, "process": "c3", "session": 7, "msgs": [[TP, 2, 2]]})
+    assert kinds(h) == ["skipped-poll"]
+
+
+def test_a_gap_that_is_not_in_the_log_is_not_a_skip():
+    h = []
+    for v, off in ((0, 0), (1, 5)):
+        h += send(v, off)
+    h.append({"f": "poll", "t": 3.0, "process": "c1", "session": 1, "msgs": [[TP, 0, 0], [TP, 5, 1]]})
+    h.append(final([(0, 0), (5, 1)]))
+    assert check(h + ending())["valid"]
+
+
+def test_commit_going_backwards():
+    h = clean()
+    h.insert(-2, {"f": "commit", "type": "ok", "t": 5.0, "process": "c1", "group": "g", "tp": TP, "offset": 3})
+    h.insert(-2, {"f": "commit", "type": "ok", "t": 6.0, "process": "c2", "group": "g", "tp": TP, "offset": 2})
+    assert kinds(h) == ["commit-backwards"]
+
+
+def test_offset_fetch_behind_an_acknowledged_commit():
+    h = clean()
+    h.insert(-2, {"f": "commit", "type": "ok", "t": 5.0, "process": "c1", "group": "g", "tp": TP, "offset": 3})
+    h.insert(-2, {"f": "committed", "t": 7.0, "invoke_t": 6.5, "process": "c2", "group": "g", "tp": TP,
+                  "offset": 1})
+    assert kinds(h) == ["commit-backwards"]
+    ok = clean()
+    ok.insert(-2, {"f": "commit", "type": "ok", "t": 5.0, "process": "c1", "group": "g", "tp": TP, "offset": 3})
+    ok.insert(-2, {"f": "committed", "t": 7.0, "invoke_t": 6.5, "process": "c2", "group": "g", "tp": TP,
+                   "offset": 4})
+    assert check(ok)["valid"]
+
+
+def test_topic_state_after_heal():
+    h = clean()
+    h.insert(-2, {"f": "topic", "type": "ok", "op": "create", "topic": "a", "t": 1.0})
+    h.insert(-2, {"f": "topic", "type": "ok", "op": "create", "topic": "b", "t": 1.0})
+    h.insert(-2, {"f": "topic", "type": "ok", "op": "delete", "topic": "b", "t": 2.0})
+    h.insert(-2, {"f": "topic", "type": "fail", "op": "create", "topic": "c", "t": 2.0})
+    good = h + [{"f": "topics-final", "topics": ["a", "t"], "complete": True}]
+    assert check(good)["valid"]
+    bad = h + [{"f": "topics-final", "topics": ["b", "t"], "complete": True}]
+    v = check(bad)
+    assert v["anomaly-types"] == ["topic-state"] and len(v["anomalies"]["topic-state"]) == 2
+
+
+def test_no_recovery_when_the_fresh_produce_fails():
+    h = clean()[:-1] + [{"f": "final-produce", "type": "fail", "t": 101.0, "error": "timed out"}]
+    assert kinds(h) == ["no-recovery"]
+    h2 = clean()[:-2] + [final([(i, i) for i in range(5)], complete=False)] + ending()
+    assert kinds(h2) == ["no-recovery"]
+
+
+def test_election_times_from_probes():
+    h = [
+        {"f": "probe", "t": 0.5, "controller": 1, "leaders": {"t/0": 4, "t/1": 5}},
+        {"f": "nemesis", "type": "start", "t": 1.0, "id": 1, "kind": "kill", "nodes": [1, 4]},
+        {"f": "probe", "t": 1.5, "controller": 1, "leaders": {"t/0": 4, "t/1": 5}},
+        {"f": "probe", "t": 2.0, "controller": 2, "leaders": {"t/0": -1, "t/1": 5}},
+        {"f": "probe", "t": 4.5, "controller": 2, "leaders": {"t/0": 6, "t/1": 5}},
+        {"f": "nemesis", "type": "stop", "t": 10.0, "id": 1, "kind": "kill", "nodes": [1, 4]},
+        # a pause of broker 5 that ends before anyone takes over
+        {"f": "nemesis", "type": "start", "t": 11.0, "id": 2, "kind": "pause", "nodes": [5]},
+        {"f": "probe", "t": 11.5, "controller": 2, "leaders": {"t/0": 6, "t/1": 5}},
+        {"f": "nemesis", "type": "stop", "t": 12.0, "id": 2, "kind": "pause", "nodes": [5]},
+        {"f": "probe", "t": 12.5, "controller": 2, "leaders": {"t/0": 6, "t/1": 5}},
+    ]
+    e = election_times(h)
+    assert e["controller"]["count"] == 1 and e["controller"]["median"] == 1.0
+    assert e["partition"]["count"] == 1 and e["partition"]["median"] == 3.5
+    assert e["healed_first"] == {"controller": 0, "partition": 1}
+
+
+def test_produce_outage_per_fault():
+    h = []
+    for i, t in enumerate([0.0, 1.0, 2.0, 7.0, 8.0]):
+        h += send(i, i, t=t)
+    h.append({"f": "nemesis", "type": "start", "t": 1.5, "id": 1, "kind": "kill", "nodes": [4]})
+    h.append({"f": "nemesis", "type": "stop", "t": 6.0, "id": 1, "kind": "kill", "nodes": [4]})
+    assert produce_outages(h) == [{"fault": 1, "desc": "kill", "max_ack_gap_s": 5.0}]
+
+
+def test_chaos_check_cli_exits_non_zero_on_a_lost_write(tmp_path):
+    """`krafty chaos check` re-judges a recorded history: exit 0 and VALID for a clean one, exit 1
+    naming the lost write when an acknowledged value is missing from the reads."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def judge(history, name):
+        path = tmp_path / name / "history.jsonl"
+        path.parent.mkdir()
+        path.write_text("".join(json.dumps(op) + "\n" for op in history))
+        r = subprocess.run([sys.executable, "-m", "krafty", "chaos", "check", str(path)], cwd=root,
+                           capture_output=True, text=True, timeout=60)
+        with open(path.parent / "verdict.json") as f:
+            return r, json.load(f)
+    r, v = judge(clean(), "clean")
+    assert r.returncode == 0 and "verdict: VALID" in r.stdout and v["valid"], r.stdout + r.stderr
+    lossy = clean()
+    lossy[-2] = final([(0, 0), (1, 1), (2, 2), (4, 4)])
+    r, v = judge(lossy, "lossy")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "ANOMALIES: lost" in r.stdout and "1 lost" in r.stdout and '"value": 3' in r.stdout
+    assert v["anomalies"]["lost"][0]["value"] == 3
+    assert "ANOMALIES: lost" in (tmp_path / "lossy" / "report.html").read_text()

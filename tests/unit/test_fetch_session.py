@@ -1,0 +1,125 @@
+"""KIP-227 fetch sessions: the broker's cache and the fetcher's handler, alone and together."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    FetchSessionCache,
+    FetchSessionHandler,
+    PartitionData,
+)
+from common.errors import ErrorCode
+
+
+def pd(p: int, off: int = 0) -> PartitionData:
+    return PartitionData(p, off, 1 << 20)
+
+
+def req(*parts):
+    return [(("t", p), pd(p, off)) for p, off in parts]
+
+
+def test_full_then_incremental_then_errors():
+    cache = FetchSessionCache(rng=random.Random(1))
+    full = cache.context(0, INITIAL_EPOCH, req((0, 0), (1, 0)), [], 0, False)
+    sid = full.session_id
+    assert sid > 0 and not full.incremental and [k for k, _ in full.parts] == [("t", 0), ("t", 1)]
+    assert full.select({("t", 0): (0, 5, 0, True, False), ("t", 1): (0, 0, 0, False, False)}) == {("t", 0), ("t", 1)}
+    # epoch 1: only partition 0 moved on; partition 1 unchanged and quiet -> left out
+    inc = cache.context(sid, 1, req((0, 5)), [], 1, False)
+    assert inc.incremental and dict(inc.parts)[("t", 0)].fetch_offset == 5 and dict(inc.parts)[("t", 1)].fetch_offset == 0
+    assert inc.select({("t", 0): (0, 5, 0, False, False), ("t", 1): (0, 0, 0, False, False)}) == set()
+    # a new high watermark or log start is news; so are errors and records
+    inc = cache.context(sid, 2, [], [], 2, False)
+    assert inc.select({("t", 0): (0, 7, 0, False, False), ("t", 1): (0, 0, 3, False, False)}) == {("t", 0), ("t", 1)}
+    inc = cache.context(sid, 3, [], [], 3, False)
+    assert inc.select({("t", 0): (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, False, False),
+                       ("t", 1): (0, 0, 3, False, True)}) == {("t", 0), ("t", 1)}
+    # after an error the partition is sent again even if its watermark is back where it was
+    inc = cache.context(sid, 4, [], [], 4, False)
+    assert ("t", 0) in inc.select({("t", 0): (0, 7, 0, False, False), ("t", 1): (0, 0, 3, False, False)})
+    # wrong epoch, unknown id
+    assert cache.context(sid, 4, [], [], 5, False).error == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    assert cache.context(sid + 1, 1, [], [], 5, False).error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    # forgetting everything ends the session; FINAL_EPOCH closes and fetches sessionless
+    assert cache.context(sid, 5, [], [("t", 0), ("t", 1)], 6, False).session is None
+    assert sid not in cache.sessions
+    s2 = cache.context(0, INITIAL_EPOCH, req((0, 0)), [], 7, False).session_id
+    fin = cache.context(s2, FINAL_EPOCH, req((0, 9)), [], 8, False)
+    assert fin.session is None and fin.session_id == 0 and s2 not in cache.sessions
+
+
+def test_partitions_with_records_rotate_to_the_end():
+    cache = FetchSessionCache(rng=random.Random(2))
+    ctx = cache.context(0, INITIAL_EPOCH, req((0, 0), (1, 0), (2, 0)), [], 0, False)
+    ctx.select({("t", 0): (0, 1, 0, True, False), ("t", 1): (0, 0, 0, False, False), ("t", 2): (0, 0, 0, False, False)})
+    inc = cache.context(ctx.session_id, 1, [], [], 1, False)
+    assert [k[1] for k, _ in inc.parts] == [1, 2, 0]
+
+
+def test_cache_eviction_rules():
+    cache = FetchSessionCache(max_slots=2, eviction_ms=1000, rng=random.Random(3))
+    a = cache.context(0, 0, req((0, 0)), [], 0, False).session_id
+    b = cache.context(0, 0, req((0, 0)), [], 10, True).session_id
+    assert a and b
+    # full, nothing idle long enough: a consumer gets no session; a follower evicts a consumer's
+    assert cache.context(0, 0, req((0, 0)), [], 500, False).session_id == 0
+    c = cache.context(0, 0, req((0, 0)), [], 600, True).session_id
+    assert c and a not in cache.sessions and b in cache.sessions
+    # an idle session makes room for anyone
+    d = cache.context(0, 0, req((0, 0)), [], 2000, False).session_id
+    assert d and b not in cache.sessions
+    assert FetchSessionCache(max_slots=0).context(0, 0, req((0, 0)), [], 0, False).session_id == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_handler_and_cache_together_equal_full_fetches(data):
+    """Whatever the fetcher wants from round to round and however the partitions change, the
+    fetcher's view built from incremental responses equals what a full fetch would say, and
+    every partition with records is answered."""
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    cache = FetchSessionCache(max_slots=data.draw(st.integers(0, 2)), rng=rng)
+    h = FetchSessionHandler()
+    state = {p: (0, 0) for p in range(6)}  # partition -> (high watermark, log start offset)
+    offsets = {p: 0 for p in range(6)}
+    for rnd in range(data.draw(st.integers(1, 25))):
+        for p in range(6):  # the partitions move on
+            hw, ls = state[p]
+            if rng.random() < 0.3:
+                hw += rng.randint(1, 3)
+            if rng.random() < 0.1:
+                ls = min(hw, ls + 1)
+            state[p] = (hw, ls)
+        wanted = {("t", p): pd(p, offsets[p]) for p in sorted(rng.sample(range(6), rng.randint(1, 6)))}
+        sid, epoch, send, forget = h.build(wanted)
+        if rng.random() < 0.05:  # the broker restarted: sessions gone
+            cache = FetchSessionCache(rng=rng)
+        ctx = cache.context(sid, epoch, list(send.items()), forget, rnd, True)
+        if ctx.error:
+            assert h.on_response(ctx.error, 0, {}) is None
+            continue
+        assert {k for k, _ in ctx.parts} == set(wanted)
+        assert all(d == wanted[k] for k, d in ctx.parts)  # the broker reads what the fetcher wants
+        results = {}
+        for k, d in ctx.parts:
+            hw, ls = state[k[1]]
+            # records only sometimes (max_bytes ran out): watermark-only news must still come
+            results[k] = (0, hw, ls, d.fetch_offset < hw and rng.random() < 0.5, False)
+        chosen = ctx.select(results)
+        assert {k for k, r in results.items() if r[3]} <= chosen
+        answered = {k: (results[k][1], results[k][2]) for k in chosen}
+        missing = h.on_response(0, ctx.session_id, answered)
+        if missing is None:
+            continue
+        view = {**answered, **missing}
+        assert view == {k: state[k[1]] for k in wanted}
+        for k in chosen:
+            if results[k][3]:
+                offsets[k[1]] = state[k[1]][0]

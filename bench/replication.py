@@ -184,6 +184,7 @@ def main() -> None:
     args = ap.parse_args()
     overrides = dict(kv.split("=", 1) for kv in args.override)
     d = args.dir or tempfile.mkdtemp(prefix="krafty-repl-bench-")
+    os.makedirs(d, exist_ok=True)
     c = Cluster(d, overrides=overrides)
     c.start()
     res: dict = {"partitions": args.partitions, "value_bytes": args.size, "overrides": overrides}

@@ -72,6 +72,7 @@ class _LazyIndex:
         self._loaded = True
         self._disk_count = 0
         self._written = 0  # entries already in the file
+        self._on_disk = True  # the file exists (False for a new segment's index until its first flush)
 
     def _ensure(self) -> None:
         if self._loaded:
@@ -107,7 +108,24 @@ class _LazyIndex:
 
     def flush(self) -> None:
         self.write_pending()
+        self.ensure_file()
         _fsync_path(self.path)
+
+    def ensure_file(self) -> None:
+        """Create the (empty) file of a new segment's index; done by the flush thread, off the loop."""
+        if not self._on_disk:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+            self._on_disk = True
+
+    def _clear_file(self) -> None:
+        """Empty the index file if there is one, without creating it: creating two files per new
+        segment on the event loop was most of the cost of creating a partition; the file is made
+        by the first flush (or write), and a missing one is rebuilt from the segment on open."""
+        try:
+            os.truncate(self.path, 0)
+            self._on_disk = True
+        except FileNotFoundError:
+            self._on_disk = False
 
     def write_pending(self) -> None:
         if not self._loaded:
@@ -117,6 +135,7 @@ class _LazyIndex:
             return
         data = self._encode(self._written, n)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self._on_disk = True
         try:
             _write_all(fd, data, self._written * self.ENTRY_SIZE)
         finally:
@@ -166,8 +185,7 @@ class OffsetIndex(_LazyIndex):
     def reset(self) -> None:
         self._rel, self._pos = array("i"), array("i")
         self._loaded, self._written, self._disk_count = True, 0, 0
-        with open(self.path, "wb"):
-            pass
+        self._clear_file()
 
     def _len(self) -> int:
         return len(self._rel)
@@ -250,8 +268,7 @@ class TimeIndex(_LazyIndex):
     def reset(self) -> None:
         self._ts, self._rel = [], []
         self._loaded, self._written, self._disk_count = True, 0, 0
-        with open(self.path, "wb"):
-            pass
+        self._clear_file()
 
     def _len(self) -> int:
         return len(self._ts)

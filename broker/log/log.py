@@ -268,6 +268,9 @@ class Log:
         dirs, self._unsynced_dirs = self._unsynced_dirs, []
         if not dirs:
             return
+        segs = self.segments
+        if segs:
+            segs[-1].ensure_index_files()
         for p in self._unsynced_files:
             try:
                 fd = os.open(p, os.O_RDONLY)
@@ -814,6 +817,7 @@ class Log:
         active = self.segments[-1]
         active.seal()
         self.flush()
+        active.ensure_index_files()
         self.producer_state.map_end_offset = self.log_end_offset
         self.producer_state.take_snapshot()
         for s in self.segments:

@@ -196,6 +196,10 @@ class LogSegment:
         self.index.flush()
         self.time_index.flush()
 
+    def ensure_index_files(self) -> None:
+        self.index.ensure_file()
+        self.time_index.ensure_file()
+
     def delete(self) -> None:
         """Unlink the files. An in-flight sendfile keeps reading through its SegmentFile."""
         self.deleted = True

@@ -247,3 +247,33 @@ def test_flush_makes_epoch_entries_and_new_log_durable(tmp_path):
     crash(log)
     log = open_log(tmp_path, recovery_point=1)  # nothing left to recover: the file must have it
     assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == [(4, 0)]
+
+
+def test_new_segment_index_files_are_made_by_the_first_flush(tmp_path):
+    log = Log.open(str(tmp_path), "t", 0, cfg(), now_ms=0, defer_sync=True)
+    assert os.path.exists(seg0(log)) and not os.path.exists(seg0(log, ".index"))
+    log.flush()
+    assert os.path.getsize(seg0(log, ".index")) == 0 and os.path.getsize(seg0(log, ".timeindex")) == 0
+    log.close()
+    log = open_log(tmp_path, clean_shutdown=True)
+    assert log.log_end_offset == 0
+
+
+def test_an_empty_log_closed_before_any_flush_has_its_index_files(tmp_path):
+    open_log(tmp_path).close()
+    assert os.path.getsize(os.path.join(str(tmp_path), "t-0", f"{0:020d}.index")) == 0
+
+
+def test_crash_before_the_first_flush_rebuilds_the_missing_indexes(tmp_path):
+    log = open_log(tmp_path, cfg(index_interval_bytes=100))
+    for i in range(20):
+        produce(log, [b"x" * 100], base_timestamp=i)
+    entries = len(log.active_segment.index)
+    crash(log)
+    assert not os.path.exists(seg0(log, ".index"))
+    log = open_log(tmp_path, cfg(index_interval_bytes=100))
+    assert len(log.active_segment.index) == entries
+    assert log.offset_for_timestamp(13) == (13, 13)
+    assert all_values(log) == [b"x" * 100] * 20
+    log.close()
+    assert os.path.getsize(seg0(log, ".index")) == entries * 8

@@ -178,7 +178,7 @@ class Log:
         self.last_flush_ms = 0
         self.leader_epoch_cache = LeaderEpochCache(path)
         self._unsynced_dirs: list[str] = []  # created but not yet fsynced (defer_sync)
-        self._unsynced_files: list[str] = []
+        self._metadata_pending = False  # partition.metadata still to be written (defer_sync)
         self.producer_state = ProducerStateManager(path)
         self.closed = False
         # Serialises changes of the segment list between the loop and a cleaner/flush thread.
@@ -214,7 +214,11 @@ class Log:
                 log._unsynced_dirs = [dir, path]
             else:
                 fsync_dir(dir)
-        log._load_partition_metadata(topic_id)
+        if created and defer_sync:
+            log.topic_id = topic_id  # partition.metadata is written by the flush thread (_sync_created)
+            log._metadata_pending = topic_id is not None
+        else:
+            log._load_partition_metadata(topic_id)
         log._load_segments(now_ms, recovery_point, clean_shutdown, log_start_offset)
         log._log_start_offset = max(log_start_offset, log.segments[0].base_offset)
         if log._log_start_offset > log.log_end_offset:
@@ -246,20 +250,16 @@ class Log:
         if stored is None and topic_id is not None:
             self._write_partition_metadata()
 
-    def _write_partition_metadata(self) -> None:
+    def _write_partition_metadata(self, sync_dir: bool = True) -> None:
         assert self.topic_id is not None
         p = os.path.join(self.path, PARTITION_METADATA_FILE)
         tmp = p + ".tmp"
-        deferred = bool(self._unsynced_dirs)
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(f"version: 0\ntopic_id: {_topic_id_str(self.topic_id)}\n")
             f.flush()
-            if not deferred:
-                os.fsync(f.fileno())
+            os.fsync(f.fileno())
         os.replace(tmp, p)
-        if deferred:
-            self._unsynced_files = [p]
-        else:
+        if sync_dir:
             fsync_dir(self.path)
 
     def _sync_created(self) -> None:
@@ -271,16 +271,9 @@ class Log:
         segs = self.segments
         if segs:
             segs[-1].ensure_index_files()
-        for p in self._unsynced_files:
-            try:
-                fd = os.open(p, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        self._unsynced_files = []
+        if self._metadata_pending:
+            self._metadata_pending = False
+            self._write_partition_metadata(sync_dir=False)  # the directory is fsynced below
         for d in reversed(dirs):
             fsync_dir(d)
 

@@ -28,7 +28,10 @@ def test_get_or_create_places_partition_dirs_and_metadata(tmp_path):
     assert m.get("orders", 9) is None
     placed = {os.path.dirname(lg.path) for lg in logs}
     assert placed == set(dirs)  # spread over both dirs
-    meta = open(os.path.join(logs[0].path, "partition.metadata")).read()
+    meta_path = os.path.join(logs[0].path, "partition.metadata")
+    assert not os.path.exists(meta_path)  # written by the flush thread, not on the event loop
+    logs[0].flush()
+    meta = open(meta_path).read()
     assert meta.startswith("version: 0\ntopic_id: ")
     assert os.path.basename(logs[0].path) == "orders-0"
 

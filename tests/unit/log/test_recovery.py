@@ -2,6 +2,7 @@
 
 import os
 import random
+import uuid
 
 from batch_builder import make_batch
 from hypothesis import given, settings
@@ -249,14 +250,23 @@ def test_flush_makes_epoch_entries_and_new_log_durable(tmp_path):
     assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == [(4, 0)]
 
 
-def test_new_segment_index_files_are_made_by_the_first_flush(tmp_path):
-    log = Log.open(str(tmp_path), "t", 0, cfg(), now_ms=0, defer_sync=True)
+def test_new_log_index_files_and_partition_metadata_are_made_by_the_first_flush(tmp_path):
+    tid = uuid.uuid4()
+    log = Log.open(str(tmp_path), "t", 0, cfg(), now_ms=0, topic_id=tid, defer_sync=True)
     assert os.path.exists(seg0(log)) and not os.path.exists(seg0(log, ".index"))
+    assert not os.path.exists(os.path.join(log.path, "partition.metadata"))
     log.flush()
     assert os.path.getsize(seg0(log, ".index")) == 0 and os.path.getsize(seg0(log, ".timeindex")) == 0
-    log.close()
+    crash(log)
     log = open_log(tmp_path, clean_shutdown=True)
-    assert log.log_end_offset == 0
+    assert log.log_end_offset == 0 and log.topic_id == tid
+
+
+def test_a_new_log_lost_before_its_first_flush_takes_its_topic_id_again(tmp_path):
+    log = Log.open(str(tmp_path), "t", 0, cfg(), now_ms=0, topic_id=uuid.uuid4(), defer_sync=True)
+    crash(log)
+    tid = uuid.uuid4()  # no partition.metadata on disk: the id the metadata gives is taken, not refused
+    assert Log.open(str(tmp_path), "t", 0, cfg(), now_ms=0, topic_id=tid).topic_id == tid
 
 
 def test_an_empty_log_closed_before_any_flush_has_its_index_files(tmp_path):

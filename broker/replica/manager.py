@@ -28,6 +28,7 @@ from metadata.image import MetadataImage, PartitionRegistration
 log = logging.getLogger("krafty.replica")
 
 TopicPartition = tuple[str, int]
+CREATE_SLICE = 100  # a delta with more new local partitions than this creates their logs in slices
 
 
 def now_ms() -> int:
@@ -91,6 +92,10 @@ class ReplicaManager:
         self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of)
         self._alter_wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
+        # partitions of a large delta whose logs are still to be made: tp -> (topic id, registration, leader?)
+        self._pending: dict[TopicPartition, tuple[uuid.UUID, PartitionRegistration, bool]] = {}
+        self._creating: asyncio.Task | None = None
+        self._image: MetadataImage | None = None
 
     async def start(self) -> None:
         self._alter_wake = asyncio.Event()
@@ -108,37 +113,72 @@ class ReplicaManager:
         return int(v) if v is not None else self._defaults["min.insync.replicas"]
 
     def on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        self._image = image
         changes = delta.local_changes(self.broker_id)
         for tp in changes.deletes:
+            self._pending.pop(tp, None)
             self._delete(tp)
+        roles = [(tp, tid, reg, True) for tp, (tid, reg) in changes.leaders.items()]
+        roles += [(tp, tid, reg, False) for tp, (tid, reg) in changes.followers.items()]
+        new = [r[0] for r in roles if r[0] not in self.partitions and r[0] not in self._pending
+               and not r[0][0].startswith("__") and self.logs.get(*r[0]) is None]
+        defer = set(new) if len(new) > CREATE_SLICE else set()
         now = now_ms()
-        for tp, (tid, reg) in changes.leaders.items():
-            part = self._partition(image, tp, tid)
-            lg, st = part.log, part.state
-            if st.make_leader(reg, lg.log_end_offset, now):
-                lg.leader_epoch_cache.assign(reg.leader_epoch, lg.log_end_offset)
-                log.info("%s-%d: leader in epoch %d at offset %d, ISR %s", tp[0], tp[1], reg.leader_epoch,
-                         lg.log_end_offset, list(reg.isr))
-            self.fetchers.unfollow(tp)
-            self._wake(tp)
-        for tp, (tid, reg) in changes.followers.items():
-            part = self._partition(image, tp, tid)
-            if part.state.make_follower(reg):
-                log.info("%s-%d: following %d in epoch %d", tp[0], tp[1], reg.leader, reg.leader_epoch)
-                self.fetchers.follow(tp, reg.leader, reg.leader_epoch, part.state.high_watermark)
-            self._wake(tp)
+        for tp, tid, reg, leader in roles:
+            if tp in self._pending or tp in defer:
+                self._pending[tp] = (tid, reg, leader)  # the latest role wins when its log is made
+            else:
+                self._become(tp, tid, reg, leader, image, now)
+        if defer:
+            log.info("creating %d new logs in slices of %d", len(defer), CREATE_SLICE)
+        if self._pending and (self._creating is None or self._creating.done()):
+            self._creating = asyncio.get_running_loop().create_task(self._create_pending())
         for (rtype, name) in delta.configs:
             if rtype == 2 and name in image.topics_by_name:
                 self.logs.update_config(name, self.topic_config(image, name))
         if delta.snapshot_loaded:
             # drop partitions the image no longer assigns to us (e.g. deleted while we were down)
-            for tp in list(self.partitions):
+            for tp in list(self.partitions) + list(self._pending):
                 t = image.topics_by_name.get(tp[0])
                 p = t.partitions.get(tp[1]) if t else None
                 if p is None or self.broker_id not in p.replicas:
+                    self._pending.pop(tp, None)
                     self._delete(tp)
         if self._alter_wake is not None:
             self._alter_wake.set()
+
+    def _become(self, tp: TopicPartition, tid: uuid.UUID, reg: PartitionRegistration, leader: bool,
+                image: MetadataImage, now: int) -> None:
+        part = self._partition(image, tp, tid)
+        lg, st = part.log, part.state
+        if leader:
+            if st.make_leader(reg, lg.log_end_offset, now):
+                lg.leader_epoch_cache.assign(reg.leader_epoch, lg.log_end_offset)
+                log.info("%s-%d: leader in epoch %d at offset %d, ISR %s", tp[0], tp[1], reg.leader_epoch,
+                         lg.log_end_offset, list(reg.isr))
+            self.fetchers.unfollow(tp)
+        elif st.make_follower(reg):
+            log.info("%s-%d: following %d in epoch %d", tp[0], tp[1], reg.leader, reg.leader_epoch)
+            self.fetchers.follow(tp, reg.leader, reg.leader_epoch, st.high_watermark)
+        self._wake(tp)
+
+    async def _create_pending(self) -> None:
+        """Make the logs of a large metadata delta (thousands of new partitions) a slice at a
+        time, yielding to requests and heartbeats between slices instead of stalling the loop
+        for seconds. Until its log exists a partition answers NOT_LEADER_OR_FOLLOWER /
+        UNKNOWN_TOPIC_OR_PARTITION, which clients and followers retry."""
+        t0 = time.monotonic()
+        made = 0
+        while self._pending:
+            for _ in range(min(CREATE_SLICE, len(self._pending))):
+                tp, (tid, reg, leader) = next(iter(self._pending.items()))
+                del self._pending[tp]
+                self._become(tp, tid, reg, leader, self._image, now_ms())
+                made += 1
+            if self._alter_wake is not None:
+                self._alter_wake.set()
+            await asyncio.sleep(0)
+        log.info("created %d logs in %.2f s", made, time.monotonic() - t0)
 
     def _partition(self, image: MetadataImage, tp: TopicPartition, tid: uuid.UUID) -> Partition:
         part = self.partitions.get(tp)
@@ -252,7 +292,7 @@ class ReplicaManager:
         await (self._leo_waiters if log_end else self._hw_waiters).wait(tps, timeout_s)
 
     async def close(self) -> None:
-        for t in self._tasks:
+        for t in self._tasks + ([self._creating] if self._creating else []):
             t.cancel()
         await self.fetchers.close()
         self._hw_waiters.wake_all()

@@ -129,9 +129,12 @@ def register_broker(image: MetadataImage, state: ClusterState, broker_id: int, i
                 state.touch(broker_id, now_ms)
                 return [], existing.epoch
         else:
-            if broker_id not in state.sessions:
+            fresh = broker_id not in state.sessions
+            if fresh:
                 state.touch(broker_id, now_ms)  # unknown to this controller: a fresh session, as activate gives
-            ended = existing.fenced and state.sessions[broker_id].shut_down
+            # a fenced broker this controller never heard from (e.g. a combined node restarted after
+            # its controlled shutdown) has no live session, as in Kafka's BrokerHeartbeatManager
+            ended = existing.fenced and (fresh or state.sessions[broker_id].shut_down)
             if not ended and state.has_valid_session(broker_id, now_ms, session_timeout_ms):
                 raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
                                  f"Another broker is registered with that broker id {broker_id}; retry after "

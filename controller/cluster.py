@@ -55,8 +55,11 @@ class ClusterState:
 
     def activate(self, image: MetadataImage, now_ms: int) -> None:
         """On becoming the active controller: every registered broker starts a fresh
-        session now (KRaft does the same), so failover fences nobody by itself."""
-        self.sessions = {bid: BrokerSession(now_ms) for bid in image.brokers}
+        session now (KRaft does the same), so failover fences nobody by itself. A broker
+        already fenced has no live session (Kafka's BrokerHeartbeatManager registers it as
+        fenced), so a new incarnation of it registers at once: e.g. a combined node restarted
+        after its controlled shutdown."""
+        self.sessions = {bid: BrokerSession(now_ms, shut_down=b.fenced) for bid, b in image.brokers.items()}
 
     def touch(self, broker_id: int, now_ms: int, metadata_offset: int | None = None) -> BrokerSession:
         s = self.sessions.get(broker_id)
@@ -129,12 +132,9 @@ def register_broker(image: MetadataImage, state: ClusterState, broker_id: int, i
                 state.touch(broker_id, now_ms)
                 return [], existing.epoch
         else:
-            fresh = broker_id not in state.sessions
-            if fresh:
+            if broker_id not in state.sessions:
                 state.touch(broker_id, now_ms)  # unknown to this controller: a fresh session, as activate gives
-            # a fenced broker this controller never heard from (e.g. a combined node restarted after
-            # its controlled shutdown) has no live session, as in Kafka's BrokerHeartbeatManager
-            ended = existing.fenced and (fresh or state.sessions[broker_id].shut_down)
+            ended = existing.fenced and state.sessions[broker_id].shut_down
             if not ended and state.has_valid_session(broker_id, now_ms, session_timeout_ms):
                 raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
                                  f"Another broker is registered with that broker id {broker_id}; retry after "

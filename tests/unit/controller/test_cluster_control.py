@@ -363,13 +363,14 @@ def test_clean_restart_after_controlled_shutdown_registers_at_once():
     assert img.brokers[1].incarnation_id == incarnation(1, 1)
 
 
-def test_fenced_broker_unknown_to_a_new_controller_registers_at_once():
-    # a combined node restarts after its controlled shutdown: the broker is fenced in the image and
-    # the new active controller never heard from it, so it has no live session (Kafka's
-    # BrokerHeartbeatManager gives fenced brokers none); an unfenced one still gets a fresh session
+def test_broker_fenced_before_a_controller_failover_registers_at_once():
+    # a combined node restarts after its controlled shutdown: the broker is fenced in the image, so
+    # the newly active controller gives it no live session (as Kafka's BrokerHeartbeatManager);
+    # an unfenced one gets a fresh session and still blocks a duplicate
     img, state = _live((1, 2))
     img, _, _ = _hb(img, state, 1, 10, fence=True)
     new_state = cc.ClusterState()
+    new_state.activate(img, 20)
     img, _, _ = _register(img, new_state, 1, gen=1, now=20)
     assert img.brokers[1].incarnation_id == incarnation(1, 1)
     with pytest.raises(KafkaError) as e:

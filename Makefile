@@ -70,6 +70,7 @@ test-docker: $(BIN)/krafty system-deps docker-deps
 bench: $(BIN)/krafty
 	$(BIN)/python bench/produce_consume.py
 	$(BIN)/python bench/raft_election.py --trials 20
+	$(BIN)/python bench/groups.py
 
 # The Spark data source (pipeline/): pyspark and pyarrow come with the [spark] extra; Java 17
 # must be on the machine (Debian: openjdk-17-jre-headless).

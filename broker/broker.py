@@ -110,7 +110,8 @@ class Broker:
         # (Kafka does these asynchronously too); it blocks on fsync, so it runs off the event loop.
         flush_ms = min(self.config["log.flush.scheduler.interval.ms"], 1000)
         self._tasks.append(loop.create_task(self._periodic(flush_ms, self.logs.flush_check, in_thread=True)))
-        self._tasks.append(loop.create_task(self._periodic(15_000, self._cleaner_check, in_thread=True)))
+        self._tasks.append(loop.create_task(self._periodic(self.config["log.cleaner.backoff.ms"], self._cleaner_check,
+                                                           in_thread=True)))
 
     async def _register(self) -> None:
         while True:

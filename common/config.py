@@ -190,6 +190,7 @@ KEYS: dict[str, Key] = {
         Key("log.flush.scheduler.interval.ms", _int, 2**63 - 1, min=0),
         Key("log.cleanup.policy", _cleanup_policy, "delete", topic_key="cleanup.policy"),
         Key("log.cleaner.delete.retention.ms", _int, 86_400_000, min=0, topic_key="delete.retention.ms"),
+        Key("log.cleaner.backoff.ms", _int, 15_000, min=1),  # pause between log cleaner runs
         Key("log.message.timestamp.type", _choice("createtime", "logappendtime"), "createtime",
             topic_key="message.timestamp.type"),
         Key("message.max.bytes", _int, 1024 * 1024 + 12, min=0, topic_key="max.message.bytes"),

@@ -7,6 +7,7 @@ back, the interim coordinator unloads the group and the returning one loads it a
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -15,6 +16,9 @@ from collections import Counter
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker.protocol.apis import ApiKey
+from broker.protocol.client import KafkaConnection
+from common.errors import ErrorCode
 from tests.cluster.conftest import FAST, ROOT, Cluster, wait_until
 from tests.integration.group_workers import (
     committed_offsets,
@@ -55,6 +59,19 @@ def _cli(*args: str) -> str:
                        text=True, timeout=60)
     assert p.returncode == 0, f"rc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     return p.stdout
+
+
+def _offset_fetch_error(host: str, port: int, group: str) -> int:
+    """The error code of an OffsetFetch for ``group`` sent straight to one broker."""
+    async def go():
+        conn = KafkaConnection(host, port, client_id="test-groups")
+        try:
+            r = await conn.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": group, "topics": None}],
+                                                            "require_stable": False})
+            return int(r.groups[0].error_code)
+        finally:
+            conn.close()
+    return asyncio.run(go())
 
 
 def _seen(workers) -> Counter:
@@ -109,7 +126,8 @@ def test_coordinator_kill_9_moves_the_group_and_keeps_committed_offsets(gcluster
 
         c.kill(c.broker_name(coord))
         t_kill = time.monotonic()
-        new = wait_until(lambda: (n := find_coordinator(bs, group)[0]) != coord and n, 60, "a new coordinator")
+        new, new_host, new_port = wait_until(lambda: (n := find_coordinator(bs, group))[0] != coord and n, 60,
+                                             "a new coordinator")
         # everything committed before the kill is there, read from the new coordinator
         assert committed_offsets(bs, group) == {tp: 20 for tp in tps}
         failover_s = time.monotonic() - t_kill
@@ -129,6 +147,9 @@ def test_coordinator_kill_9_moves_the_group_and_keeps_committed_offsets(gcluster
         # the killed broker comes back and becomes preferred leader again: the group moves back
         c.start(c.broker_name(coord))
         wait_until(lambda: find_coordinator(bs, group)[0] == coord, 90, f"broker {coord} coordinating again")
+        # the interim coordinator unloaded the group: it no longer answers for it
+        wait_until(lambda: _offset_fetch_error(new_host, new_port, group) == ErrorCode.NOT_COORDINATOR, 30,
+                   f"broker {new} to answer NOT_COORDINATOR for {group}")
         assert committed_offsets(bs, group) == {tp: 40 for tp in tps}
         produce(bs, TOPIC, 6, 10)
         wait_for(_read_all(ws, tps, 50), 90, "records 40-49 after the coordinator returned", ws)

@@ -9,11 +9,14 @@ client's public API. Checked per client:
     committed offsets: exactly the uncommitted batch is read again, nothing is skipped;
   * a static member (group.instance.id) restart causes no rebalance;
   * the range and roundrobin assignors give the assignments of seed 000's worked example;
-and cooperative-sticky (incremental) rebalancing through confluent-kafka.
+and cooperative-sticky (incremental) rebalancing through confluent-kafka; a member process
+killed with SIGKILL is expelled after its session timeout.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -262,3 +265,46 @@ def test_cooperative_sticky_rebalances_incrementally(gnode, workers):
     wait_for(all_read(ws, {tp: range(10, 20) for tp in all_tps}, marks), 60, "records after the join", ws)
     assert_exactly([r for w in ws for r in w.consumed()], {tp: range(0, 20) for tp in all_tps},
                    "cooperative rebalance")
+
+
+_MEMBER_PROCESS = r"""
+import sys
+from confluent_kafka import Consumer
+bootstrap, group, topic, session_ms = sys.argv[1:5]
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": "doomed",
+              "enable.auto.commit": False, "session.timeout.ms": int(session_ms), "heartbeat.interval.ms": 500})
+c.subscribe([topic], on_assign=lambda _c, ps: print("ASSIGNED", len(ps), flush=True))
+while True:
+    c.poll(0.1)
+"""
+
+
+def test_a_killed_member_is_expelled_after_its_session_timeout(gnode, workers):
+    """A member process killed with SIGKILL sends no LeaveGroup: the coordinator expires it
+    when its session timeout passes without a heartbeat, and the others take its partitions."""
+    topic, group = uniq("expel"), uniq("g-expel")
+    create_topic(gnode, topic, 6)
+    all_tps = tps_of(topic, 6)
+    bs = gnode.bootstrap
+    session_ms = 6000
+    ws = [workers("confluent-kafka", bs, group, [topic], client_id=f"e{i}") for i in range(2)]
+    proc = subprocess.Popen([sys.executable, "-c", _MEMBER_PROCESS, bs, group, topic, str(session_ms)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        wait_for(lambda: describe_group(bs, group).state == "Stable" and len(describe_group(bs, group).members) == 3
+                 and sum(len(w.assignment) for w in ws) == 4, 60, "3 members, 2 partitions each", ws)
+        marks = {w: len(w.events) for w in ws}
+        proc.kill()
+        proc.wait(10)
+        t_kill = time.monotonic()
+        wait_for(lambda: split_ok(ws, all_tps), 60, "the 2 live members owning all 6 partitions", ws)
+        took = time.monotonic() - t_kill
+        assert took >= session_ms / 1000 - 1.0, f"taken over after {took:.1f}s: before the session timed out?"
+        assert took <= session_ms / 1000 + 10, f"taken over only after {took:.1f}s"
+        d = describe_group(bs, group)
+        assert d.state == "Stable" and sorted(m.client_id for m in d.members) == ["e0", "e1"]
+        assert all(len(w.events) > marks[w] for w in ws), "both live members went through a rebalance"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

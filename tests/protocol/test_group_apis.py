@@ -299,18 +299,24 @@ def _record_count(lg) -> int:
     return n
 
 
+async def _smaller(lg, limit: float) -> tuple[bool, int]:
+    n = _record_count(lg)
+    return n < limit, n
+
+
 async def test_consumer_offsets_defaults_and_compaction_keep_the_latest_state_across_restart(tmp_path):
     """``__consumer_offsets`` gets Kafka's defaults (50 partitions, cleanup.policy=compact,
-    replication factor 3 capped by the one live broker). Compaction (the broker's periodic
-    cleaner run) of a partition full of superseded commits keeps the newest offset of every
-    partition, the group record of a live group, and the tombstones of a deleted group; a
+    replication factor 3 capped by the one live broker). Compaction (the broker's log cleaner,
+    every log.cleaner.backoff.ms) of a partition full of superseded commits (4 KiB segments)
+    keeps the newest offset of every partition, the group record of a live group, and the tombstones of a deleted group; a
     restarted coordinator rebuilds exactly that state from the compacted log."""
     port, cport = free_port(), free_port()
     cfg = Config({
         "node.id": "1", "process.roles": "broker,controller",
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
         "controller.quorum.voters": f"1@127.0.0.1:{cport}", "log.dirs": str(tmp_path / "data"),
-        "group.initial.rebalance.delay.ms": "0", "offsets.topic.segment.bytes": "4096"})
+        "group.initial.rebalance.delay.ms": "0", "offsets.topic.segment.bytes": "4096",
+        "log.cleaner.backoff.ms": "200"})
     n = await _start(cfg, port)
     c = KafkaConnection("127.0.0.1", port, client_id="compaction-test")
     try:
@@ -340,10 +346,10 @@ async def test_consumer_offsets_defaults_and_compaction_keep_the_latest_state_ac
         assert int(r.results[0].error_code) == 0
 
         lg = _offsets_log(n, "live")
-        assert len(lg.segments) > 3, "small segments: there is something to clean"
-        before = _record_count(lg)
-        n.broker._cleaner_check(int(time.time() * 1000))  # what the broker runs every 15 s
-        after = _record_count(lg)
+        before = 60 * 4  # records written: the commits of "live" (and of "gone" if it shares the partition)
+        assert lg.log_end_offset > before
+        # the broker's log cleaner runs every log.cleaner.backoff.ms
+        after = await retry(lambda: _smaller(lg, before / 4), "the log cleaner to compact __consumer_offsets")
         assert after < before / 4, (before, after)
         assert await _loaded_offsets(c, "live") == {("t1", p): 100 * p + 59 for p in range(4)}
     finally:

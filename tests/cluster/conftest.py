@@ -3,6 +3,7 @@ kill and restart nodes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -136,9 +137,10 @@ def pytest_runtest_makereport(item, call):
     return rep
 
 
-@pytest.fixture
-def cluster(tmp_path, request):
-    c = Cluster(str(tmp_path), overrides=FAST)
+@contextlib.contextmanager
+def running_cluster(tmp_path, request, **kw):
+    """A started Cluster, shut down afterwards; a failed test prints each node's last log lines."""
+    c = Cluster(str(tmp_path), **kw)
     c.start()
     try:
         yield c
@@ -147,5 +149,11 @@ def cluster(tmp_path, request):
         if getattr(request.node, "failed_call", False):
             for name in c.configs:
                 lines = [ln for ln in c.log_text(name).splitlines() if not ln.startswith("%")]
-                print(f"---- {name} (last 15 lines) ----")
-                print("\n".join(lines[-15:]))
+                print(f"---- {name} (last 20 lines) ----")
+                print("\n".join(lines[-20:]))
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    with running_cluster(tmp_path, request, overrides=FAST) as c:
+        yield c

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
 from common.errors import ErrorCode
-from tests.cluster.conftest import FAST, ROOT, Cluster, wait_until
+from tests.cluster.conftest import FAST, ROOT, running_cluster, wait_until
 from tests.integration.group_workers import (
     committed_offsets,
     find_coordinator,
@@ -41,17 +41,8 @@ CLIENTS = ["confluent-kafka", "kafka-python", "aiokafka"]
 @pytest.fixture
 def gcluster(tmp_path, request):
     """The cluster fixture's Cluster with a short initial rebalance delay."""
-    c = Cluster(str(tmp_path), overrides=OVERRIDES)
-    c.start()
-    try:
+    with running_cluster(tmp_path, request, overrides=OVERRIDES) as c:
         yield c
-    finally:
-        c.shutdown()
-        if getattr(request.node, "failed_call", False):
-            for name in c.configs:
-                lines = [ln for ln in c.log_text(name).splitlines() if not ln.startswith("%")]
-                print(f"---- {name} (last 20 lines) ----")
-                print("\n".join(lines[-20:]))
 
 
 def _cli(*args: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.cluster.conftest import FAST, Cluster, wait_until
+from tests.cluster.conftest import FAST, Cluster, running_cluster, wait_until
 
 
 def _admin(c) -> AdminClient:
@@ -257,17 +257,9 @@ RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 @pytest.fixture
 def rack_cluster(tmp_path, request):
-    c = Cluster(str(tmp_path), racks=["a", "b", "c"], overrides={**FAST, "replica.selector.class": RACK_AWARE})
-    c.start()
-    try:
+    with running_cluster(tmp_path, request, racks=["a", "b", "c"],
+                         overrides={**FAST, "replica.selector.class": RACK_AWARE}) as c:
         yield c
-    finally:
-        c.shutdown()
-        if getattr(request.node, "failed_call", False):
-            for name in c.configs:
-                lines = [ln for ln in c.log_text(name).splitlines() if not ln.startswith("%")]
-                print(f"---- {name} (last 20 lines) ----")
-                print("\n".join(lines[-20:]))
 
 
 class _RackConsumer:

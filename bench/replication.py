@@ -1,8 +1,9 @@
 """Replicated produce on a real 3-broker krafty cluster (3 controllers + 3 brokers, loopback):
 
 1. throughput: RF=3, acks=all, idempotent confluent-kafka producer, 1 KiB values, MB/s acknowledged;
-2. latency: the same producer rate-limited to half that throughput, per-message delivery latency
-   (Message.latency(): produce() call to delivery report), p50/p99/max;
+2. latency: the same producer rate-limited to half that throughput, with the clients' default
+   linger.ms=5 (--linger-ms), per-message delivery latency (Message.latency(): produce() call to
+   delivery report, so linger is included), p50/p99/max;
 3. unavailability window: a steady acks=all stream into a single-partition topic, kill -9 of its
    leader; the window is the largest gap between consecutive successful acks around the kill
    (brokers run with the default broker.session.timeout.ms unless overridden).
@@ -84,8 +85,8 @@ def throughput(c, topic: str, size: int, seconds: float) -> dict:
             "mbps": round(acked[0] * size / dt / 1e6, 1), "rps": round(acked[0] / dt)}
 
 
-def latency(c, topic: str, size: int, rate: float, seconds: float) -> dict:
-    p = _producer(c, **{"linger.ms": 1})
+def latency(c, topic: str, size: int, rate: float, seconds: float, linger_ms: float = 5) -> dict:
+    p = _producer(c, **{"linger.ms": linger_ms})
     value = os.urandom(size)
     lat: list[float] = []
     errors: list = []
@@ -181,6 +182,8 @@ def main() -> None:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--phases", default="throughput,latency,kill", help="which phases to run")
     ap.add_argument("--rate", type=float, help="records/s of the latency phase (default: half the throughput)")
+    ap.add_argument("--linger-ms", type=float, default=5,
+                    help="producer linger.ms of the latency phase (5: the default of librdkafka and of Kafka 4 clients)")
     args = ap.parse_args()
     overrides = dict(kv.split("=", 1) for kv in args.override)
     d = args.dir or tempfile.mkdtemp(prefix="krafty-repl-bench-")
@@ -198,7 +201,7 @@ def main() -> None:
             rate = rate or tp["rps"] / 2
         if "latency" in phases:
             create_topic(c, "lat", args.partitions)
-            res["latency_half_rate"] = lt = latency(c, "lat", args.size, rate or 30000, args.seconds)
+            res["latency_half_rate"] = lt = latency(c, "lat", args.size, rate or 30000, args.seconds, args.linger_ms)
             print("latency at half rate:", lt, flush=True)
         if "kill" in phases:
             create_topic(c, "kill", 1)

@@ -56,13 +56,18 @@ start)
 stop)
     if [ -f "$PIDFILE" ]; then
         pid=$(cat "$PIDFILE")
+        rm -f "$PIDFILE"
+        # a stale pid file (dockerd gone, pid reused) must not make us kill someone else
+        if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != dockerd ]; then
+            echo "docker-engine: dockerd (pid $pid) is not running"
+            exit 0
+        fi
         kill "$pid" 2>/dev/null
         for _ in $(seq 1 30); do
             kill -0 "$pid" 2>/dev/null || break
             sleep 1
         done
         kill -9 "$pid" 2>/dev/null
-        rm -f "$PIDFILE"
         echo "docker-engine: dockerd (pid $pid) stopped"
     fi
     ;;

@@ -30,7 +30,7 @@ def test_chaos_smoke_finds_nothing(tmp_path):
         v = json.load(f)
     assert v["valid"] and not v.get("harness-error"), v["anomaly-types"]
     c = v["counts"]
-    assert c["faults"] >= 3, "the nemesis did something"
+    assert c["faults"] >= 2, "the nemesis did something"
     assert c["send-ok"] > 1000 and c["lost"] == 0 and c["unseen"] == 0
     assert c["polled"] > 0 and c["final-read"] >= c["send-ok"]
     assert os.path.getsize(os.path.join(out, "history.jsonl")) > 0

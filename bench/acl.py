@@ -32,6 +32,7 @@ import struct
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,7 +126,7 @@ def _metadata_frame(cid: int, body: bytes) -> bytes:
 
 def _metadata_body() -> bytes:
     return codec.encode(codec.build(codec.request_type(ApiKey.METADATA, 12), {
-        "topics": [{"name": TOPIC, "topic_id": b"\0" * 16}], "allow_auto_topic_creation": False,
+        "topics": [{"name": TOPIC, "topic_id": uuid.UUID(int=0)}], "allow_auto_topic_creation": False,
         "include_topic_authorized_operations": False}))
 
 
@@ -144,10 +145,14 @@ async def pipelined(port: int, kind: str, requests: int, depth: int = 32) -> flo
         size = struct.unpack(">i", await r.readexactly(4))[0]
         raw = await r.readexactly(size)
         received += 1
-        if kind == "produce" and received == 1:  # check once that the request really succeeded
-            resp, _ = codec._reader(codec.response_type(ApiKey.PRODUCE, 8))(raw, 4)
-            err = resp.responses[0].partition_responses[0].error_code
-            assert err == 0, f"produce failed with error {err}"
+        if received == 1:  # check once that the request really succeeded (was authorized)
+            if kind == "produce":
+                resp, _ = codec._reader(codec.response_type(ApiKey.PRODUCE, 8))(raw, 4)
+                err = resp.responses[0].partition_responses[0].error_code
+            else:  # flexible response header: correlation id + empty tagged fields
+                resp, _ = codec._reader(codec.response_type(ApiKey.METADATA, 12))(raw, 5)
+                err = resp.topics[0].error_code
+            assert err == 0, f"{kind} failed with error {err}"
     elapsed = time.perf_counter() - t0
     w.close()
     return elapsed / requests * 1e6

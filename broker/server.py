@@ -123,6 +123,7 @@ class Connection:
                         if reply is not None:
                             await self.send([reply])
                         if close:
+                            await self._close_after_final_reply()
                             break
                         continue
                     header = parse_request_header(frame)
@@ -130,6 +131,7 @@ class Connection:
                     if reply is not None:
                         await self.send(reply)
                         if close:
+                            await self._close_after_final_reply()
                             break
                         continue
                     self.principal = self.sasl.principal
@@ -151,6 +153,22 @@ class Connection:
             log.exception("closing connection %d from %s after an unexpected error", self.cid, self.addr)
         finally:
             self.sock.close()
+
+    async def _close_after_final_reply(self) -> None:
+        """After a failed authentication: waits connection.failed.authentication.delay.ms (as
+        Kafka does; clients such as kafka-python treat an EOF that follows the reply at once as
+        a lost connection), then half-closes and drains before closing, since closing with
+        unread client bytes would send a RST, which can make the client drop the reply."""
+        try:
+            await asyncio.sleep(self.server.security.failed_auth_delay_ms / 1000)
+            self.sock.shutdown(socket.SHUT_WR)
+            buf = bytearray(4096)
+            deadline = self.loop.time() + 1.0
+            while (left := deadline - self.loop.time()) > 0:
+                if await asyncio.wait_for(self.loop.sock_recv_into(self.sock, buf), left) == 0:
+                    break
+        except (OSError, TimeoutError):
+            pass
 
     async def _secure(self, sec) -> None:
         """TLS handshake (SSL, SASL_SSL) and SASL state (SASL_*) of a new connection."""

@@ -246,6 +246,7 @@ KEYS: dict[str, Key] = {
         Key("sasl.jaas.config", _str, None, "JAAS config (PlainLoginModule user_<name>=\"pw\" entries, username/password)"),
         Key("sasl.server.max.receive.size", _int, 524_288, min=1),
         Key("connections.max.reauth.ms", _int, 0, min=0),
+        Key("connection.failed.authentication.delay.ms", _int, 100, min=0),
         Key("ssl.keystore.type", _str, "PKCS12"),
         Key("ssl.keystore.location", _str, None),
         Key("ssl.keystore.password", _str, None),

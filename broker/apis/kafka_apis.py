@@ -467,9 +467,15 @@ class KafkaApis:
             else:
                 denied = frozenset(w[0] for w in wanted if w[0] is not None
                                    and not self.authorize(ctx, Op.READ, RT.TOPIC, w[0]))
+        quota_cap = None  # a consumer with a fetch quota gets at most its quota over the window per response
+        if replica_id < 0 and self.image.client_quotas:
+            self.quotas.update(self.image.client_quotas)
+            quota_cap = self.quotas.max_bytes_in_window(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)),
+                                                        ctx.header.client_id or "")
         first_pass = True
         while True:
-            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image, denied)
+            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image, denied,
+                                                         quota_cap)
             first_pass = False
             left = deadline - time.monotonic()
             if total >= req.min_bytes or errors or left <= 0 or not wanted:
@@ -498,7 +504,7 @@ class KafkaApis:
                           if (kept := [r for r in out if ((tid if ver >= 13 else name), r.index) in chosen])]
         return wire.encode_fetch_response(ver, topics_out, throttle_ms=throttle, session_id=fctx.session_id)
 
-    def _fetch_once(self, ver, wanted, req, replica_id, first_pass, image, denied=frozenset()):
+    def _fetch_once(self, ver, wanted, req, replica_id, first_pass, image, denied=frozenset(), max_bytes_cap=None):
         # KIP-392: consumers (Fetch v11+) may read from followers, up to their high watermark,
         # and the leader may point a consumer with a rack at an in-sync replica in that rack
         from_consumer = replica_id < 0
@@ -506,6 +512,8 @@ class KafkaApis:
         client_rack = (req.rack_id or None) if follower_reads else None
         selector = self.replica_selector if client_rack else None
         remaining = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+        if max_bytes_cap is not None:
+            remaining = min(remaining, max_bytes_cap)
         total = 0
         errors = False
         topics_out = []

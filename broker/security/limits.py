@@ -2,7 +2,8 @@
 the Processor's idle check):
 
 - ``max.connections``: broker-wide; at the limit, listeners stop accepting (new connections
-  wait in the kernel backlog) until one closes. The inter-broker listener is exempt.
+  wait in the kernel backlog) until one closes. The inter-broker listener is exempt: a
+  connection it accepts over the limit makes the least recently used client connection close.
 - ``max.connections.per.ip`` with ``max.connections.per.ip.overrides`` (``host:count,...``):
   a connection over its address's limit is closed at once.
 - ``connections.max.idle.ms``: a connection with no request in flight and none received for
@@ -100,6 +101,24 @@ class ConnectionLimits:
         self.conns.add(conn)
         if self.idle_s is not None and self._reaper is None:
             self._reaper = asyncio.get_running_loop().create_task(self._reap_idle())
+        if self.total > self.max_connections:
+            self._close_least_recently_used()
+
+    def _close_least_recently_used(self) -> None:
+        """Over max.connections because the exempt inter-broker listener accepted one more: the
+        least recently used connection of another listener is closed (Kafka's Processor
+        closeExcessConnections), idle ones first."""
+        others = [c for c in self.conns if getattr(getattr(c, "server", None), "listener_name", None) not in self.exempt]
+        if not others:
+            return
+        victim = min(others, key=lambda c: (getattr(c, "in_request", False), getattr(c, "active_at", 0.0)))
+        log.info("closing connection %s: over max.connections (%d) after an inter-broker connection",
+                 victim.addr, self.max_connections)
+        self.conns.discard(victim)
+        try:
+            victim.sock.shutdown(socket.SHUT_RDWR)  # its reader sees EOF and closes it
+        except OSError:
+            pass
 
     def closed(self, conn, ip: str) -> None:
         self.conns.discard(conn)

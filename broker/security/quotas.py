@@ -72,6 +72,15 @@ class ClientQuotas:
         self._resolved[rk] = found
         return found
 
+    def max_bytes_in_window(self, key: str, user: str, client_id: str) -> int | None:
+        """Kafka's getMaxValueInQuotaWindow: the most a single response may carry, so that a
+        response alone never exceeds the quota over the whole window (and so a consumer with a
+        low quota still makes progress); None without a quota."""
+        found = self.quota(key, user, client_id)
+        if found is None:
+            return None
+        return max(1, int(found[0] * (self.window_num - 1) * self.window_s))
+
     # --- measuring ------------------------------------------------------------------------
     def record(self, key: str, user: str, client_id: str, nbytes: int, now: float) -> int:
         """Records ``nbytes`` against the client's quota; returns the throttle time in ms (0 when

@@ -91,6 +91,9 @@ class ListenerSecurity:
     plain_users: dict[str, str] = dataclasses.field(default_factory=dict)
     reauth_ms: int = 0
     max_receive_size: int = 524_288
+    # Kafka's connection.failed.authentication.delay.ms: the connection closes this long after
+    # the failure reply (slows password guessing; lets the client read the reply before the close)
+    failed_auth_delay_ms: int = 100
 
     @property
     def sasl(self) -> bool:
@@ -122,7 +125,8 @@ def listener_security(cfg: Config, listener: str) -> ListenerSecurity:
         users = {k[5:]: v for k, v in opts.items() if k.startswith("user_") and len(k) > 5}
     return ListenerSecurity(listener, protocol, ctx, mechs, users,
                             cfg.listener_value(listener, "connections.max.reauth.ms"),
-                            cfg.listener_value(listener, "sasl.server.max.receive.size"))
+                            cfg.listener_value(listener, "sasl.server.max.receive.size"),
+                            cfg["connection.failed.authentication.delay.ms"])
 
 
 # --- server side ----------------------------------------------------------------------------

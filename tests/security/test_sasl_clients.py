@@ -5,6 +5,7 @@ SASL listener with connections.max.reauth.ms."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import socket
 import ssl
@@ -38,7 +39,9 @@ def confluent_roundtrip(sn, proto, mech, user, password, topic, extra=None) -> l
     p = Producer(conf)
     delivered = []
     p.produce(topic, b"hello-" + mech.encode(), on_delivery=lambda err, msg: delivered.append(err))
-    p.flush(20)
+    deadline = time.time() + 20
+    while not delivered and time.time() < deadline and not any(e.code() == -169 for e in errors):
+        p.poll(0.2)  # until delivered, or refused (no need to wait out message.timeout.ms)
     auth = [e for e in errors if e.code() == -169]  # KafkaError._AUTHENTICATION
     if auth:
         raise PermissionError(str(auth[0]))
@@ -64,10 +67,18 @@ def kafka_python_roundtrip(sn, proto, mech, user, password, topic) -> list[bytes
           "sasl_plain_username": user, "sasl_plain_password": password, "request_timeout_ms": 15000}
     if "SSL" in proto:
         kw["ssl_cafile"] = str(sn.ca.ca_cert)
+    # kafka-python retries a failed bootstrap until bootstrap_timeout_ms, logging each cause
+    seen = _LogLines()
+    kafka_log = logging.getLogger("kafka")
+    kafka_log.addHandler(seen)
     try:
-        p = KafkaProducer(**kw)
+        p = KafkaProducer(**kw, bootstrap_timeout_ms=8000)
     except KPError as e:
-        raise PermissionError(repr(e)) from None
+        if any("authenticat" in line.lower() for line in seen.lines):
+            raise PermissionError(f"{e!r}: {seen.lines[-1]}") from None
+        raise
+    finally:
+        kafka_log.removeHandler(seen)
     p.send(topic, b"hello-" + mech.encode()).get(timeout=20)
     p.close()
     c = KafkaConsumer(**kw)
@@ -81,6 +92,15 @@ def kafka_python_roundtrip(sn, proto, mech, user, password, topic) -> list[bytes
             out += [r.value for r in recs]
     c.close()
     return out
+
+
+class _LogLines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
 
 
 def aiokafka_roundtrip(sn, proto, mech, user, password, topic) -> list[bytes]:

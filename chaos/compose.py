@@ -68,34 +68,43 @@ class ComposeNode(Node):
 
 
 class ComposeNet:
-    """iptables inside each container's network namespace, by peer address (like NetnsNet)."""
+    """iptables inside each container's network namespace, by peer address (like NetnsNet).
+
+    A container that is down (killed by another fault at the same time) has no namespace: its
+    rules are kept and applied when it starts again (a restarted container gets a new one)."""
 
     def __init__(self, cluster: ComposeCluster):
         self.c = cluster
         self.rules = 0
+        self.wanted: dict[str, list[tuple[str, ...]]] = {}
 
-    def _ipt(self, name: str, *args: str, check: bool = True) -> None:
-        pid = self.c.inspect(name, "{{.State.Pid}}")
-        if pid in ("", "0"):
-            if check:
-                raise RuntimeError(f"{name} is not running: cannot change its network")
-            return
-        sh("nsenter", "-t", pid, "-n", "iptables", "-w", *args, check=check)
+    def _ipt(self, name: str, *args: str) -> None:
+        self.wanted.setdefault(name, []).append(args)
+        self.rules += 1
+        self._apply(name, args)
+
+    def _apply(self, name: str, args: tuple[str, ...], check: bool = True) -> None:
+        pid = self.c.inspect(name, "{{.State.Pid}}") if self.c.nodes[name].up else ""
+        if pid not in ("", "0"):
+            sh("nsenter", "-t", pid, "-n", "iptables", "-w", *args, check=check)
+
+    def restarted(self, name: str) -> None:
+        for args in self.wanted.get(name, ()):
+            self._apply(name, args)
 
     def block(self, src: str, dst: str) -> None:
         s, d = self.c.nodes[src], self.c.nodes[dst]
         self._ipt(src, "-A", "OUTPUT", "-d", self.c.ip[d.name], "-j", "DROP")
         self._ipt(dst, "-A", "INPUT", "-s", self.c.ip[s.name], "-j", "DROP")
-        self.rules += 2
 
     def loss(self, name: str, probability: float) -> None:
         self._ipt(name, "-A", "OUTPUT", "-m", "statistic", "--mode", "random", "--probability",
                   f"{probability:.3f}", "-j", "DROP")
-        self.rules += 1
 
     def heal(self) -> None:
+        self.wanted.clear()
         for name in self.c.nodes:
-            self._ipt(name, "-F", check=False)
+            self._apply(name, ("-F",), check=False)
         self.rules = 0
 
     def close(self) -> None:
@@ -196,6 +205,7 @@ class ComposeCluster(BaseCluster):
         self.nodes[name].up = True
         self.nodes[name].paused = False
         self._refresh(name)
+        self.net.restarted(name)
 
     def kill(self, name: str) -> None:
         sh("docker", "kill", "-s", "KILL", self.nodes[name].container, check=False)

@@ -355,8 +355,11 @@ def _fmt(s: dict) -> str:
 def print_summary(v: dict, out: str) -> None:
     c = v["counts"]
     e = v["elections"]
+    verdict = "VALID" if v["valid"] else "ANOMALIES: " + ", ".join(v["anomaly-types"])
+    if v.get("harness-error"):
+        verdict = f"INCOMPLETE RUN (harness error; checks over a partial history: {verdict})"
     lines = [
-        f"verdict: {'VALID' if v['valid'] else 'ANOMALIES: ' + ', '.join(v['anomaly-types'])}",
+        f"verdict: {verdict}",
         f"writes: {c['send-ok']} acknowledged, {c['send-fail']} failed/indeterminate, {c['lost']} lost, "
         f"{c['unseen']} not reached by any read; polled {c['polled']}, final read {c['final-read']}; "
         f"{c['commits']} group commits; {c['topic-ops']} topic ops; {c['faults']} faults",

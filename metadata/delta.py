@@ -175,51 +175,11 @@ class MetadataDelta:
                 t = td.apply()
                 by_id[tid] = t
                 by_name[t.name] = t
-        configs = img.configs
-        if self.configs:
-            configs = dict(configs)
-            for res, kv in self.configs.items():
-                merged = dict(configs.get(res, {}))
-                for k, v in kv.items():
-                    if v is None:
-                        merged.pop(k, None)
-                    else:
-                        merged[k] = v
-                if merged:
-                    configs[res] = merged
-                else:
-                    configs.pop(res, None)
+        configs = _merge_nested(img.configs, self.configs)
         features = {**img.features, **self.features} if self.features else img.features
-        scram_credentials = img.scram_credentials
-        if self.scram_credentials:
-            scram_credentials = dict(scram_credentials)
-            for key, cred in self.scram_credentials.items():
-                if cred is None:
-                    scram_credentials.pop(key, None)
-                else:
-                    scram_credentials[key] = cred
-        acls = img.acls
-        if self.acls:
-            acls = dict(acls)
-            for acl_id, b in self.acls.items():
-                if b is None:
-                    acls.pop(acl_id, None)
-                else:
-                    acls[acl_id] = b
-        quotas = img.client_quotas
-        if self.client_quotas:
-            quotas = dict(quotas)
-            for entity, kv in self.client_quotas.items():
-                merged = dict(quotas.get(entity, {}))
-                for k, v in kv.items():
-                    if v is None:
-                        merged.pop(k, None)
-                    else:
-                        merged[k] = v
-                if merged:
-                    quotas[entity] = merged
-                else:
-                    quotas.pop(entity, None)
+        scram_credentials = _merge(img.scram_credentials, self.scram_credentials)
+        acls = _merge(img.acls, self.acls)
+        quotas = _merge_nested(img.client_quotas, self.client_quotas)
         return MetadataImage(
             offset=offset,
             epoch=epoch,
@@ -262,3 +222,30 @@ def image_from_records(records, offset: int = -1, epoch: int = -1, base: Metadat
     for rec in records:
         d.replay(rec)
     return d.apply(offset, epoch)
+
+
+def _merge(base: dict, changes: dict) -> dict:
+    """``base`` with ``changes`` applied (a None value removes the key); ``base`` itself if no change."""
+    if not changes:
+        return base
+    out = dict(base)
+    for k, v in changes.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+def _merge_nested(base: dict, changes: dict) -> dict:
+    """Per-resource key/value changes (None removes a key); a resource left with no keys goes."""
+    if not changes:
+        return base
+    out = dict(base)
+    for res, kv in changes.items():
+        merged = _merge(out.get(res, {}), kv)
+        if merged:
+            out[res] = merged
+        else:
+            out.pop(res, None)
+    return out

@@ -111,7 +111,9 @@ class ConnectionLimits:
         others = [c for c in self.conns if getattr(getattr(c, "server", None), "listener_name", None) not in self.exempt]
         if not others:
             return
-        victim = min(others, key=lambda c: (getattr(c, "in_request", False), getattr(c, "active_at", 0.0)))
+        # loop.time() has millisecond resolution under uvloop: ties go to the older connection
+        victim = min(others, key=lambda c: (getattr(c, "in_request", False), getattr(c, "active_at", 0.0),
+                                            getattr(c, "cid", 0)))
         log.info("closing connection %s: over max.connections (%d) after an inter-broker connection",
                  victim.addr, self.max_connections)
         self.conns.discard(victim)

@@ -223,6 +223,71 @@ def test_auto_create_needs_create(acl_node):
     assert t in AdminClient(acl_node.confluent("admin")).list_topics(timeout=10).topics
 
 
+# --------------------------------------------------------------------------------- topic admin APIs
+def list_offsets_error(an: AclNode, user: str, topic: str) -> int:
+    from broker.protocol.apis import ApiKey
+    from broker.protocol.client import KafkaConnection
+    from broker.security.sasl import client_security_from_properties
+
+    host, port = an.sasl.split(":")
+    sec = client_security_from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                           "sasl.username": user, "sasl.password": PASSWORDS[user]})
+
+    async def run():
+        c = KafkaConnection(host, int(port), security=sec)
+        try:
+            res = await c.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
+            return res.topics[0].partitions[0].error_code
+        finally:
+            c.close()
+    return asyncio.run(run())
+
+
+def test_topic_admin_apis_need_their_operations(acl_node):
+    """DeleteTopics (Delete), CreatePartitions (Alter), DescribeConfigs (DescribeConfigs),
+    IncrementalAlterConfigs (AlterConfigs) and ListOffsets (Describe) on a topic, with confluent-kafka."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        ResourceType,
+    )
+
+    t = uniq("admin-ops")
+    assert create_topic(acl_node, t) == 0
+    a = AdminClient(acl_node.confluent("alice"))
+    res = ConfigResource(ResourceType.TOPIC, t)
+    alter = ConfigResource(ResourceType.TOPIC, t, incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+
+    def code(fut):
+        try:
+            fut.result(30)
+            return 0
+        except KafkaException as e:
+            return e.args[0].code()
+
+    def calls():
+        return {"describe_configs": code(a.describe_configs([res])[res]),
+                "alter_configs": code(a.incremental_alter_configs([alter])[alter]),
+                "create_partitions": code(a.create_partitions([NewPartitions(t, 2)])[t])}
+    assert calls() == {"describe_configs": TOPIC_AUTHORIZATION_FAILED, "alter_configs": TOPIC_AUTHORIZATION_FAILED,
+                       "create_partitions": TOPIC_AUTHORIZATION_FAILED}
+    # ListOffsets as a raw request (clients do not send it for a topic Metadata hides)
+    assert list_offsets_error(acl_node, "alice", t) == TOPIC_AUTHORIZATION_FAILED
+    assert list_offsets_error(acl_node, "admin", t) == 0
+    assert code(a.delete_topics([t], operation_timeout=20)[t]) == TOPIC_AUTHORIZATION_FAILED
+    for op in ("DescribeConfigs", "AlterConfigs", "Alter", "Delete"):
+        acl_node.admin_acls("--add", "--allow-principal", "User:alice", "--operation", op, "--topic", t)
+    assert wait_visible(acl_node, lambda: calls() == {"describe_configs": 0, "alter_configs": 0,
+                                                       "create_partitions": 0})
+    assert code(a.delete_topics([t], operation_timeout=20)[t]) == 0
+
+
 # --------------------------------------------------------------------------------- consume + groups
 def _consume_group(an, user, topic, group, timeout=25.0):
     """kafka-python consumer in a group; returns (values, error)."""
@@ -283,6 +348,43 @@ def test_aiokafka_group_and_topic_denied(acl_node):
     # bob may join the group but not read (or describe) the topic
     with pytest.raises((TopicAuthorizationFailedError, GroupAuthorizationFailedError)):
         asyncio.run(run())
+
+
+def test_group_admin_apis_need_group_acls(acl_node):
+    """ListGroups shows only groups the principal may describe; DescribeGroups needs Describe,
+    DeleteGroups needs Delete on the group."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    t, g = uniq("grp-admin"), uniq("grp")
+    assert create_topic(acl_node, t) == 0
+    assert produce(acl_node, "admin", t) == 0
+    c = Consumer(acl_node.confluent("admin", **{"group.id": g, "enable.auto.commit": False}))
+    c.commit(offsets=[TopicPartition(t, 0, 1)], asynchronous=False)  # an empty group with committed offsets
+    c.close()
+    a = AdminClient(acl_node.confluent("alice"))
+
+    def listed():
+        return g in {x.group_id for x in a.list_consumer_groups().result(30).valid}
+
+    def described():
+        try:
+            a.describe_consumer_groups([g])[g].result(30)
+            return 0
+        except KafkaException as e:
+            return e.args[0].code()
+    admin = AdminClient(acl_node.confluent("admin"))  # referenced until the result is in
+    res = admin.list_consumer_groups().result(30)
+    assert g in {x.group_id for x in res.valid}, (res.valid, res.errors)
+    assert not listed()
+    assert described() == GROUP_AUTHORIZATION_FAILED
+    with pytest.raises(KafkaException) as e:
+        a.delete_consumer_groups([g])[g].result(30)
+    assert e.value.args[0].code() == GROUP_AUTHORIZATION_FAILED
+    acl_node.admin_acls("--add", "--allow-principal", "User:alice", "--operation", "Describe", "--operation", "Delete",
+                        "--group", g)
+    assert wait_visible(acl_node, lambda: listed() and described() == 0)
+    a.delete_consumer_groups([g])[g].result(30)
 
 
 # --------------------------------------------------------------------------------- ACL admin APIs

@@ -433,3 +433,53 @@ def test_fuzzed_sasl_exchanges_fail_cleanly_and_the_broker_stays_up(secure_node)
     ok = RawConn(port)
     assert _authenticate(ok, "alice", USERS["alice"]).error_code == 0
     assert secure_node.node.running
+
+
+# --------------------------------------------------------------------------- quotas per SASL user
+def test_user_quota_throttles_only_that_user(secure_node):
+    """A producer_byte_rate quota on User:bob (set with krafty configs) throttles bob's
+    producer, authenticated with SCRAM, and not alice's."""
+    import json
+
+    from confluent_kafka import Producer
+
+    topic = _topic()
+    _create_topic(secure_node, topic)
+    bs = secure_node.node.bootstrap
+
+    def configs(*args):
+        res = run_cli("configs", "--bootstrap-server", bs, "--alter", "--entity-type", "users", "--entity-name", "bob",
+                      *args)
+        assert res.returncode == 0, res.stderr
+    configs("--add-config", "producer_byte_rate=100000")
+    time.sleep(0.5)
+
+    def produce_as(user: str, total: int = 1_600_000, record: int = 10_000) -> tuple[float, int]:
+        stats = []
+        p = Producer({"bootstrap.servers": secure_node.bootstrap("SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
+                      "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": USERS[user],
+                      "linger.ms": 5, "batch.size": 64 * 1024, "statistics.interval.ms": 200,
+                      "stats_cb": stats.append})
+        t0 = time.monotonic()
+        for _ in range(total // record):
+            while True:
+                try:
+                    p.produce(topic, b"x" * record)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            p.poll(0)
+        assert p.flush(60) == 0
+        elapsed = time.monotonic() - t0
+        p.poll(0.5)
+        throttle = max((b["throttle"]["max"] for s in stats for b in json.loads(s)["brokers"].values()
+                        if b.get("throttle")), default=0)
+        return elapsed, throttle
+
+    try:
+        slow, bob_throttle = produce_as("bob")
+        fast, alice_throttle = produce_as("alice")
+    finally:
+        configs("--delete-config", "producer_byte_rate")
+    assert bob_throttle > 0 and alice_throttle == 0, (bob_throttle, alice_throttle)
+    assert slow > 4.0 and fast < slow / 2, (slow, fast)

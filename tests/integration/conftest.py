@@ -62,6 +62,20 @@ def _start_node(tmp: Path, **kw) -> KraftyNode:
     return node
 
 
+GROUP_PROPS = {  # a short initial rebalance delay (Kafka's 3 s only slows tests), a small offsets topic
+    "group.initial.rebalance.delay.ms": "200",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "5",
+}
+
+
+def start_group_node(tmp_path_factory, name: str) -> KraftyNode:
+    """One krafty node for group tests (groups are tested against krafty only)."""
+    if MOCK:
+        pytest.skip("KRAFTY_IT_TARGET=mock: groups are tested against krafty")
+    return _start_node(tmp_path_factory.mktemp(name), extra_properties=GROUP_PROPS)
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """A single krafty node (broker+controller) with default settings, shared by a test module."""

@@ -10,26 +10,15 @@ import time
 import uuid
 
 import pytest
-from conftest import MOCK, create_topic
+from conftest import create_topic, start_group_node
 from group_workers import committed_offsets, describe_group, make_worker, produce, split_ok, wait_for
 from krafty_node import REPO, krafty_python
 
 pytestmark = pytest.mark.krafty_only
 
-GROUP_PROPS = {
-    "group.initial.rebalance.delay.ms": "200",
-    "offsets.topic.replication.factor": "1",
-    "offsets.topic.num.partitions": "5",
-}
-
-
 @pytest.fixture(scope="module")
 def cnode(tmp_path_factory):
-    if MOCK:
-        pytest.skip("KRAFTY_IT_TARGET=mock: groups are tested against krafty")
-    from conftest import _start_node
-
-    node = _start_node(tmp_path_factory.mktemp("cg-cli"), extra_properties=GROUP_PROPS)
+    node = start_group_node(tmp_path_factory, "cg-cli")
     yield node
     node.close()
 

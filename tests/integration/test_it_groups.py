@@ -22,7 +22,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from conftest import MOCK, create_topic
+from conftest import create_topic, start_group_node
 from group_workers import (
     committed_offsets,
     describe_group,
@@ -36,21 +36,9 @@ CLIENTS = ["confluent-kafka", "kafka-python", "aiokafka"]
 
 pytestmark = pytest.mark.krafty_only
 
-GROUP_PROPS = {
-    "group.initial.rebalance.delay.ms": "200",
-    "offsets.topic.replication.factor": "1",
-    "offsets.topic.num.partitions": "5",
-}
-
-
 @pytest.fixture(scope="module")
 def gnode(tmp_path_factory):
-    """One node with a short initial rebalance delay (Kafka's 3 s default only slows tests)."""
-    if MOCK:
-        pytest.skip("KRAFTY_IT_TARGET=mock: groups are tested against krafty")
-    from conftest import _start_node
-
-    node = _start_node(tmp_path_factory.mktemp("groups"), extra_properties=GROUP_PROPS)
+    node = start_group_node(tmp_path_factory, "groups")
     yield node
     node.close()
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-from krafty.cluster import node_configs, write_properties
+from krafty.cluster import free_base_port, node_configs, write_properties
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -40,27 +39,6 @@ def sh(*cmd: str, check: bool = True, quiet: bool = False) -> subprocess.Complet
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip() or r.stdout.strip()}")
     return r
-
-
-def _free_base_port() -> int:
-    """A base port P with P..P+9 and P+100..P+109 free on 127.0.0.1."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + 110 > 65535:
-            continue
-        ok = True
-        for port in [*range(base, base + 10), *range(base + 100, base + 110)]:
-            with socket.socket() as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port range")
 
 
 def python() -> str:
@@ -326,7 +304,7 @@ class LocalCluster(BaseCluster):
     def __init__(self, directory: str, controllers: int = 3, brokers: int = 3, overrides=None,
                  network: bool = False, log=None):
         super().__init__(directory, controllers, brokers, overrides, log)
-        self.base = _free_base_port()
+        self.base = free_base_port()
         for name, props in node_configs(controllers, brokers, self.base, self.dir, extra=self.overrides):
             port = int(props["listeners"].rsplit(":", 1)[1])
             self.nodes[name] = Node(name, props, "127.0.0.1", [port])

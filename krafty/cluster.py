@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -46,6 +47,27 @@ def node_configs(controllers: int, brokers: int, base_port: int, directory: str,
         props["cluster.id"] = cluster_id
         props.update(extra or {})
     return out
+
+
+def free_base_port(host: str = "127.0.0.1") -> int:
+    """A base port P with P..P+9 (brokers) and P+100..P+109 (controllers) free on ``host``."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            base = s.getsockname()[1]
+        if base + 110 > 65535:
+            continue
+        ok = True
+        for port in [*range(base, base + 10), *range(base + 100, base + 110)]:
+            with socket.socket() as t:
+                try:
+                    t.bind((host, port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port range")
 
 
 def write_properties(path: str, props: dict[str, str]) -> None:

@@ -6,43 +6,21 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from krafty.cluster import node_configs, write_properties
+from krafty.cluster import free_base_port, node_configs, write_properties
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _free_base_port() -> int:
-    """A base port P with P..P+9 and P+100..P+109 free."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + 110 > 65535:
-            continue
-        ok = True
-        for port in [*range(base, base + 10), *range(base + 100, base + 110)]:
-            with socket.socket() as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port range")
 
 
 class Cluster:
     def __init__(self, directory: str, controllers: int = 3, brokers: int = 3, racks=None, overrides=None):
         self.dir = directory
-        self.base = _free_base_port()
+        self.base = free_base_port()
         self.configs = dict(node_configs(controllers, brokers, self.base, directory, racks, extra=overrides or {}))
         self.procs: dict[str, subprocess.Popen] = {}
         self.n_controllers, self.n_brokers = controllers, brokers

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.conftest import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "deploy" / "docker-compose.yml"
 BASE_TAG = "krafty-test-base:bookworm"
@@ -44,20 +46,6 @@ def compose_command() -> list[str]:
     if shutil.which("docker-compose"):
         return ["docker-compose"]
     raise AssertionError("no compose implementation (apt-get install docker-compose)")
-
-
-def wait_until(fn, timeout: float, what: str, interval: float = 1.0):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        try:
-            v = fn()
-            if v:
-                return v
-        except Exception as e:  # noqa: BLE001 - retried until the deadline
-            last = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def _free_ports(n: int) -> list[int]:

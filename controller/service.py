@@ -127,23 +127,14 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
 
     async def CreateAcls(self, req, context):
         async def run():
-            results = await self.c.create_acls([binding_from_pb(e) for e in req.creations])
-            out = pb.AclsResponse(error_code=0)
-            for code, msg in results:
-                ar = out.results.add(error_code=code)
-                if msg:
-                    ar.error_message = msg
-            return out
+            return _acls_response(await self.c.create_acls([binding_from_pb(e) for e in req.creations]))
         return await self._guard(run, pb.AclsResponse())
 
     async def DeleteAcls(self, req, context):
         async def run():
             results = await self.c.delete_acls([filter_from_pb(f) for f in req.filters])
-            out = pb.AclsResponse(error_code=0)
-            for code, msg, matched in results:
-                ar = out.results.add(error_code=code)
-                if msg:
-                    ar.error_message = msg
+            out = _acls_response([(code, msg) for code, msg, _ in results])
+            for ar, (_, _, matched) in zip(out.results, results, strict=True):
                 for b in matched:
                     acl_to_pb(b, ar.matching.add())
             return out
@@ -154,13 +145,7 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
             alterations = [(tuple((e.entity_type, e.entity_name if e.HasField("entity_name") else None)
                                   for e in a.entity), [(o.key, o.value, o.remove) for o in a.ops])
                            for a in req.entries]
-            results = await self.c.alter_client_quotas(alterations, req.validate_only)
-            out = pb.AclsResponse(error_code=0)
-            for code, msg in results:
-                ar = out.results.add(error_code=code)
-                if msg:
-                    ar.error_message = msg
-            return out
+            return _acls_response(await self.c.alter_client_quotas(alterations, req.validate_only))
         return await self._guard(run, pb.AclsResponse())
 
     async def AlterUserScramCredentials(self, req, context):
@@ -178,3 +163,13 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
 
 def add_to_server(server: grpc.aio.Server, controller) -> None:
     pb_grpc.add_ControllerServiceServicer_to_server(ControllerService(controller), server)
+
+
+def _acls_response(results) -> pb.AclsResponse:
+    """One result (error code, message) per entry of an ACL or quota request."""
+    out = pb.AclsResponse(error_code=0)
+    for code, msg in results:
+        ar = out.results.add(error_code=code)
+        if msg:
+            ar.error_message = msg
+    return out

@@ -145,11 +145,10 @@ def rebalance_trials(c: Cluster, trials: int, members: int, partitions: int, log
     return out
 
 
-def commit_rate(c: Cluster, threads: int, seconds: float, log) -> float:
-    admin = AdminClient({"bootstrap.servers": c.bootstrap})
-    topic = f"commits-{uuid.uuid4().hex[:6]}"
-    admin.create_topics([NewTopic(topic, threads, 3)])[topic].result(60)
-    wait_until(lambda: len(admin.list_topics(topic, timeout=5).topics[topic].partitions) == threads, 60, "topic")
+def _timed_workers(threads: int, seconds: float, prepare) -> tuple[int, float]:
+    """``threads`` threads each call ``prepare(k)`` (set-up and warm-up), which returns
+    ``(step, close)``; once all are ready, each repeats ``step()`` for ``seconds``.
+    Returns (steps done, elapsed seconds)."""
     counts = [0] * threads
     errors: list[BaseException] = []
     start = threading.Barrier(threads + 1)
@@ -157,17 +156,12 @@ def commit_rate(c: Cluster, threads: int, seconds: float, log) -> float:
 
     def worker(k: int) -> None:
         try:
-            cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": f"committer-{k}-{uuid.uuid4().hex[:6]}",
-                             "enable.auto.commit": False})
-            off = 0
-            # warm up: coordinator found, connection open
-            cons.commit(offsets=[TopicPartition(topic, k, off)], asynchronous=False)
+            step, close = prepare(k)
             start.wait()
             while not stop.is_set():
-                off += 1
-                cons.commit(offsets=[TopicPartition(topic, k, off)], asynchronous=False)
+                step()
                 counts[k] += 1
-            cons.close()
+            close()
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
             start.abort()
@@ -185,6 +179,33 @@ def commit_rate(c: Cluster, threads: int, seconds: float, log) -> float:
         t.join(30)
     if errors:
         raise errors[0]
+    return total, elapsed
+
+
+def _rf3_topic(c: Cluster, prefix: str, partitions: int) -> str:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    topic = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(topic, partitions, 3)])[topic].result(60)
+    wait_until(lambda: len(admin.list_topics(topic, timeout=5).topics[topic].partitions) == partitions, 60, "topic")
+    return topic
+
+
+def commit_rate(c: Cluster, threads: int, seconds: float, log) -> float:
+    topic = _rf3_topic(c, "commits", threads)
+
+    def prepare(k: int):
+        cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": f"committer-{k}-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False})
+        off = [0]
+        # warm up: coordinator found, connection open
+        cons.commit(offsets=[TopicPartition(topic, k, off[0])], asynchronous=False)
+
+        def step() -> None:
+            off[0] += 1
+            cons.commit(offsets=[TopicPartition(topic, k, off[0])], asynchronous=False)
+        return step, cons.close
+
+    total, elapsed = _timed_workers(threads, seconds, prepare)
     rate = total / elapsed
     log(f"  {threads} committer(s): {total} synchronous commits in {elapsed:.1f}s = {rate:,.0f} commits/s")
     return rate
@@ -195,43 +216,20 @@ def produce_rate(c: Cluster, threads: int, seconds: float, log) -> float:
     its own partition of an RF-3 topic), the same replication round trip a commit makes."""
     from confluent_kafka import Producer
 
-    admin = AdminClient({"bootstrap.servers": c.bootstrap})
-    topic = f"sync-produce-{uuid.uuid4().hex[:6]}"
-    admin.create_topics([NewTopic(topic, threads, 3)])[topic].result(60)
-    wait_until(lambda: len(admin.list_topics(topic, timeout=5).topics[topic].partitions) == threads, 60, "topic")
-    counts = [0] * threads
-    errors: list[BaseException] = []
-    start = threading.Barrier(threads + 1)
-    stop = threading.Event()
+    topic = _rf3_topic(c, "sync-produce", threads)
 
-    def worker(k: int) -> None:
-        try:
-            p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 0})
-            p.produce(topic, b"warm", partition=k)
-            p.flush(30)
-            start.wait()
-            while not stop.is_set():
-                p.produce(topic, b"x" * 40, partition=k)
-                if p.flush(30):
-                    raise RuntimeError("produce timed out")
-                counts[k] += 1
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-            start.abort()
+    def prepare(k: int):
+        p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 0})
+        p.produce(topic, b"warm", partition=k)
+        p.flush(30)
 
-    ts = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(threads)]
-    for t in ts:
-        t.start()
-    start.wait()
-    t0 = time.monotonic()
-    time.sleep(seconds)
-    stop.set()
-    total = sum(counts)
-    elapsed = time.monotonic() - t0
-    for t in ts:
-        t.join(30)
-    if errors:
-        raise errors[0]
+        def step() -> None:
+            p.produce(topic, b"x" * 40, partition=k)
+            if p.flush(30):
+                raise RuntimeError("produce timed out")
+        return step, lambda: None
+
+    total, elapsed = _timed_workers(threads, seconds, prepare)
     rate = total / elapsed
     log(f"  reference, {threads} producer(s): {total} synchronous acks=all produces in {elapsed:.1f}s "
         f"= {rate:,.0f} produces/s")

@@ -120,6 +120,8 @@ class ReplicaManager:
             self._delete(tp)
         roles = [(tp, tid, reg, True) for tp, (tid, reg) in changes.leaders.items()]
         roles += [(tp, tid, reg, False) for tp, (tid, reg) in changes.followers.items()]
+        # internal topics (__consumer_offsets) are made at once: the group coordinator, a later
+        # publisher of the same delta, loads their logs right away
         new = [r[0] for r in roles if r[0] not in self.partitions and r[0] not in self._pending
                and not r[0][0].startswith("__") and self.logs.get(*r[0]) is None]
         defer = set(new) if len(new) > CREATE_SLICE else set()

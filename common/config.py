@@ -267,6 +267,9 @@ KEYS: dict[str, Key] = {
         Key("max.connections.per.ip.overrides", _str, ""),
         Key("quota.window.num", _int, 11, min=1),
         Key("quota.window.size.seconds", _int, 1, min=1),
+        # krafty's own
+        Key("krafty.loop.stall.warn.ms", _int, 0, "log a warning with the loop thread's stack when the event "
+            "loop runs no callback for this long (0: off)", min=0),
     ]
 }
 

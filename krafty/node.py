@@ -92,6 +92,7 @@ class Node:
         self.controller = None
         self.broker = None
         self.channel = None
+        self.stallwatch = None
         if "controller" in self.roles:
             self.controller = QuorumController(
                 cfg["node.id"], self.metadata_log, self.loader, cluster_id=self.cluster_id,
@@ -112,6 +113,10 @@ class Node:
             self.broker = Broker(cfg, self.loader, self.channel)
 
     async def start(self) -> None:
+        if self.cfg["krafty.loop.stall.warn.ms"] > 0:
+            from common.stallwatch import StallWatch
+            self.stallwatch = StallWatch(asyncio.get_running_loop(), self.cfg["krafty.loop.stall.warn.ms"])
+            self.stallwatch.start()
         if self.broker:
             self.broker.open_logs()
         await self.metadata_log.start()
@@ -126,6 +131,8 @@ class Node:
         if self.channel:
             await self.channel.close()
         await self.metadata_log.close()
+        if self.stallwatch:
+            self.stallwatch.stop()
 
 
 async def run_node(cfg: Config) -> int:

@@ -1,0 +1,43 @@
+"""The event-loop stall watchdog names the function that blocked the loop, and stays quiet
+while the loop runs."""
+
+import asyncio
+import logging
+import time
+
+from common.stallwatch import StallWatch
+
+
+def _block_the_loop_for(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+async def test_reports_a_blocked_loop_with_the_blocking_frame(caplog):
+    w = StallWatch(asyncio.get_running_loop(), threshold_ms=100, interval_ms=20)
+    w.start()
+    try:
+        await asyncio.sleep(0.1)
+        with caplog.at_level(logging.WARNING, logger="krafty.stall"):
+            _block_the_loop_for(0.4)
+            for _ in range(100):  # the report comes when the loop runs again
+                if w.stalls:
+                    break
+                await asyncio.sleep(0.01)
+    finally:
+        w.stop()
+    assert len(w.stalls) == 1
+    seconds, stack = w.stalls[0]
+    assert 0.3 <= seconds < 2.0
+    assert "_block_the_loop_for" in stack
+    assert "event loop stalled for" in caplog.text and "_block_the_loop_for" in caplog.text
+
+
+async def test_quiet_while_the_loop_runs():
+    w = StallWatch(asyncio.get_running_loop(), threshold_ms=200, interval_ms=10)
+    w.start()
+    try:
+        for _ in range(30):
+            await asyncio.sleep(0.01)
+    finally:
+        w.stop()
+    assert w.stalls == []

@@ -24,6 +24,7 @@ from metadata import records as r
 from metadata.loader import MetadataLoader
 
 log = logging.getLogger("krafty.broker")
+WRITEBACK_INTERVAL_MS = 100  # how often krafty.log.writeback.bytes is checked
 
 
 class Broker:
@@ -110,6 +111,10 @@ class Broker:
         # (Kafka does these asynchronously too); it blocks on fsync, so it runs off the event loop.
         flush_ms = min(self.config["log.flush.scheduler.interval.ms"], 1000)
         self._tasks.append(loop.create_task(self._periodic(flush_ms, self.logs.flush_check, in_thread=True)))
+        if self.config["krafty.log.writeback.bytes"] > 0:  # keep dirty pages below the kernel's throttling point
+            wb = self.config["krafty.log.writeback.bytes"]
+            self._tasks.append(loop.create_task(self._periodic(WRITEBACK_INTERVAL_MS, lambda _now: self.logs.writeback(wb),
+                                                               in_thread=True)))
         self._tasks.append(loop.create_task(self._periodic(self.config["log.cleaner.backoff.ms"], self._cleaner_check,
                                                            in_thread=True)))
 

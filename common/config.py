@@ -268,6 +268,9 @@ KEYS: dict[str, Key] = {
         Key("quota.window.num", _int, 11, min=1),
         Key("quota.window.size.seconds", _int, 1, min=1),
         # krafty's own
+        Key("krafty.log.writeback.bytes", _int, 1024 * 1024, "start the kernel's writeback of an active segment "
+            "every this many appended bytes (checked every 100 ms, off the event loop; 0: leave it to the kernel)",
+            min=0),
         Key("krafty.loop.stall.warn.ms", _int, 0, "log a warning with the loop thread's stack when the event "
             "loop runs no callback for this long (0: off)", min=0),
     ]

@@ -187,6 +187,17 @@ class LogManager:
             self.checkpoint_recovery_points()
         return flushed
 
+    def writeback(self, min_bytes: int) -> int:
+        """Start writeback of the active segments that have ``min_bytes`` of whole pages
+        appended since their last writeback (``LogSegment.start_writeback``). Blocking: run
+        it in a worker thread. Returns the bytes handed to the kernel."""
+        n = 0
+        for lg in list(self._logs.values()):
+            seg = lg.segments[-1]
+            if seg.size - seg.writeback_pos >= min_bytes and not lg.closed:  # cheap test first: 10k logs
+                n += seg.start_writeback(min_bytes)
+        return n
+
     # --- checkpoints ---------------------------------------------------------------------------
     def _by_dir(self) -> dict[str, list[Log]]:
         out: dict[str, list[Log]] = {d: [] for d in self.log_dirs}

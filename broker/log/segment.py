@@ -9,6 +9,7 @@ file.delete.delay.ms), so a fetch still sending from it by fd number stays safe.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
@@ -34,6 +35,21 @@ _SCAN_CHUNK = 16 * 1024
 _RECOVER_CHUNK = 1 << 20
 _RECENT_ENDS = 1024  # batch ends remembered for fast high-watermark positioning
 INT32_MAX = 2**31 - 1
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _load_sync_file_range():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range  # CDLL calls release the GIL
+    except (AttributeError, OSError):
+        return None  # not Linux: leave writeback to the kernel
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_sync_file_range = _load_sync_file_range()
 
 
 def filename_prefix(offset: int) -> str:
@@ -112,6 +128,7 @@ class LogSegment:
         self.first_batch_timestamp: int | None = None  # for segment.ms rolling
         self._bytes_since_index = 0
         self._recent_ends: dict[int, int] = {}  # next offset after a batch -> file position
+        self.writeback_pos = 0  # bytes below this were handed to the kernel's writeback
 
     # --- lifecycle ----------------------------------------------------------------------
     @classmethod
@@ -195,6 +212,25 @@ class LogSegment:
             os.fsync(f.fd)
         self.index.flush()
         self.time_index.flush()
+
+    def start_writeback(self, min_bytes: int) -> int:
+        """Start the kernel writing back the whole pages appended since the last call, once
+        there are ``min_bytes`` of them (``sync_file_range(SYNC_FILE_RANGE_WRITE)``: starts
+        the I/O, waits for nothing, makes nothing durable). Without it dirty pages pile up
+        until the kernel's dirty threshold, where it throttles whoever writes next: the event
+        loop, in a pwrite, for hundreds of milliseconds. Call it from a worker thread (it can
+        wait for a free I/O request slot). Returns the bytes handed over."""
+        f = self._file
+        if f is None or self.deleted or _sync_file_range is None:
+            return 0
+        start = self.writeback_pos if self.writeback_pos <= self.size else 0  # truncated meanwhile
+        end = self.size - self.size % _PAGE  # the partial last page is still being written
+        if end - start < max(min_bytes, 1):
+            return 0
+        if _sync_file_range(f.fd, start, end - start, _SYNC_FILE_RANGE_WRITE) != 0:
+            return 0  # a hint only (EBADF after a close race, EIO shows up at fsync)
+        self.writeback_pos = end
+        return end - start
 
     def ensure_index_files(self) -> None:
         self.index.ensure_file()
@@ -433,6 +469,7 @@ class LogSegment:
         os.ftruncate(self.fd, pos)
         os.fsync(self.fd)  # divergent data must not come back after a crash
         self.size = pos
+        self.writeback_pos = min(self.writeback_pos, pos)
         self.index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self._recent_ends.clear()

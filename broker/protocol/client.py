@@ -30,9 +30,12 @@ class KafkaConnection:
     async def connect(self, timeout: float = 5.0) -> None:
         sec = self.security
         ctx = sec.ssl_context if sec is not None else None
-        self._r, self._w = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, ssl=ctx, server_hostname=self.host if ctx else None),
-            timeout)
+        try:
+            self._r, self._w = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, ssl=ctx, server_hostname=self.host if ctx else None),
+                timeout)
+        except (OSError, TimeoutError) as e:  # refused, unreachable, a name that does not resolve (gaierror)
+            raise ConnectionError(f"connection to {self.host}:{self.port} failed: {e!r}") from None
         self._session_end = None
         if sec is not None and sec.mechanism:
             from broker.security.sasl import client_authenticate

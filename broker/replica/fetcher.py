@@ -49,6 +49,7 @@ class FetcherThread:
         self.wake = asyncio.Event()
         self.conn: KafkaConnection | None = None
         self.session = FetchSessionHandler()  # one fetch session per leader broker (KIP-227)
+        self.failing = False  # the last round's request failed: say so once per outage, not every round
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{leader_id}")
 
     def _connection(self) -> KafkaConnection | None:
@@ -99,8 +100,12 @@ class FetcherThread:
                 await self._offsets_for_leader_epoch(conn, ofle)
             if fetches:
                 await self._fetch(conn, fetches)
+            if self.failing:
+                self.failing = False
+                log.info("fetching from leader %d again", self.leader_id)
         except ConnectionError as e:
-            log.debug("fetch from leader %d failed: %s", self.leader_id, e)
+            (log.debug if self.failing else log.warning)("fetch from leader %d failed: %s", self.leader_id, e)
+            self.failing = True
             self.session.reset()
             now = _now_ms()
             for _, fs, act in ofle + fetches:

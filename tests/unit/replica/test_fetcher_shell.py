@@ -1,6 +1,9 @@
 """The asyncio fetcher shell must never apply a follower answer that arrives after the
 partition stopped following that leader (e.g. it became leader meanwhile)."""
 
+import asyncio
+import logging
+import socket
 import types
 import uuid
 
@@ -55,3 +58,30 @@ async def test_answer_arriving_after_leadership_change_is_not_applied():
         assert part.log.appended == [] and part.log.log_end_offset == 10
     finally:
         await m.close()
+
+
+async def test_unreachable_leader_is_one_warning_per_outage_not_a_traceback_per_round(caplog):
+    """A leader whose name no longer resolves (a stopped compose container) or refuses: the
+    fetcher backs off and says so once; it logs again when fetching works."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    closed_port = s.getsockname()[1]
+    s.close()
+    cfg = Config({"node.id": "1", "controller.quorum.retry.backoff.ms": "20"})
+    part = types.SimpleNamespace(state=PartitionState("t", 0, uuid.uuid4(), 1), log=_Log())
+    rm = types.SimpleNamespace(partitions={("t", 0): part}, wake_hw=lambda tp: None)
+    endpoints = {2: ("no-such-broker.invalid", closed_port)}
+    m = ReplicaFetcherManager(rm, 1, cfg, endpoints.get)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="krafty.replica.fetcher"):
+            m.follow(("t", 0), leader=2, leader_epoch=1, high_watermark=0)
+            await asyncio.sleep(1.0)  # several rounds at a 0.1 s backoff
+            endpoints[2] = ("127.0.0.1", closed_port)  # the leader moved; still refusing
+            await asyncio.sleep(0.5)
+    finally:
+        await m.close()
+    failed = [r for r in caplog.records if "fetch from leader 2 failed" in r.getMessage()]
+    assert len(failed) >= 4
+    assert [r.levelno for r in failed].count(logging.WARNING) == 1 and failed[0].levelno == logging.WARNING
+    assert "no-such-broker.invalid" in failed[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]

@@ -3,6 +3,8 @@ while the loop runs."""
 
 import asyncio
 import logging
+import os
+import threading
 import time
 
 from common.stallwatch import StallWatch
@@ -30,6 +32,9 @@ async def test_reports_a_blocked_loop_with_the_blocking_frame(caplog):
     assert 0.3 <= seconds < 2.0
     assert "_block_the_loop_for" in stack
     assert "event loop stalled for" in caplog.text and "_block_the_loop_for" in caplog.text
+    if os.access(f"/proc/self/task/{threading.get_native_id()}/stack", os.R_OK):
+        kernel = [line for line in stack.splitlines() if line.startswith("  kernel: ")]
+        assert kernel and "sleep" in kernel[0], stack  # where the syscall was blocked: clock_nanosleep
 
 
 async def test_quiet_while_the_loop_runs():

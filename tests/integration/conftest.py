@@ -24,7 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from clients import CLIENTS, Confluent  # noqa: E402
-from krafty_node import KraftyNode, MockCluster, NodeError, free_port, wait_until  # noqa: E402,F401
+from krafty_node import KraftyNode, MockCluster, NodeError, free_port, start_or_fail, wait_until  # noqa: E402,F401
 
 TARGET = os.environ.get("KRAFTY_IT_TARGET", "krafty")
 MOCK = TARGET == "mock"
@@ -53,13 +53,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _start_node(tmp: Path, **kw) -> KraftyNode:
-    node = KraftyNode(tmp, **kw)
-    try:
-        node.start()
-    except NodeError as e:
-        node.close()
-        pytest.fail(f"krafty did not start: {e}", pytrace=False)
-    return node
+    return start_or_fail(KraftyNode(tmp, **kw))
 
 
 GROUP_PROPS = {  # a short initial rebalance delay (Kafka's 3 s only slows tests), a small offsets topic

@@ -421,3 +421,15 @@ if __name__ == "__main__":  # tiny manual check: python tests/integration/krafty
         finally:
             n.close()
         print(re.sub(r"\n+", "\n", n.log_tail(20)))
+
+
+def start_or_fail(node: KraftyNode) -> KraftyNode:
+    """Start ``node`` for a test or fixture; if it does not come up, close it and fail the
+    test with the node's error (its log tail), not a traceback."""
+    import pytest
+
+    try:
+        return node.start()
+    except NodeError as e:
+        node.close()
+        pytest.fail(f"krafty did not start: {e}", pytrace=False)

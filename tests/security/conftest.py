@@ -12,7 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from krafty_node import KraftyNode, NodeError, free_port  # noqa: E402
+from krafty_node import KraftyNode, free_port, start_or_fail  # noqa: E402
 
 from tests.security.certs import make_ca  # noqa: E402
 
@@ -30,6 +30,36 @@ def jaas_plain(users: dict[str, str], login: tuple[str, str] | None = None) -> s
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "krafty", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def produce_timed(conf: dict, topic: str, total_bytes: int, record: int = 10_000) -> tuple[float, int]:
+    """Produce ``total_bytes`` in ``record``-byte values with confluent-kafka (``conf`` adds to
+    linger 5 ms, 64 KiB batches); returns (seconds until flushed, largest broker throttle in
+    ms from librdkafka's statistics)."""
+    import json
+    import time
+
+    from confluent_kafka import Producer
+
+    stats = []
+    p = Producer({"linger.ms": 5, "batch.size": 64 * 1024, "statistics.interval.ms": 200, "stats_cb": stats.append,
+                  **conf})
+    value = b"x" * record
+    t0 = time.monotonic()
+    for _ in range(total_bytes // record):
+        while True:
+            try:
+                p.produce(topic, value)
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    assert p.flush(60) == 0
+    elapsed = time.monotonic() - t0
+    p.poll(0.5)
+    throttle = max((b["throttle"]["max"] for s in stats for b in json.loads(s)["brokers"].values()
+                    if b.get("throttle")), default=0)
+    return elapsed, throttle
 
 
 @pytest.fixture(scope="session")
@@ -72,11 +102,7 @@ def secure_node(tmp_path_factory, ca):
         "listener.name.reauth.connections.max.reauth.ms": "1500",
         "auto.create.topics.enable": "true",
     }
-    try:
-        node.start()
-    except NodeError as e:
-        node.close()
-        pytest.fail(f"krafty did not start: {e}", pytrace=False)
+    start_or_fail(node)
     for user, pw in USERS.items():
         for mech, iters in (("SCRAM-SHA-256", 8192), ("SCRAM-SHA-512", 4096)):
             res = run_cli("configs", "--bootstrap-server", node.bootstrap, "--alter", "--entity-type", "users",

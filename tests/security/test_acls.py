@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pytest
-from krafty_node import KraftyNode, NodeError, free_port  # noqa: I001 (on sys.path via tests/security/conftest)
+from krafty_node import KraftyNode, free_port, start_or_fail  # noqa: I001 (on sys.path via tests/security/conftest)
 
 from tests.security.conftest import jaas_plain, run_cli
 
@@ -65,11 +65,7 @@ def start_node(tmp, **props) -> tuple[KraftyNode, int]:
         "group.initial.rebalance.delay.ms": "0",
         **props,
     }
-    try:
-        node.start()
-    except NodeError as e:
-        node.close()
-        pytest.fail(f"krafty did not start: {e}", pytrace=False)
+    start_or_fail(node)
     return node, sasl_port
 
 

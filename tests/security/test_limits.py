@@ -12,21 +12,17 @@ import struct
 import time
 
 import pytest
-from krafty_node import KraftyNode, NodeError, free_port  # noqa: I001 (on sys.path via tests/security/conftest)
+from krafty_node import KraftyNode, free_port, start_or_fail  # noqa: I001 (on sys.path via tests/security/conftest)
 
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
+from tests.security.conftest import produce_timed
 
 
 def start(tmp, props) -> KraftyNode:
     node = KraftyNode(tmp)
     node.extra_properties = dict(props)
-    try:
-        node.start()
-    except NodeError as e:
-        node.close()
-        pytest.fail(f"krafty did not start: {e}", pytrace=False)
-    return node
+    return start_or_fail(node)
 
 
 def open_conn(port: int, source: str = "127.0.0.1") -> socket.socket:
@@ -130,11 +126,7 @@ def test_max_connections_blocks_new_connections_until_one_closes(tmp_path):
                      f"CLIENT://127.0.0.1:{client_port}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT",
         "max.connections": "3"}
-    try:
-        node.start()
-    except NodeError as e:
-        node.close()
-        pytest.fail(f"krafty did not start: {e}", pytrace=False)
+    start_or_fail(node)
     socks = []
     try:
         socks = [open_conn(client_port) for _ in range(3)]
@@ -260,27 +252,7 @@ def test_quotas_are_managed_with_krafty_configs(quota_node):
 
 
 def _produce_timed(bootstrap, topic, client_id, total_bytes, record=10_000):
-    from confluent_kafka import Producer
-
-    stats = []
-    p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
-                  "statistics.interval.ms": 200, "stats_cb": stats.append, "batch.size": 64 * 1024})
-    value = b"x" * record
-    t0 = time.monotonic()
-    for _ in range(total_bytes // record):
-        while True:
-            try:
-                p.produce(topic, value)
-                break
-            except BufferError:
-                p.poll(0.05)
-        p.poll(0)
-    assert p.flush(60) == 0
-    elapsed = time.monotonic() - t0
-    p.poll(0.5)
-    throttle = max((b["throttle"]["max"] for s in stats for b in json.loads(s)["brokers"].values()
-                    if b.get("throttle")), default=0)
-    return elapsed, throttle
+    return produce_timed({"bootstrap.servers": bootstrap, "client.id": client_id}, topic, total_bytes, record)
 
 
 def test_produce_quota_throttles_the_client(quota_node):

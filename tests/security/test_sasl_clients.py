@@ -19,7 +19,7 @@ import pytest
 from broker.protocol import codec
 from broker.protocol.apis import ApiKey, is_flexible
 from common.errors import ErrorCode
-from tests.security.conftest import USERS, run_cli
+from tests.security.conftest import USERS, produce_timed, run_cli
 
 MECHS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 PROTOS = ["SASL_PLAINTEXT", "SASL_SSL"]
@@ -439,10 +439,6 @@ def test_fuzzed_sasl_exchanges_fail_cleanly_and_the_broker_stays_up(secure_node)
 def test_user_quota_throttles_only_that_user(secure_node):
     """A producer_byte_rate quota on User:bob (set with krafty configs) throttles bob's
     producer, authenticated with SCRAM, and not alice's."""
-    import json
-
-    from confluent_kafka import Producer
-
     topic = _topic()
     _create_topic(secure_node, topic)
     bs = secure_node.node.bootstrap
@@ -454,27 +450,10 @@ def test_user_quota_throttles_only_that_user(secure_node):
     configs("--add-config", "producer_byte_rate=100000")
     time.sleep(0.5)
 
-    def produce_as(user: str, total: int = 1_600_000, record: int = 10_000) -> tuple[float, int]:
-        stats = []
-        p = Producer({"bootstrap.servers": secure_node.bootstrap("SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
-                      "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": USERS[user],
-                      "linger.ms": 5, "batch.size": 64 * 1024, "statistics.interval.ms": 200,
-                      "stats_cb": stats.append})
-        t0 = time.monotonic()
-        for _ in range(total // record):
-            while True:
-                try:
-                    p.produce(topic, b"x" * record)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-            p.poll(0)
-        assert p.flush(60) == 0
-        elapsed = time.monotonic() - t0
-        p.poll(0.5)
-        throttle = max((b["throttle"]["max"] for s in stats for b in json.loads(s)["brokers"].values()
-                        if b.get("throttle")), default=0)
-        return elapsed, throttle
+    def produce_as(user: str) -> tuple[float, int]:
+        return produce_timed({"bootstrap.servers": secure_node.bootstrap("SASL_PLAINTEXT"),
+                              "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                              "sasl.username": user, "sasl.password": USERS[user]}, topic, 1_600_000)
 
     try:
         slow, bob_throttle = produce_as("bob")

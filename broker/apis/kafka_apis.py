@@ -468,8 +468,8 @@ class KafkaApis:
                 denied = frozenset(w[0] for w in wanted if w[0] is not None
                                    and not self.authorize(ctx, Op.READ, RT.TOPIC, w[0]))
         quota_cap = None  # a consumer with a fetch quota gets at most its quota over the window per response
-        if replica_id < 0 and self.image.client_quotas:
-            self.quotas.update(self.image.client_quotas)
+        if replica_id < 0 and image.client_quotas:
+            self.quotas.update(image.client_quotas)
             quota_cap = self.quotas.max_bytes_in_window(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)),
                                                         ctx.header.client_id or "")
         first_pass = True

@@ -56,7 +56,8 @@ class Broker:
     def open_logs(self) -> None:
         """Loads and recovers every partition log; must run before the metadata log replays."""
         t0 = time.monotonic()
-        self.logs = LogManager(self.config["log.dirs"], topic_defaults(self.config), now_ms=int(time.time() * 1000))
+        self.logs = LogManager(self.config["log.dirs"], topic_defaults(self.config), now_ms=int(time.time() * 1000),
+                               writer_threads=self.config["krafty.log.writer.threads"])
         self.replicas = ReplicaManager(self.node_id, self.config, self.logs, channel=self.controller,
                                        broker_epoch=lambda: self.broker_epoch, endpoint_of=self._endpoint_of)
         self.loader.add_publisher(self.replicas.on_metadata)

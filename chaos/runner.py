@@ -57,6 +57,7 @@ class Options:
     hold: tuple[float, float] = (5.0, 12.0)
     quiet: tuple[float, float] = (2.0, 6.0)
     recovery_timeout: float = 90.0
+    override: dict[str, str] = field(default_factory=dict)  # node config keys for every node
     argv: list[str] = field(default_factory=list)
 
 
@@ -238,7 +239,8 @@ def run(opts: Options) -> int:
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     log(f"seed {opts.seed}, cluster {opts.cluster}, nemesis {','.join(kinds)}, {opts.time:.0f}s, output in {out}")
     try:
-        c = make_cluster(opts.cluster, os.path.join(out, "cluster"), network="partition" in kinds, log=log)
+        c = make_cluster(opts.cluster, os.path.join(out, "cluster"), network="partition" in kinds,
+                         overrides=opts.override, log=log)
     except (RuntimeError, OSError) as e:
         log(f"cannot start the {opts.cluster} cluster: {e}")
         return 2
@@ -378,6 +380,15 @@ def print_summary(v: dict, out: str) -> None:
     print("\n".join(lines), flush=True)
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` for --override."""
+    import argparse
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
 def _span(text: str) -> tuple[float, float]:
     """``MIN:MAX`` seconds (or one number for both) for --hold and --gap."""
     import argparse
@@ -413,6 +424,8 @@ def main(argv: list[str]) -> int:
                    help="seconds each fault lasts, drawn uniformly (default 5:12)")
     r.add_argument("--gap", type=_span, default=(2.0, 6.0), metavar="MIN:MAX",
                    help="seconds of calm between faults (default 2:6)")
+    r.add_argument("--override", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
+                   help="a node config key for every node (repeatable), e.g. krafty.log.writer.threads=2")
     c = sub.add_parser("check", help="judge a recorded history.jsonl again (and rewrite the report)")
     c.add_argument("history")
     c.add_argument("--out", default=None, help="where to write verdict.json and report.html")
@@ -436,6 +449,6 @@ def main(argv: list[str]) -> int:
                    time=args.time, seed=seed, out=args.out or os.path.join("chaos-out", str(seed)),
                    partitions=args.partitions, producers=args.producers, rate=args.rate,
                    consumers=args.consumers, groups=args.groups, churn=not args.no_churn,
-                   hold=args.hold, quiet=args.gap,
+                   hold=args.hold, quiet=args.gap, override=dict(args.override),
                    argv=["run", *argv[1:]] if args.seed is not None else ["run", *argv[1:], "--seed", str(seed)])
     return run(opts)

@@ -271,6 +271,9 @@ KEYS: dict[str, Key] = {
         Key("krafty.log.writeback.bytes", _int, 1024 * 1024, "start the kernel's writeback of an active segment "
             "every this many appended bytes (checked every 100 ms, off the event loop; 0: leave it to the kernel)",
             min=0),
+        Key("krafty.log.writer.threads", _int, 0, "threads that do the write syscalls of appends, so a write the "
+            "kernel makes wait stalls only its partition (0: write on the event loop, the faster choice while the "
+            "broker's CPU is busy)", min=0, max=64),
         Key("krafty.loop.stall.warn.ms", _int, 0, "log a warning with the loop thread's stack when the event "
             "loop runs no callback for this long (0: off)", min=0),
     ]

@@ -365,6 +365,8 @@ class KafkaApis:
                         raise KafkaError(auth_error)
                     if req.acks not in (-1, 0, 1):
                         raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
+                    if name in INTERNAL_TOPICS:  # written by the coordinators only, as in Kafka
+                        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {name}")
                     if name not in image.topics_by_name:
                         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     part = self.replicas.leader_partition((name, p.index))
@@ -377,7 +379,7 @@ class KafkaApis:
                         code = part.state.can_append_acks_all(min_isr)
                         if code != ErrorCode.NONE:
                             raise KafkaError(code)
-                    info = self.replicas.append(part, p.records, headers)
+                    info = await self.replicas.append_async(part, p.records, headers)
                     res["base_offset"] = info.first_offset
                     res["log_append_time"] = info.log_append_time_ms
                     res["log_start_offset"] = info.log_start_offset

@@ -6,11 +6,16 @@ Around the segments live the partition's leader epoch cache, idempotent producer
 ``partition.metadata`` (topic id), all next to the segments as in Kafka.
 
 Threading: everything runs on the caller's event loop except ``flush()``, which may be run
-in a worker thread (it works on a snapshot of the segment list and only fsyncs).
+in a worker thread (it works on a snapshot of the segment list and only fsyncs), and the
+write syscall of the async appends when writer threads are configured: the loop assigns
+offsets and picks the segment, a writer thread writes, the loop commits (segment end, indexes, producer state). Until the
+commit nothing else sees the batches; ``abort_append`` drops a write in flight before a
+truncation, leadership change or close.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import os
@@ -19,10 +24,11 @@ import shutil
 import threading
 import uuid
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from common import stallwatch
 from common.config import TOPIC_KEYS
 from common.errors import ErrorCode, KafkaError
 
@@ -44,6 +50,7 @@ from .segment import (
     TIMEINDEX_SUFFIX,
     LogSegment,
     SegmentFile,
+    write_at,
 )
 
 PARTITION_METADATA_FILE = "partition.metadata"
@@ -136,6 +143,66 @@ class ReadSlice:
     segment_base_offset: int
 
 
+class AppendAborted(KafkaError):
+    """An append was dropped while being written (truncation, leadership change, close).
+    NOT_LEADER_OR_FOLLOWER to a producer, which retries against the current leader."""
+
+    def __init__(self, message: str):
+        super().__init__(ErrorCode.NOT_LEADER_OR_FOLLOWER, message)
+
+
+class PendingWrite:
+    """One append between its offsets being assigned (on the event loop) and its bytes being
+    on file (``run``, in a writer thread). The log's size and end offset move only when the
+    loop commits it, so readers, followers and the high watermark never see it early."""
+
+    __slots__ = ("seg", "file", "data", "headers", "nbytes", "start", "staged", "info", "error",
+                 "_lock", "_started", "aborted", "_done")
+
+    def __init__(self, seg: LogSegment, file: SegmentFile, data: memoryview, headers: list[BatchHeader],
+                 nbytes: int):
+        self.seg = seg
+        self.file = file  # held: keeps the fd open (and its number unused) until the write is over
+        self.data = data
+        self.headers = headers
+        self.nbytes = nbytes
+        self.start = seg.size
+        self.staged = None  # leader appends: producer state to commit
+        self.info: AppendInfo | None = None
+        self.error: OSError | None = None
+        self._lock = threading.Lock()
+        self._started = False
+        self.aborted = False
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        with self._lock:
+            if self.aborted:
+                self._done.set()
+                return
+            self._started = True
+        sec = stallwatch.enter(f"log write of {len(self.data)} bytes to {self.seg.log_path}")
+        try:
+            write_at(self.file, self.data, self.start)
+        except OSError as e:
+            self.error = e
+        finally:
+            stallwatch.leave(sec)
+            self._done.set()
+
+    def abort(self) -> None:
+        """Mark it dropped; if its write already started, wait for it and cut it off the file."""
+        with self._lock:
+            self.aborted = True
+            started = self._started
+        if started:
+            self._done.wait()
+            try:
+                os.ftruncate(self.file.fd, self.start)
+            except OSError:
+                pass  # the segment is gone, or the next append overwrites the tail anyway
+
+
 def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
@@ -185,6 +252,8 @@ class Log:
         self.lock = threading.RLock()
         self.cleaner_offset = 0  # the log cleaner has compacted everything below this
         self._truncations = 0  # lets a flush running in a thread notice a concurrent truncation
+        self._inflight: PendingWrite | None = None  # an append whose write is running in a writer thread
+        self._turn: asyncio.Lock | None = None  # orders async appends
 
     # =====================================================================================
     # opening and recovery
@@ -394,7 +463,77 @@ class Log:
 
         Producer state is checked for every batch before anything is written; a retried
         batch returns its original offsets with ``duplicate=True`` and writes nothing.
+        Writes in the calling thread; ``append_as_leader_async`` writes in a writer thread.
         """
+        w = self._prepare_leader(buf, headers, leader_epoch, now_ms)
+        if isinstance(w, AppendInfo):
+            return w
+        w.run()
+        return self._commit(w)
+
+    def append_as_follower(self, buf, headers: list[BatchHeader] | None = None, now_ms: int = 0) -> AppendInfo:
+        """Append batches copied from the leader (offsets and epochs already assigned).
+
+        ``headers`` defaults to ``parse_batches(buf)`` (a trailing partial batch is ignored).
+        Each batch is CRC-checked; offsets must be increasing and start at or after the log end.
+        """
+        w = self._prepare_follower(buf, headers, now_ms)
+        if isinstance(w, AppendInfo):
+            return w
+        w.run()
+        return self._commit(w)
+
+    async def append_as_leader_async(self, buf: bytearray, headers: list[BatchHeader],
+                                     leader_epoch: Callable[[], int], now_ms: int, executor) -> AppendInfo:
+        """``append_as_leader`` with the write syscall in ``executor`` (krafty.log.writer.threads;
+        None: on the loop), so a write the kernel makes wait (block allocation, dirty-page
+        throttling) stalls this partition, not the event loop. Appends to the log are serialised: ``leader_epoch()`` is called once this
+        append's turn comes and must raise if the broker no longer leads the partition."""
+        async with self._append_turn():
+            w = self._prepare_leader(buf, headers, leader_epoch(), now_ms)
+            if isinstance(w, AppendInfo):
+                return w
+            return await self._write_async(w, executor)
+
+    async def append_as_follower_async(self, buf, headers: list[BatchHeader] | None, now_ms: int, executor,
+                                       still_following: Callable[[], bool]) -> AppendInfo:
+        """``append_as_follower`` with the write in ``executor``; ``still_following()`` is
+        checked when this append's turn comes (AppendAborted if not)."""
+        async with self._append_turn():
+            if not still_following():
+                raise AppendAborted(f"{self.topic}-{self.partition} stopped following")
+            w = self._prepare_follower(buf, headers, now_ms)
+            if isinstance(w, AppendInfo):
+                return w
+            return await self._write_async(w, executor)
+
+    def _append_turn(self) -> asyncio.Lock:
+        if self._turn is None:
+            self._turn = asyncio.Lock()  # made on first use: logs are opened before the loop runs
+        return self._turn
+
+    async def _write_async(self, w: PendingWrite, executor) -> AppendInfo:
+        if executor is None:  # krafty.log.writer.threads=0: write right here, on the loop
+            w.run()
+            return self._commit(w)
+        self._inflight = w
+        fut = asyncio.get_running_loop().run_in_executor(executor, w.run)
+        cancelled = False
+        while not fut.done():
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                # The caller went away (its connection closed), but the bytes are being written
+                # under offsets this log handed out: finish the append before letting go.
+                cancelled = True
+        try:
+            return self._commit(w)
+        finally:
+            if cancelled:
+                raise asyncio.CancelledError
+
+    def _prepare_leader(self, buf, headers: list[BatchHeader], leader_epoch: int,
+                        now_ms: int) -> PendingWrite | AppendInfo:
         if not headers:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches to append")
         if isinstance(buf, bytes) or (isinstance(buf, memoryview) and buf.readonly):
@@ -412,11 +551,10 @@ class Log:
             return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp if lat is not None else -1,
                               self._log_start_offset, duplicate=True)
         self.leader_epoch_cache.assign(leader_epoch, first)
-        nbytes = last_h.pos + last_h.batch_length + 12 - headers[0].pos
-        self._write(buf, headers, nbytes, now_ms)
-        self.producer_state.commit(staged, last + 1)
-        self._maybe_flush_by_count()
-        return AppendInfo(first, last, lat if lat is not None else -1, self._log_start_offset)
+        w = self._stage(buf, headers, now_ms)
+        w.staged = staged
+        w.info = AppendInfo(first, last, lat if lat is not None else -1, self._log_start_offset)
+        return w
 
     def _recompress(self, buf, headers: list[BatchHeader], target: int) -> tuple[bytearray, list[BatchHeader]]:
         """The topic's compression.type is not ``producer`` and differs from the batch codec:
@@ -447,12 +585,7 @@ class Log:
                                  f"max.message.bytes={self.config.max_message_bytes}")
         return out, new_headers
 
-    def append_as_follower(self, buf, headers: list[BatchHeader] | None = None, now_ms: int = 0) -> AppendInfo:
-        """Append batches copied from the leader (offsets and epochs already assigned).
-
-        ``headers`` defaults to ``parse_batches(buf)`` (a trailing partial batch is ignored).
-        Each batch is CRC-checked; offsets must be increasing and start at or after the log end.
-        """
+    def _prepare_follower(self, buf, headers: list[BatchHeader] | None, now_ms: int) -> PendingWrite | AppendInfo:
         if headers is None:
             headers = parse_batches(buf)
         if not headers:
@@ -469,29 +602,58 @@ class Log:
             expected = h.base_offset + h.last_offset_delta + 1
         for h in headers:
             self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+        w = self._stage(buf, headers, now_ms)
+        w.info = AppendInfo(headers[0].base_offset, headers[-1].last_offset, -1, self._log_start_offset)
+        return w
+
+    def _stage(self, buf, headers: list[BatchHeader], now_ms: int) -> PendingWrite:
+        """Pick the segment (rolling if due) for whole batches about to be written at its end."""
+        if self._inflight is not None:
+            raise RuntimeError(f"{self}: append while another is being written")
         last_h = headers[-1]
         nbytes = last_h.pos + last_h.batch_length + 12 - headers[0].pos
-        self._write(buf, headers, nbytes, now_ms)
-        self.producer_state.update_unchecked(headers)
-        self._maybe_flush_by_count()
-        return AppendInfo(headers[0].base_offset, last_h.last_offset, -1, self._log_start_offset)
-
-    def _write(self, buf, headers: list[BatchHeader], nbytes: int, now_ms: int) -> None:
         seg = self.segments[-1]
         first = headers[0].base_offset
-        last = headers[-1].base_offset + headers[-1].last_offset_delta
+        last = last_h.base_offset + last_h.last_offset_delta
         if seg.size and self._should_roll(seg, nbytes, headers, now_ms, last):
             seg = self.roll(now_ms, first)
         elif not seg.size and seg.base_offset != first and (first < seg.base_offset or
                                                             last - seg.base_offset > INT32_MAX):
             seg = self._replace_empty_active(first, now_ms)
         start = headers[0].pos
-        try:
-            seg.append(memoryview(buf)[start:] if start else buf, headers, nbytes)
-        except OSError as e:
-            # Nothing was recorded in memory: the next append overwrites the partial write.
+        data = (memoryview(buf)[start:] if start else memoryview(buf))[:nbytes]
+        return PendingWrite(seg, seg.prepare_append(), data, headers, nbytes)
+
+    def _commit(self, w: PendingWrite) -> AppendInfo:
+        """The write is done: make the batches part of the log (segment end and indexes,
+        producer state), unless ``abort_append`` dropped it meanwhile."""
+        if self._inflight is w:
+            self._inflight = None
+        if w.aborted:
+            raise AppendAborted(f"{self.topic}-{self.partition}: the append at offset {w.info.first_offset} was "
+                                f"dropped by a truncation, leadership change or close while being written")
+        if w.error is not None:
+            # Nothing was recorded in memory and the partial write was cut off.
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"cannot write to {seg.log_path}: {e.strerror}") from e
+                             f"cannot write to {w.seg.log_path}: {w.error.strerror}") from w.error
+        w.seg.commit_append(w.headers, w.start, w.nbytes)
+        if w.staged is not None:
+            self.producer_state.commit(w.staged, w.info.last_offset + 1)
+        else:
+            self.producer_state.update_unchecked(w.headers)
+        self._maybe_flush_by_count()
+        return w.info
+
+    def abort_append(self) -> None:
+        """Drop the append being written, if any: wait for its write syscall (if it started)
+        and cut its bytes off the file; its ``_commit`` raises AppendAborted. Called before
+        anything that moves the log end or changes leadership, so a late write can never land
+        over newer data or under a new leader epoch."""
+        w = self._inflight
+        if w is None:
+            return
+        self._inflight = None
+        w.abort()
 
     def _should_roll(self, seg: LogSegment, nbytes: int, headers: list[BatchHeader], now_ms: int,
                      last: int) -> bool:
@@ -658,6 +820,7 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Remove everything at or after ``offset`` (follower truncation). The batch holding
         ``offset`` goes too if ``offset`` is not a batch boundary."""
+        self.abort_append()
         if offset >= self.log_end_offset:
             return
         if offset < self._log_start_offset:
@@ -682,6 +845,7 @@ class Log:
     @_locked
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the log and restart it at ``offset`` (log start = log end = offset)."""
+        self.abort_append()
         self._truncations += 1
         for s in self.segments:
             s.delete()
@@ -749,8 +913,6 @@ class Log:
                 n = i + 1
         if n == 0:
             return 0
-        if n == len(segs):
-            self.roll(now_ms)
         return self._delete_prefix(n, now_ms)
 
     @_locked
@@ -758,8 +920,13 @@ class Log:
         if n <= 0:
             return 0
         if n >= len(self.segments):
-            self.roll(now_ms)
-            n = len(self.segments) - 1
+            if self._inflight is not None:
+                n = len(self.segments) - 1  # an append is being written into the active one: next time
+            else:
+                self.roll(now_ms)
+                n = len(self.segments) - 1
+        if n <= 0:
+            return 0
         dead, keep = self.segments[:n], self.segments[n:]
         self.segments = keep
         self._bases = [s.base_offset for s in keep]
@@ -807,6 +974,7 @@ class Log:
         """Seal and fsync everything, snapshot producer state at the log end, release files."""
         if self.closed:
             return
+        self.abort_append()
         active = self.segments[-1]
         active.seal()
         self.flush()
@@ -819,6 +987,7 @@ class Log:
 
     def delete(self) -> None:
         """Remove the partition's directory (open reads keep working on their descriptors)."""
+        self.abort_append()
         for s in self.segments:
             s.delete()
         self.closed = True

@@ -17,6 +17,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .cleaner import compact
@@ -35,13 +36,17 @@ PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
 class LogManager:
     def __init__(self, log_dirs: list[str], default_topic_config: Mapping[str, Any], *,
-                 now_ms: int | Callable[[], int], producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS):
+                 now_ms: int | Callable[[], int], producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+                 writer_threads: int = 0):
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.default_topic_config = dict(default_topic_config)
         self._clock: Callable[[], int] = now_ms if callable(now_ms) else (lambda: int(time.time() * 1000))
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._logs: dict[tuple[str, int], Log] = {}
         self._topic_configs: dict[str, dict[str, Any]] = {}
+        # krafty.log.writer.threads: where async appends (Log.append_as_*_async) make their write
+        # syscalls; None: on the event loop. One log's appends are serialised either way.
+        self.writer = ThreadPoolExecutor(writer_threads, thread_name_prefix="log-writer") if writer_threads else None
         start_ms = now_ms() if callable(now_ms) else now_ms
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
@@ -234,6 +239,8 @@ class LogManager:
         """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""
         for lg in self._logs.values():
             lg.close()
+        if self.writer is not None:
+            self.writer.shutdown(wait=True)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         for d in self.log_dirs:

@@ -52,6 +52,19 @@ def _load_sync_file_range():
 _sync_file_range = _load_sync_file_range()
 
 
+def write_at(file: SegmentFile, data: memoryview, pos: int) -> None:
+    """Write all of ``data`` at ``pos``; on failure cut the file back to ``pos`` (a partial
+    write must not be left for recovery to find) and raise. Thread-safe: pwrite only."""
+    try:
+        _write_all(file.fd, data, pos)
+    except OSError:
+        try:
+            os.ftruncate(file.fd, pos)
+        except OSError:
+            pass
+        raise
+
+
 def filename_prefix(offset: int) -> str:
     return f"{offset:020d}"
 
@@ -252,16 +265,20 @@ class LogSegment:
         """Write ``buf[:nbytes]`` (whole batches described by ``headers``, positions relative
         to ``buf``) at the end of the segment in one write, and index it."""
         start = self.size
-        self.index._ensure()  # load (or rebuild) the indexes before the data they will cover
+        file = self.prepare_append()
+        write_at(file, memoryview(buf)[:nbytes], start)
+        self.commit_append(headers, start, nbytes)
+
+    def prepare_append(self) -> SegmentFile:
+        """Before writing at ``self.size``: load (or rebuild) the indexes before the data they
+        will cover; returns the open file to write to (hold it: it keeps the fd valid)."""
+        self.index._ensure()
         self.time_index._ensure()
-        try:
-            _write_all(self.fd, memoryview(buf)[:nbytes], start)
-        except OSError:
-            try:
-                os.ftruncate(self.fd, start)  # drop a partial write
-            except OSError:
-                pass
-            raise
+        return self.file
+
+    def commit_append(self, headers: list[BatchHeader], start: int, nbytes: int) -> None:
+        """The batches described by ``headers`` are on file at ``start`` (= ``self.size``):
+        index them and move the segment's end past them."""
         interval = self.index_interval_bytes
         since = self._bytes_since_index
         max_ts = self.max_timestamp

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from broker.fetch_session import FetchSessionHandler, PartitionData
 from broker.log.batch import parse_batches
+from broker.log.log import AppendAborted
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
 from broker.replica.follower import (
@@ -121,6 +122,7 @@ class FetcherThread:
             "replica_id": self.m.broker_id, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
         answers = {(t.topic, p.partition): p for t in resp.topics for p in t.partitions}
         now = _now_ms()
+        todo = []
         for tp, fs, act in items:
             part = self.m.rm.partitions.get(tp)
             a = answers.get(tp)
@@ -131,8 +133,9 @@ class FetcherThread:
                 continue
             effects = fs.on_offsets_for_leader_epoch(act, part.log, ErrorCode(int(a.error_code)), a.leader_epoch,
                                                      a.end_offset, now)
-            self.m.apply(tp, part, fs, effects, None,
-                         f"OffsetForLeaderEpoch({act.leader_epoch}) -> epoch {a.leader_epoch} ends at {a.end_offset}")
+            todo.append((tp, part, fs, effects, None,
+                         f"OffsetForLeaderEpoch({act.leader_epoch}) -> epoch {a.leader_epoch} ends at {a.end_offset}"))
+        await self.m.apply_all(todo)
 
     async def _fetch(self, conn: KafkaConnection, items) -> None:
         cfg = self.m.config
@@ -162,6 +165,7 @@ class FetcherThread:
             log.info("fetch session with leader %d failed (%s): starting a new one", self.leader_id,
                      ErrorCode(int(resp.error_code)).name)
         now = _now_ms()
+        todo = []
         for tp, fs, act in items:
             part = self.m.rm.partitions.get(tp)
             p = answers.get(tp)
@@ -172,7 +176,7 @@ class FetcherThread:
                     hw, log_start = unchanged[tp]
                     effects = fs.on_fetch_response(act, part.log, FetchAnswer(high_watermark=hw,
                                                                              log_start_offset=log_start), now)
-                    self.m.apply(tp, part, fs, effects, (b"", []), f"fetch({act.fetch_offset}) -> nothing new")
+                    todo.append((tp, part, fs, effects, (b"", []), f"fetch({act.fetch_offset}) -> nothing new"))
                 else:
                     fs.on_request_failed(act, now)
                 continue
@@ -188,8 +192,9 @@ class FetcherThread:
                 leader_log_end_offset=await self._leader_end(conn, tp, act) if err == ErrorCode.OFFSET_OUT_OF_RANGE
                 else -1)
             effects = fs.on_fetch_response(act, part.log, answer, now)
-            self.m.apply(tp, part, fs, effects, (records, headers),
-                         f"fetch({act.fetch_offset}, last epoch {act.last_fetched_epoch}) -> {answer}")
+            todo.append((tp, part, fs, effects, (records, headers),
+                         f"fetch({act.fetch_offset}, last epoch {act.last_fetched_epoch}) -> {answer}"))
+        await self.m.apply_all(todo)
 
     async def _leader_end(self, conn: KafkaConnection, tp: TopicPartition, act) -> int:
         resp = await conn.request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, {
@@ -244,13 +249,26 @@ class ReplicaFetcherManager:
             if fs is not None:
                 fs.stop()  # an answer still in flight is for a leadership that ended: ignore it
 
-    def apply(self, tp: TopicPartition, part, fs: FollowerFetchState, effects, fetched, why=None) -> None:
+    async def apply_all(self, items) -> None:
+        """Apply the effects of one response for each partition: partitions concurrently (each
+        one's appends are written in a log writer thread), each partition's effects in order."""
+        results = await asyncio.gather(*(self.apply(*item) for item in items), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+    async def apply(self, tp: TopicPartition, part, fs: FollowerFetchState, effects, fetched, why=None) -> None:
         """Applies a follower state machine's effects to the local log, in order."""
-        th = self.threads.get(self.following.get(tp, -1))
-        if th is None or th.states.get(tp) is not fs or part.state.is_leader:
-            return  # the partition changed hands while the request was out: nothing may touch the log
+
+        def current() -> bool:
+            th = self.threads.get(self.following.get(tp, -1))
+            return (th is not None and th.states.get(tp) is fs and not part.state.is_leader
+                    and self.rm.partitions.get(tp) is part)
+
         lg = part.log
         for e in effects:
+            if not current():
+                return  # the partition changed hands while the request (or a write) was out: hands off the log
             if isinstance(e, Truncate):
                 if e.offset < lg.log_end_offset:
                     log.info("%s-%d: truncating from %d to %d (%s; epochs %s)", tp[0], tp[1], lg.log_end_offset,
@@ -263,7 +281,9 @@ class ReplicaFetcherManager:
             elif isinstance(e, AppendRecords):
                 records, headers = fetched
                 try:
-                    lg.append_as_follower(records, headers, _now_ms())
+                    await lg.append_as_follower_async(records, headers, _now_ms(), self.rm.logs.writer, current)
+                except AppendAborted:
+                    return
                 except KafkaError as err:
                     log.warning("%s-%d: replicated batches rejected (%s); reconciling again", tp[0], tp[1], err)
                     fs.on_append_failed()

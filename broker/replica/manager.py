@@ -155,11 +155,13 @@ class ReplicaManager:
         lg, st = part.log, part.state
         if leader:
             if st.make_leader(reg, lg.log_end_offset, now):
+                lg.abort_append()  # a write still in flight belongs to the old role or epoch
                 lg.leader_epoch_cache.assign(reg.leader_epoch, lg.log_end_offset)
                 log.info("%s-%d: leader in epoch %d at offset %d, ISR %s", tp[0], tp[1], reg.leader_epoch,
                          lg.log_end_offset, list(reg.isr))
             self.fetchers.unfollow(tp)
         elif st.make_follower(reg):
+            lg.abort_append()
             log.info("%s-%d: following %d in epoch %d", tp[0], tp[1], reg.leader, reg.leader_epoch)
             self.fetchers.follow(tp, reg.leader, reg.leader_epoch, st.high_watermark)
         self._wake(tp)
@@ -211,12 +213,31 @@ class ReplicaManager:
         return part
 
     def append(self, part: Partition, buf, headers):
+        """Append in the calling thread (the group coordinator's small writes to its own
+        internal partitions, which must be in the log before it goes on)."""
         info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, now_ms())
+        self._appended(part)
+        return info
+
+    async def append_async(self, part: Partition, buf, headers):
+        """Append produced batches with the write in a log writer thread; appends to one
+        partition are serialised, and each re-checks leadership when its turn comes."""
+        tp = (part.state.topic, part.state.partition)
+
+        def leader_epoch() -> int:
+            if self.partitions.get(tp) is not part or not part.state.is_leader:
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return part.state.leader_epoch
+
+        info = await part.log.append_as_leader_async(buf, headers, leader_epoch, now_ms(), self.logs.writer)
+        self._appended(part)
+        return info
+
+    def _appended(self, part: Partition) -> None:
         tp = (part.state.topic, part.state.partition)
         self._leo_waiters.wake(tp)
         if part.state.maybe_advance_hw(part.log.log_end_offset):
             self._wake(tp)
-        return info
 
     def on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
         st = part.state

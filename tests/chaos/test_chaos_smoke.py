@@ -23,7 +23,10 @@ def test_chaos_smoke_finds_nothing(tmp_path):
     kinds = "kill,pause,clock" if os.path.exists(FAKETIME_LIB) else "kill,pause"
     out = str(tmp_path / "run")
     r = run_chaos(out, "--cluster", "local", "--nemesis", kinds, "--time", "25", "--seed", "7",
-                  "--rate", "60", "--no-churn", "--hold", "3:5", "--gap", "1:2")
+                  "--rate", "60", "--no-churn", "--hold", "3:5", "--gap", "1:2",
+                  "--override", "krafty.log.writer.threads=2")  # appends written in writer threads
+    with open(os.path.join(out, "cluster", "broker-4.properties")) as f:
+        assert "krafty.log.writer.threads=2" in f.read().splitlines()
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr[-4000:]}"
     assert "acked" in r.stderr, "progress is shown while it runs"
     with open(os.path.join(out, "verdict.json")) as f:
@@ -59,6 +62,8 @@ def test_bad_arguments_get_a_clear_error(tmp_path):
     assert r.returncode == 2 and "--cluster" in r.stderr
     r = run_chaos(str(tmp_path / "x"), "--hold", "9:3", timeout=60)
     assert r.returncode == 2 and "--hold: expected 0 <= MIN <= MAX, got '9:3'" in r.stderr
+    r = run_chaos(str(tmp_path / "x"), "--override", "krafty.log.writer.threads", timeout=60)
+    assert r.returncode == 2 and "--override: expected KEY=VALUE, got 'krafty.log.writer.threads'" in r.stderr
 
 
 def test_compose_mode_without_a_docker_engine_is_a_clear_error(tmp_path):

@@ -85,7 +85,17 @@ def _check_stream(cluster, topic: str, n: int, acked: set, failed: list, leader:
     wait_until(lambda: leader in _partition(cluster, topic).isrs, 90, f"broker {leader} back in the ISR")
 
 
-def test_kafka_python_acks_all_stream_survives_leader_kill_and_return(cluster):
+# krafty.log.writer.threads: appends written on the event loop (default) or by writer threads
+WRITERS = pytest.mark.parametrize("writers", ["0", "2"], ids=["writes-on-loop", "writer-threads"])
+
+
+@WRITERS
+def test_kafka_python_acks_all_stream_survives_leader_kill_and_return(tmp_path, request, writers):
+    with running_cluster(tmp_path, request, overrides={**FAST, "krafty.log.writer.threads": writers}) as cluster:
+        _kafka_python_kill_stream(cluster)
+
+
+def _kafka_python_kill_stream(cluster):
     from kafka import KafkaProducer
 
     p = KafkaProducer(bootstrap_servers=cluster.bootstrap.split(","), acks="all", enable_idempotence=True,
@@ -171,9 +181,9 @@ def test_aiokafka_acks_all_stream_survives_leader_kill_and_return(cluster):
 TRUNC = {**FAST, "broker.session.timeout.ms": "6000", "replica.lag.time.max.ms": "30000"}
 
 
-@pytest.fixture
+@pytest.fixture(params=["0", "2"], ids=["writes-on-loop", "writer-threads"])
 def trunc_cluster(tmp_path, request):
-    c = Cluster(str(tmp_path), overrides=TRUNC)
+    c = Cluster(str(tmp_path), overrides={**TRUNC, "krafty.log.writer.threads": request.param})
     c.start()
     try:
         yield c

@@ -85,6 +85,14 @@ async def test_produce_to_unknown_topic_and_invalid_acks(node):
     c.close()
 
 
+async def test_produce_to_an_internal_topic_is_refused(node):
+    """Only the group coordinator writes __consumer_offsets (Kafka: INVALID_TOPIC_EXCEPTION)."""
+    c = await RawClient.connect(node.port)
+    err, _ = produce_error(await c.request(0, 8, produce_body("__consumer_offsets", 0, record_batch([b"x"]))))
+    assert err == ErrorCode.INVALID_TOPIC_EXCEPTION
+    c.close()
+
+
 async def test_duplicate_idempotent_batch_gets_original_offset_and_gap_is_out_of_order(node):
     await create_topic(node, "t")
     c = await RawClient.connect(node.port)

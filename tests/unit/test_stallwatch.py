@@ -46,3 +46,33 @@ async def test_quiet_while_the_loop_runs():
     finally:
         w.stop()
     assert w.stalls == []
+
+
+def _slow_syscall_in_a_worker(seconds: float) -> None:
+    from common import stallwatch
+    sec = stallwatch.enter("test write to /somewhere")
+    try:
+        time.sleep(seconds)
+    finally:
+        stallwatch.leave(sec)
+
+
+async def test_reports_a_slow_call_in_a_worker_thread_with_its_kernel_stack(caplog):
+    """Writes moved off the loop cannot stall it, so the watch times them instead."""
+    w = StallWatch(asyncio.get_running_loop(), threshold_ms=100, interval_ms=20)
+    w.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="krafty.stall"):
+            await asyncio.to_thread(_slow_syscall_in_a_worker, 0.01)  # quick: not reported
+            await asyncio.to_thread(_slow_syscall_in_a_worker, 0.4)
+    finally:
+        w.stop()
+    assert w.stalls == []  # the loop itself kept running
+    assert len(w.slow) == 1
+    took, what, kernel = w.slow[0]
+    assert 0.3 <= took < 2.0 and what == "test write to /somewhere"
+    assert "test write to /somewhere took" in caplog.text
+    if os.access(f"/proc/self/task/{threading.get_native_id()}/stack", os.R_OK):
+        assert "sleep" in kernel, kernel
+    from common import stallwatch
+    assert stallwatch.enter("after stop") is None  # off again: free

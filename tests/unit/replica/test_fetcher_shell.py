@@ -30,8 +30,9 @@ class _Log:
         self.leader_epoch_cache = _Cache()
         self.appended = []
 
-    def append_as_follower(self, buf, headers, now_ms):
-        self.appended.append(buf)
+    async def append_as_follower_async(self, buf, headers, now_ms, executor, still_following):
+        if still_following():
+            self.appended.append(buf)
 
     def truncate_to(self, offset):
         self.log_end_offset = min(self.log_end_offset, offset)
@@ -40,7 +41,8 @@ class _Log:
 async def test_answer_arriving_after_leadership_change_is_not_applied():
     cfg = Config({"node.id": "1"})
     part = types.SimpleNamespace(state=PartitionState("t", 0, uuid.uuid4(), 1), log=_Log())
-    rm = types.SimpleNamespace(partitions={("t", 0): part}, wake_hw=lambda tp: None)
+    rm = types.SimpleNamespace(partitions={("t", 0): part}, wake_hw=lambda tp: None,
+                               logs=types.SimpleNamespace(writer=None))
     m = ReplicaFetcherManager(rm, 1, cfg, lambda b: None)
     try:
         m.follow(("t", 0), leader=2, leader_epoch=1, high_watermark=0)
@@ -54,7 +56,7 @@ async def test_answer_arriving_after_leadership_change_is_not_applied():
         effects = fs.on_fetch_response(act, part.log, FetchAnswer(high_watermark=12, records_first_offset=10,
                                                                     records_next_offset=12), 0)
         assert effects == []
-        m.apply(("t", 0), part, fs, [Truncate(5), AppendRecords(10, 12)], (b"late", []))
+        await m.apply(("t", 0), part, fs, [Truncate(5), AppendRecords(10, 12)], (b"late", []))
         assert part.log.appended == [] and part.log.log_end_offset == 10
     finally:
         await m.close()
@@ -69,7 +71,8 @@ async def test_unreachable_leader_is_one_warning_per_outage_not_a_traceback_per_
     s.close()
     cfg = Config({"node.id": "1", "controller.quorum.retry.backoff.ms": "20"})
     part = types.SimpleNamespace(state=PartitionState("t", 0, uuid.uuid4(), 1), log=_Log())
-    rm = types.SimpleNamespace(partitions={("t", 0): part}, wake_hw=lambda tp: None)
+    rm = types.SimpleNamespace(partitions={("t", 0): part}, wake_hw=lambda tp: None,
+                               logs=types.SimpleNamespace(writer=None))
     endpoints = {2: ("no-such-broker.invalid", closed_port)}
     m = ReplicaFetcherManager(rm, 1, cfg, endpoints.get)
     try:

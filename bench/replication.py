@@ -85,8 +85,28 @@ def throughput(c, topic: str, size: int, seconds: float) -> dict:
             "mbps": round(acked[0] * size / dt / 1e6, 1), "rps": round(acked[0] / dt)}
 
 
+def _window_stats(windows: list[dict]) -> dict:
+    """librdkafka's per-broker statistics (one window a second, microseconds): the worst window's
+    p99 and the max of the round trip (request sent to response: the broker side plus loopback)
+    and of the internal queue (produce() until the batch is sent: linger, the client's own
+    queueing). Tells broker-side delay from client-side delay."""
+    out: dict[str, float] = {}
+    for w in windows:
+        for b in w.get("brokers", {}).values():
+            if b.get("nodeid", -1) < 0:
+                continue
+            for key, name in (("rtt", "rtt"), ("int_latency", "client_queue"), ("outbuf_latency", "outbuf")):
+                h = b.get(key) or {}
+                if h.get("cnt", 0):
+                    out[f"{name}_p99_ms"] = max(out.get(f"{name}_p99_ms", 0), round(h["p99"] / 1000, 1))
+                    out[f"{name}_max_ms"] = max(out.get(f"{name}_max_ms", 0), round(h["max"] / 1000, 1))
+    return out
+
+
 def latency(c, topic: str, size: int, rate: float, seconds: float, linger_ms: float = 5) -> dict:
-    p = _producer(c, **{"linger.ms": linger_ms})
+    windows: list[dict] = []
+    p = _producer(c, **{"linger.ms": linger_ms, "statistics.interval.ms": 1000,
+                        "stats_cb": lambda js: windows.append(json.loads(js))})
     value = os.urandom(size)
     lat: list[float] = []
     errors: list = []
@@ -101,6 +121,7 @@ def latency(c, topic: str, size: int, rate: float, seconds: float, linger_ms: fl
     p.produce(topic, value=value, on_delivery=cb)
     p.flush(60)
     lat.clear()
+    windows.clear()
     t0 = time.perf_counter()
     sent = 0
     while True:
@@ -124,9 +145,10 @@ def latency(c, topic: str, size: int, rate: float, seconds: float, linger_ms: fl
 
     def q(x):
         return round(lat[min(len(lat) - 1, int(x * len(lat)))] * 1000, 2) if lat else None
+    # client_stats skips librdkafka's first statistics window: it may still cover the warm-up
     return {"target_rps": round(rate), "achieved_rps": round(len(lat) / dt), "records": len(lat),
             "errors": len(errors), "p50_ms": q(0.50), "p99_ms": q(0.99), "max_ms": q(1.0),
-            "worst_seconds": [(k, round(v * 1000)) for k, v in worst]}
+            "worst_seconds": [(k, round(v * 1000)) for k, v in worst], "client_stats": _window_stats(windows[1:])}
 
 
 def unavailability(c, topic: str, size: int, rate: float, before: float, after: float) -> dict:

@@ -29,38 +29,40 @@ _active: StallWatch | None = None  # the running watch, if any: enter() is free 
 
 
 class _Section:
-    __slots__ = ("what", "t0", "stack_path", "kernel")
+    __slots__ = ("what", "args", "t0", "stack_path", "kernel")
 
-    def __init__(self, what: str):
+    def __init__(self, what: str, args: tuple):
         self.what = what
+        self.args = args
         self.t0 = time.monotonic()
         self.stack_path = f"/proc/self/task/{threading.get_native_id()}/stack"
         self.kernel = ""
 
 
-def enter(what: str) -> _Section | None:
-    """A worker thread starts a call that may block (``what`` names it); pass the result to
-    ``leave``. Returns None (and costs nothing more) while no watch runs."""
+def enter(what: str, *args) -> _Section | None:
+    """A thread starts a call that may block (``what % args`` names it, formatted only if it
+    is reported); pass the result to ``leave``. Returns None (and costs nothing more) while no
+    watch runs."""
     w = _active
     if w is None:
         return None
-    sec = _Section(what)
+    sec = _Section(what, args)
     w._sections.add(sec)
     return sec
 
 
 def leave(sec: _Section | None) -> None:
     w = _active
-    if sec is None:
+    if sec is None or w is None:
         return
-    if w is not None:
-        w._sections.discard(sec)
-        took = time.monotonic() - sec.t0
-        if took >= w._threshold:
-            w.slow = [*w.slow[-9:], (took, sec.what, sec.kernel)]
-            log.warning("%s took %.0f ms%s", sec.what, took * 1000,
-                        f"; {w._threshold * 1000:.0f} ms in, its thread was at:\n{sec.kernel.rstrip()}"
-                        if sec.kernel else "")
+    w._sections.discard(sec)
+    took = time.monotonic() - sec.t0
+    if took >= w._threshold:
+        what = sec.what % sec.args if sec.args else sec.what
+        w.slow = [*w.slow[-9:], (took, what, sec.kernel)]
+        log.warning("%s took %.0f ms%s", what, took * 1000,
+                    f"; {w._threshold * 1000:.0f} ms in, its thread was at:\n{sec.kernel.rstrip()}"
+                    if sec.kernel else "")
 
 
 class StallWatch:

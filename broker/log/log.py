@@ -170,28 +170,44 @@ class PendingWrite:
         self.staged = None  # leader appends: producer state to commit
         self.info: AppendInfo | None = None
         self.error: OSError | None = None
-        self._lock = threading.Lock()
-        self._started = False
         self.aborted = False
+        self._started = False
+        # made by hand_off(), for a write in another thread only: the produce path that writes
+        # on the loop (the default) pays for no lock or event
+        self._lock: threading.Lock | None = None
+        self._done: threading.Event | None = None
+
+    def hand_off(self) -> None:
+        """This write will run in another thread: arm the hand-shake with ``abort``."""
+        self._lock = threading.Lock()
         self._done = threading.Event()
 
     def run(self) -> None:
+        if self._done is None:
+            self._write()
+            return
         with self._lock:
             if self.aborted:
                 self._done.set()
                 return
             self._started = True
-        sec = stallwatch.enter(f"log write of {len(self.data)} bytes to {self.seg.log_path}")
+        try:
+            self._write()
+        finally:
+            self._done.set()
+
+    def _write(self) -> None:
+        sec = stallwatch.enter("log write of %d bytes to %s", len(self.data), self.seg.log_path)
         try:
             write_at(self.file, self.data, self.start)
         except OSError as e:
             self.error = e
         finally:
             stallwatch.leave(sec)
-            self._done.set()
 
     def abort(self) -> None:
-        """Mark it dropped; if its write already started, wait for it and cut it off the file."""
+        """Mark it dropped; if its write already started, wait for it and cut it off the file.
+        Only a handed-off write can be in flight when this is called."""
         with self._lock:
             self.aborted = True
             started = self._started
@@ -516,6 +532,7 @@ class Log:
         if executor is None:  # krafty.log.writer.threads=0: write right here, on the loop
             w.run()
             return self._commit(w)
+        w.hand_off()
         self._inflight = w
         fut = asyncio.get_running_loop().run_in_executor(executor, w.run)
         cancelled = False

@@ -250,8 +250,13 @@ class ReplicaFetcherManager:
                 fs.stop()  # an answer still in flight is for a leadership that ended: ignore it
 
     async def apply_all(self, items) -> None:
-        """Apply the effects of one response for each partition: partitions concurrently (each
-        one's appends are written in a log writer thread), each partition's effects in order."""
+        """Apply the effects of one response for each partition, each partition's in order.
+        With writer threads the partitions go concurrently (their writes overlap); without,
+        every write runs on the loop anyway, so one after the other, with no task per partition."""
+        if self.rm.logs.writer is None:
+            for item in items:
+                await self.apply(*item)
+            return
         results = await asyncio.gather(*(self.apply(*item) for item in items), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):

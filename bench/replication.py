@@ -132,7 +132,9 @@ def latency(c, topic: str, size: int, rate: float, seconds: float, linger_ms: fl
         while sent < due:
             p.produce(topic, value=value, on_delivery=cb)
             sent += 1
-        p.poll(0.0005)
+        # librdkafka waits whole milliseconds: poll(0.0005) would not wait at all, and this
+        # loop would spin a core that the brokers on the same machine need
+        p.poll(0.001)
     p.flush(120)
     dt = time.perf_counter() - t0
     # where the slow deliveries happened: per-second max latency, worst seconds first

@@ -134,6 +134,7 @@ def consume(bootstrap: str, topic: str, n: int, max_s: float) -> tuple[int, int,
             "max.partition.fetch.bytes": 16 * 1024 * 1024,
             "fetch.wait.max.ms": 100,
             "queued.max.messages.kbytes": 512 * 1024,
+            "queued.min.messages": 10_000_000,
             "receive.message.max.bytes": 80 * 1024 * 1024,
             "enable.partition.eof": True,  # stop at the end of the log (the mock cluster keeps only ~5 MB)
         }

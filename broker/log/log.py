@@ -937,11 +937,9 @@ class Log:
         if n <= 0:
             return 0
         if n >= len(self.segments):
-            if self._inflight is not None:
-                n = len(self.segments) - 1  # an append is being written into the active one: next time
-            else:
+            if self._inflight is None:  # with an append being written into the active one: next time
                 self.roll(now_ms)
-                n = len(self.segments) - 1
+            n = len(self.segments) - 1
         if n <= 0:
             return 0
         dead, keep = self.segments[:n], self.segments[n:]

@@ -220,8 +220,9 @@ class ReplicaManager:
         return info
 
     async def append_async(self, part: Partition, buf, headers):
-        """Append produced batches with the write in a log writer thread; appends to one
-        partition are serialised, and each re-checks leadership when its turn comes."""
+        """Append produced batches, the write syscall in a log writer thread if there are any
+        (krafty.log.writer.threads), else on the loop; appends to one partition are
+        serialised, and each re-checks leadership when its turn comes."""
         tp = (part.state.topic, part.state.partition)
 
         def leader_epoch() -> int:

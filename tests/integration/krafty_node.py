@@ -116,6 +116,7 @@ class KraftyNode:
         extra_properties: dict[str, str] | None = None,
         python: str | None = None,
         start_timeout: float = 90.0,
+        memory_limit_mb: int | None = None,
     ):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +129,10 @@ class KraftyNode:
         self.extra_properties = dict(extra_properties or {})
         self.python = python or krafty_python()
         self.start_timeout = start_timeout
+        # RLIMIT_AS of the node process: a hostile-input regression then fails the test (the
+        # node dies with MemoryError or is refused memory) instead of exhausting the machine.
+        # An idle node maps ~750 MB of address space (thread stacks, malloc arenas).
+        self.memory_limit_mb = memory_limit_mb
         self.data_dir = self.workdir / "data"
         self.config_path = self.workdir / "server.properties"
         self.log_path = self.workdir / f"node-{node_id}.log"
@@ -204,9 +209,28 @@ class KraftyNode:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
+                preexec_fn=self._limit_memory if self.memory_limit_mb else None,
             )
         finally:
             log.close()
+
+    def _limit_memory(self) -> None:
+        import resource
+
+        limit = self.memory_limit_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    def rss_mb(self) -> float:
+        """Resident set size of the node process now (0 when it is not running)."""
+        if not self.running:
+            return 0.0
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return 0.0
 
     def start(self, timeout: float | None = None) -> KraftyNode:
         self.spawn()

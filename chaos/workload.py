@@ -126,6 +126,16 @@ class ProducerWorker(Worker):
         pending.clear()
 
 
+class _TimeLogger:
+    def __init__(self, path, hist):
+        self.f = open(path, "a")
+        self.hist = hist
+
+    def log(self, level, msg, *args):
+        self.f.write(f"{self.hist.now():9.3f} {msg % args if args else msg}\n")
+        self.f.flush()
+
+
 class _NullLogger:
     """librdkafka's logs would flood stderr during faults; errors reach the history instead."""
 
@@ -197,10 +207,12 @@ class GroupWorker(Worker):
         state = {"session": 0}
         self.hist.add("member", type="start", process=proc, group=self.group,
                       session_timeout_ms=GROUP_SESSION_TIMEOUT_MS)
+        dbg = os.environ.get("KRAFTY_CHAOS_CLIENT_DEBUG_DIR")
+        extra = {"debug": "cgrp", "logger": _TimeLogger(os.path.join(dbg, f"{proc}.log"), self.hist)} if dbg else {}
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False,
                       "auto.offset.reset": "earliest", "session.timeout.ms": GROUP_SESSION_TIMEOUT_MS,
                       "heartbeat.interval.ms": GROUP_HEARTBEAT_INTERVAL_MS, "fetch.wait.max.ms": 200,
-                      "logger": _NullLogger()})
+                      "logger": _NullLogger(), **extra})
 
         def on_assign(cons, parts):
             state["session"] = next(session)

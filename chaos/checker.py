@@ -6,14 +6,20 @@ nemesis wrote down (see ``chaos/history.py`` for the event shapes):
 * ``{"f": "send", "type": "invoke"|"ok"|"fail"|"info", "t", "process", "tp", "value", "offset"}``
   — a producer instance (``process``) sends the unique integer ``value`` to ``tp``
   ("topic/partition"); ``ok`` carries the offset the broker acknowledged. ``fail``/``info``
-  sends are indeterminate: they may or may not be in the log.
+  sends are indeterminate: they may or may not be in the log, except a ``fail`` with
+  ``"definite": true`` (the client refused the record: it never left).
 * ``{"f": "assign", "process", "session", "tp", "offset"}`` — a consumer session starts reading
   ``tp`` at ``offset``.
 * ``{"f": "poll", "process", "session", "msgs": [[tp, offset, value], ...]}``.
 * ``{"f": "commit", "type": "ok", "process", "group", "tp", "offset"}`` and
   ``{"f": "committed", "process", "group", "tp", "offset", "invoke_t"}`` (an OffsetFetch answer).
-* ``{"f": "final-read", "tp", "msgs": [[offset, value], ...], "complete": bool}`` after the heal.
-* ``{"f": "final-produce", "type": "ok"|"fail"}`` — a fresh write after the heal.
+* ``{"f": "member", "type": "start"|"stop", "process", "group", "session_timeout_ms"}`` — a
+  consumer-group member's lifetime.
+* ``{"f": "heal", "t"}`` — the harness healed every fault (the end of the faults).
+* ``{"f": "final-read", "tp", "msgs": [[offset, value], ...], "complete": bool, "low", "high"}``
+  after the heal: the partition read from ``low`` to the high watermark ``high``.
+* ``{"f": "final-produce", "type": "ok"|"fail", "sent": [[tp, value]], "acks": [[tp, offset,
+  value]]}`` — a fresh write to every partition after the heal (negative values).
 * ``{"f": "topic", "type": "ok"|"fail", "op": "create"|"delete", "topic"}``;
   ``{"f": "topics-final", "topics": [...], "complete": bool}``.
 * ``{"f": "nemesis", "type": "start"|"stop", "id", "kind", "nodes": [node ids]}``.
@@ -327,7 +333,8 @@ def check_skipped_polls(history: list[dict]) -> list[dict]:
 
 def check_commits(history: list[dict]) -> list[dict]:
     """Committed offsets never go backwards: acknowledged commits of a (group, tp) in completion
-    order, and an OffsetFetch never answers less than a commit acknowledged before it was asked."""
+    order; an OffsetFetch never answers less than a commit acknowledged before it was asked, nor less
+    than an earlier OffsetFetch answered (unless that lower offset was committed again in between)."""
     out: list[dict] = []
     last: dict[tuple[str, str], tuple[int, float]] = {}
     acked: list[tuple[float, str, str, int]] = []
@@ -340,16 +347,27 @@ def check_commits(history: list[dict]) -> list[dict]:
             if key not in last or op["offset"] >= last[key][0]:
                 last[key] = (op["offset"], op.get("t", 0))
             acked.append((op.get("t", 0), key[0], key[1], op["offset"]))
+    fetched: list[tuple[float, str, str, int]] = []  # earlier OffsetFetch answers: (completed at, ...)
     for op in history:
         if op.get("f") == "committed" and op.get("offset") is not None:
-            before = [o for t, g, tp, o in acked
-                      if g == op["group"] and tp == op["tp"] and t <= op.get("invoke_t", op.get("t", 0))]
-            if before and op["offset"] >= 0 and op["offset"] < max(before):
+            asked = op.get("invoke_t", op.get("t", 0))
+            before = [o for t, g, tp, o in acked if g == op["group"] and tp == op["tp"] and t <= asked]
+            if before and op["offset"] < max(before):
                 _ex(out, {"group": op["group"], "tp": op["tp"], "fetched": op["offset"],
                           "acked_before": max(before), "t": op.get("t")})
-            elif before and op["offset"] < 0:
-                _ex(out, {"group": op["group"], "tp": op["tp"], "fetched": op["offset"],
-                          "acked_before": max(before), "t": op.get("t")})
+                continue
+            # a committed offset is a replicated record: once an OffsetFetch answered X, a later one (asked
+            # after that answer) answers less only after a commit of the lower offset was acknowledged
+            higher = [(t, o) for t, g, tp, o in fetched
+                      if g == op["group"] and tp == op["tp"] and t <= asked and o > op["offset"]]
+            if higher:
+                t_high, o_high = max(higher, key=lambda x: x[1])
+                rewritten = any(g == op["group"] and tp == op["tp"] and o == op["offset"] and t_high <= t <= asked
+                                for t, g, tp, o in acked)
+                if not rewritten:
+                    _ex(out, {"group": op["group"], "tp": op["tp"], "fetched": op["offset"],
+                              "fetched_before": o_high, "t": op.get("t")})
+            fetched.append((op.get("t", 0), op["group"], op["tp"], op["offset"]))
     return out
 
 

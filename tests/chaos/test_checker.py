@@ -408,3 +408,18 @@ def test_group_liveness_is_judged_after_every_long_enough_calm():
         return check_group_liveness(sorted(h, key=lambda o: o["t"]))
     assert [a["healed_at"] for a in run(next_fault_at=70.0)] == [20.0]
     assert run(next_fault_at=40.0) == []
+
+
+def test_offset_fetch_answers_going_back_without_a_commit():
+    """An OffsetFetch answered 5 (a commit nobody saw acknowledged, e.g. served before it was
+    replicated); a later one answers 3: the committed offset went back."""
+    h = clean()
+    h.insert(-2, {"f": "commit", "type": "ok", "t": 5.0, "process": "g0", "group": "g", "tp": TP, "offset": 3})
+    h.insert(-2, {"f": "committed", "t": 6.0, "invoke_t": 5.9, "process": "g1", "group": "g", "tp": TP, "offset": 5})
+    h.insert(-2, {"f": "committed", "t": 8.0, "invoke_t": 7.9, "process": "g0", "group": "g", "tp": TP, "offset": 3})
+    v = check(h)
+    assert v["anomaly-types"] == ["commit-backwards"]
+    assert v["anomalies"]["commit-backwards"][0]["fetched_before"] == 5
+    # the same with 3 committed again (acknowledged) between the two answers is legal
+    h.insert(-4, {"f": "commit", "type": "ok", "t": 7.0, "process": "g0", "group": "g", "tp": TP, "offset": 3})
+    assert check(sorted(h, key=lambda o: o["t"]))["valid"]

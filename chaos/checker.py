@@ -14,7 +14,7 @@ nemesis wrote down (see ``chaos/history.py`` for the event shapes):
 * ``{"f": "commit", "type": "ok", "process", "group", "tp", "offset"}`` and
   ``{"f": "committed", "process", "group", "tp", "offset", "invoke_t"}`` (an OffsetFetch answer).
 * ``{"f": "member", "type": "start"|"stop", "process", "group", "session_timeout_ms"}`` — a
-  consumer-group member's lifetime.
+  consumer-group member's lifetime; ``"type": "assigned", "tps": [...]`` — each assignment it got.
 * ``{"f": "heal", "t"}`` — the harness healed every fault (the end of the faults).
 * ``{"f": "final-read", "tp", "msgs": [[offset, value], ...], "complete": bool, "low", "high"}``
   after the heal: the partition read from ``low`` to the high watermark ``high``.
@@ -438,12 +438,17 @@ def default_group_liveness_s(history: list[dict]) -> float:
 
 
 def _members(history: list[dict]) -> dict[str, dict]:
-    """process -> {group, start, stop, polls: [t, ...]} for consumer-group members."""
+    """process -> {group, start, stop, polls: [t, ...], assigned: [(t, n partitions), ...]} for
+    consumer-group members."""
     out: dict[str, dict] = {}
     for op in history:
         if op.get("f") == "member":
-            m = out.setdefault(op["process"], {"group": op.get("group"), "start": None, "stop": None, "polls": []})
-            m["start" if op.get("type") == "start" else "stop"] = op.get("t")
+            m = out.setdefault(op["process"], {"group": op.get("group"), "start": None, "stop": None, "polls": [],
+                                               "assigned": []})
+            if op.get("type") == "assigned":
+                m["assigned"].append((op.get("t"), len(op.get("tps", ()))))
+            else:
+                m[op.get("type")] = op.get("t")
     for op in history:
         if op.get("f") == "poll" and op.get("process") in out and op.get("msgs"):
             out[op["process"]]["polls"].append(op["t"])
@@ -484,6 +489,9 @@ def check_group_liveness(history: list[dict], bound_s: float | None = None) -> l
                 continue
             if m["stop"] is not None and m["stop"] < healed + bound and first is None:
                 continue  # stopped before the bound ran out: not observed long enough to judge
+            last = [n for t, n in m["assigned"] if t <= healed + bound]
+            if first is None and last and last[-1] == 0:
+                continue  # no partition to read (more members than partitions)
             _ex(out, {"process": proc, "group": m["group"], "healed_at": healed, "bound_s": bound,
                       "first_records_after_s": None if first is None else round(first - healed, 3)})
     return out

@@ -217,6 +217,8 @@ class GroupWorker(Worker):
         def on_assign(cons, parts):
             state["session"] = next(session)
             t0 = self.hist.now()
+            self.hist.add("member", type="assigned", process=proc, group=self.group,
+                          tps=[f"{tp.topic}/{tp.partition}" for tp in parts])
             try:
                 committed = cons.committed(parts, timeout=10)
             except KafkaException as e:

@@ -423,3 +423,11 @@ def test_offset_fetch_answers_going_back_without_a_commit():
     # the same with 3 committed again (acknowledged) between the two answers is legal
     h.insert(-4, {"f": "commit", "type": "ok", "t": 7.0, "process": "g0", "group": "g", "tp": TP, "offset": 3})
     assert check(sorted(h, key=lambda o: o["t"]))["valid"]
+
+
+def test_a_member_without_partitions_is_not_expected_to_get_records():
+    h = group_history(None)
+    h.insert(-3, {"f": "member", "type": "assigned", "t": 55.0, "process": "g1", "group": "g", "tps": []})
+    assert check(h)["valid"], check(h)["anomalies"]
+    h.insert(-3, {"f": "member", "type": "assigned", "t": 60.0, "process": "g1", "group": "g", "tps": [TP]})
+    assert check(h)["anomaly-types"] == ["group-liveness"]

@@ -81,6 +81,9 @@ class FetcherThread:
             part = self.m.rm.partitions.get(tp)
             if part is None:
                 continue
+            damaged = part.log.damaged_offset
+            if damaged is not None and (effects := fs.on_local_damage(part.log, damaged)):
+                await self.m.apply(tp, part, fs, effects, None, f"our copy does not parse from offset {damaged} on")
             act = fs.next_action(part.log, now)
             if isinstance(act, OffsetsForLeaderEpochRequest):
                 ofle.append((tp, fs, act))

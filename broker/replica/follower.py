@@ -181,6 +181,14 @@ class FollowerFetchState:
             self.in_flight = None
             self.backoff_until_ms = now_ms + self.retry_backoff_ms
 
+    def on_local_damage(self, log, offset: int) -> list[Effect]:
+        """Our own copy does not parse from ``offset`` on (a corrupt batch found at open or by
+        a read): drop it and everything after it, and fetch it all again from the leader.
+        Nothing readable is lost: a log cannot be read past a batch that does not parse."""
+        if self.phase is Phase.IDLE or self.in_flight is not None:
+            return []
+        return self._truncate(log, offset)
+
     def on_append_failed(self) -> None:
         """The log refused the records (they do not continue it): reconcile again."""
         self.in_flight = None

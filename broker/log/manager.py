@@ -27,7 +27,7 @@ from typing import Any
 from .cleaner import compact
 from .leader_epoch import fsync_dir, read_checkpoint_file, write_checkpoint_file
 from .log import Log, LogConfig, parse_partition_dir_name
-from .segment import reap_retired
+from .segment import CorruptBatchError, reap_retired
 
 log = logging.getLogger("krafty.log")
 
@@ -174,7 +174,10 @@ class LogManager:
             if lg.closed or not lg.config.compact_enabled:
                 continue
             hw = high_watermarks.get(tp) if high_watermarks else None
-            n += compact(lg, now_ms, high_watermark=hw, force=force).segments
+            try:
+                n += compact(lg, now_ms, high_watermark=hw, force=force).segments
+            except CorruptBatchError as e:  # not cleaned (a rewrite would drop what follows it); others go on
+                log.error("%s-%d: not compacted: %s", tp[0], tp[1], e)
         return n
 
     def flush_check(self, now_ms: int) -> int:

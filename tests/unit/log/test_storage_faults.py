@@ -9,9 +9,10 @@ import os
 import struct
 
 import pytest
+from batch_builder import make_batch
 from log_helpers import MAX, all_values, cfg, crash, open_log, produce
 
-from broker.log import LogManager, parse_batches
+from broker.log import LogManager, parse_batches, validate_produce_batches
 from broker.log.manager import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
 from common.errors import ErrorCode, KafkaError
 
@@ -316,3 +317,22 @@ def test_plausible_wrong_length_of_a_large_batch_is_caught_at_the_fetch_position
     assert read_error(log, victim).code == ErrorCode.CORRUPT_MESSAGE
     assert log.damaged_offset == victim
     assert log.read(0, MAX, 4).size == pos  # the batch before it is still served, alone
+
+
+def test_a_damaged_compacted_log_is_not_rewritten_and_the_others_are_compacted(tmp_path, caplog):
+    """The cleaner used to stop quietly at a batch that did not parse and swap in a segment
+    without everything after it; now that log is left alone (with an error) and the next
+    log is compacted."""
+    m = manager(tmp_path)
+    logs = [m.get_or_create(t, 0, None, {"cleanup.policy": "compact", "segment.bytes": "600"}) for t in ("a", "b")]
+    for lg in logs:
+        for i in range(30):
+            buf = make_batch([b"v%d" % i], keys=[b"k%d" % (i % 3)])
+            lg.append_as_leader(buf, validate_produce_batches(buf, MAX), 0, 0)
+    seg = logs[0].segments[0]
+    pos, _size, _ = batch_positions(seg.log_path)[1]
+    overwrite(seg.log_path, pos + 8, struct.pack(">i", 3))
+    size = os.path.getsize(seg.log_path)
+    caplog.set_level(logging.ERROR, "krafty.log")
+    assert m.cleaner_check(0, force=True) > 0
+    assert os.path.getsize(seg.log_path) == size and "a-0: not compacted" in caplog.text

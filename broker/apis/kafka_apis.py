@@ -400,11 +400,11 @@ class KafkaApis:
                 raise CloseConnection()
             return None
         if appended:
-            await self._await_replication(appended, req.timeout_ms)
+            await self._await_replication(ctx, appended, req.timeout_ms)
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in results.items()],
                 "throttle_time": throttle}
 
-    async def _await_replication(self, appended, timeout_ms: int) -> None:
+    async def _await_replication(self, ctx, appended, timeout_ms: int) -> None:
         """The produce purgatory: acks=all completes when the HW passes each batch."""
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         for tp, last_offset, min_isr, res in appended:
@@ -421,7 +421,7 @@ class KafkaApis:
                 if left <= 0:
                     res["error_code"] = ErrorCode.REQUEST_TIMED_OUT
                     break
-                await self.replicas.wait_for_data([tp], left)
+                await ctx.park(self.replicas.wait_for_data([tp], left))
 
     # --- Fetch ---------------------------------------------------------------------------------
     async def fetch(self, ctx, body, ver):
@@ -486,8 +486,8 @@ class KafkaApis:
                     fctx.has_news(((tid if ver >= 13 else name), r.index), r.high_watermark, r.log_start_offset)
                     for name, tid, out in topics_out for r in out):
                 break  # a follower learns a new high watermark now, not a long poll later
-            await self.replicas.wait_for_data(
-                [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left, log_end=replica_id >= 0)
+            await ctx.park(self.replicas.wait_for_data(
+                [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left, log_end=replica_id >= 0))
         throttle = 0
         if replica_id < 0 and self.image.client_quotas:
             throttle = await self._throttle(ctx, FETCH, total, ver >= 8)

@@ -162,8 +162,9 @@ class KafkaApis:
         if key == ApiKey.API_VERSIONS and (rng is None or not rng[0] <= ver <= rng[1]):
             return self._frame(ctx, 0, self._api_versions_body(0, ErrorCode.UNSUPPORTED_VERSION))
         if rng is None or not rng[0] <= ver <= rng[1]:
-            log.info("unsupported request api_key=%d version=%d from %s", key, ver, h.client_id)
-            return self._unsupported(ctx)
+            # as Kafka 4.x (SocketServer.parseRequestHeader): no response, the connection closes
+            name = ApiKey(key).name if key in ApiKey._value2member_map_ else "unknown"
+            raise codec.FramingError(f"received request for api with key {key} ({name}) and unsupported version {ver}")
         handler = self.handlers[key]
         try:
             result = await handler(ctx, body, ver)
@@ -191,15 +192,6 @@ class KafkaApis:
 
     def _frame(self, ctx, version: int, obj) -> list:
         return [codec.response_header(ctx.header.api_key, version, ctx.header.correlation_id), codec.encode(obj)]
-
-    def _unsupported(self, ctx):
-        h = ctx.header
-        try:
-            return self._frame_obj(ctx, codec.error_response(h.api_key, h.api_version, ErrorCode.UNSUPPORTED_VERSION))
-        except Exception:
-            # an API or version no schema knows: the best we can say is the bare error code
-            return [codec.response_header(0, 0, h.correlation_id),
-                    int(ErrorCode.UNSUPPORTED_VERSION).to_bytes(2, "big", signed=True)]
 
     def decode(self, ctx, body, ver):
         try:

@@ -145,7 +145,8 @@ class Connection:
         pool = self.server.memory_pool
         if pool is not None:
             reserved = pool.try_reserve(size)
-            self.reserved = reserved if reserved is not None else await pool.reserve(size)
+            # waiting for room is a parked wait too: a client that goes away meanwhile leaves the queue
+            self.reserved = reserved if reserved is not None else await self.park(pool.reserve(size))
         have = len(rest) - pos
         if have >= size:
             frame = bytearray(memoryview(rest)[pos:pos + size])

@@ -149,8 +149,12 @@ async def test_full_request_memory_pool_stops_reading_instead_of_failing(tmp_pat
         assert node.broker.memory_pool.available == 0
         small = await RawClient.connect(node.port)
         pending = asyncio.ensure_future(small.request(18, 0, b""))
+        gone = await RawClient.connect(node.port)
+        await gone.send_raw(api_versions_frame(1))
         await asyncio.sleep(0.5)
-        assert not pending.done() and node.broker.memory_pool.waiting == 1  # back-pressure, no error
+        assert not pending.done() and node.broker.memory_pool.waiting == 2  # back-pressure, no error
+        gone.close()  # a client that leaves while its request waits for room leaves the queue
+        assert await wait_for(lambda: node.broker.memory_pool.waiting == 1, 3)
         await big.send_raw(frame[mib // 2:])
         assert produce_error(await big.recv_frame())[0] == 0
         raw = await asyncio.wait_for(pending, 5)

@@ -149,7 +149,7 @@ class Connection:
             self.reserved = reserved if reserved is not None else await self.park(pool.reserve(size))
         have = len(rest) - pos
         if have >= size:
-            frame = bytearray(memoryview(rest)[pos:pos + size])
+            frame = bytearray(rest[pos:pos + size])
             pos += size
             self._rest, self._pos = (b"", 0) if pos == len(rest) else (rest, pos)
             return frame

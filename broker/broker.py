@@ -13,6 +13,7 @@ import uuid
 
 from broker.apis.kafka_apis import KafkaApis
 from broker.log.manager import LogManager
+from broker.memory_pool import RequestMemoryPool
 from broker.replica.manager import ReplicaManager
 from broker.security.limits import ConnectionLimits
 from broker.security.sasl import inter_broker_security, listener_security
@@ -39,6 +40,7 @@ class Broker:
         self.apis: KafkaApis | None = None
         self.servers: list[KafkaServer] = []
         self.limits = ConnectionLimits.from_config(config)  # max.connections(.per.ip), connections.max.idle.ms
+        self.memory_pool = RequestMemoryPool.from_config(config)  # queued.max.request.bytes, all listeners
         self._tasks: list[asyncio.Task] = []
         self.broker_epoch = -1
         self.fenced = True
@@ -96,7 +98,7 @@ class Broker:
             s = KafkaServer(lst.name, lst.host, lst.port, self.apis,
                             max_request_size=self.config["socket.request.max.bytes"],
                             security=self.listener_security[lst.name], scram_lookup=self._scram_credential,
-                            limits=self.limits)
+                            limits=self.limits, memory_pool=self.memory_pool)
             await s.start()
             self.servers.append(s)
         await self.replicas.start()

@@ -4,7 +4,14 @@ Connections use raw non-blocking sockets on the event loop (works with uvloop an
 default loop alike) so that fetch responses can be written with ``os.sendfile`` straight
 from the log segments. Requests on one connection are handled strictly in order, one at a
 time, as Kafka does (responses must come back in request order). A frame larger than
-``socket.request.max.bytes`` or a malformed header closes only that connection."""
+``socket.request.max.bytes`` (``sasl.server.max.receive.size`` before SASL authentication)
+or a malformed header closes only that connection.
+
+Memory: a connection holds no buffer while idle; a frame's buffer grows as its bytes arrive,
+and its announced size is reserved in the broker's request memory pool
+(``queued.max.request.bytes``, broker/memory_pool.py) until the request has been handled,
+which stops the reading of sockets when the pool is full. A request parked in a long poll
+watches its socket, and is cancelled when the client goes away."""
 
 from __future__ import annotations
 
@@ -21,7 +28,23 @@ from broker.protocol.codec import FramingError, RequestHeader, parse_request_hea
 
 log = logging.getLogger("krafty.network")
 _I32 = struct.Struct(">i")
-_RECV_CHUNK = 256 * 1024
+# A connection holds no buffer between requests. A frame starts with one read of up to
+# _READ_AHEAD bytes (its size prefix, and all of a small request or of several pipelined
+# ones); the rest of a longer frame is read in pieces of at most _MAX_READ bytes, each sized
+# to what arrived. Both stay below glibc's first mmap threshold (128 KiB), so that their memory
+# is recycled from the heap: fresh pages would cost a page fault per 4 KiB read (~1 ms per MB
+# on a VM, measured).
+_READ_AHEAD = 64 * 1024
+_MAX_READ = 127 * 1024
+_TCP_CLOSE, _TCP_CLOSE_WAIT = 7, 8  # tcpi_state values (linux/tcp_states.h)
+
+
+def _peer_finished(sock: socket.socket) -> bool:
+    """Whether the client has sent its FIN (or a reset), from the kernel's TCP state."""
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] in (_TCP_CLOSE, _TCP_CLOSE_WAIT)
+    except (OSError, AttributeError):
+        return False
 
 
 @dataclasses.dataclass(slots=True)
@@ -48,6 +71,12 @@ class RequestContext:
     # SSL without a client certificate, User:<TLS subject DN> with one, User:<name> after SASL
     principal: str = "User:ANONYMOUS"
     security_protocol: str = "PLAINTEXT"
+    connection: Connection | None = None
+
+    def park(self, aw: Awaitable) -> Awaitable:
+        """``aw`` (a long-poll wait), cancelled with the request if the client closes the
+        connection meanwhile (see Connection.park)."""
+        return aw if self.connection is None else self.connection.park(aw)
 
 
 Handler = Callable[[RequestContext, memoryview], Awaitable["Chunks | None"]]
@@ -60,99 +89,226 @@ class Connection:
         self.addr = addr
         self.cid = cid
         self.loop = asyncio.get_running_loop()
-        self._buf = bytearray(_RECV_CHUNK)
-        self._view = memoryview(self._buf)
-        self._start = 0
-        self._end = 0
+        # bytes received past the last frame (the start of a pipelined request); empty, and so
+        # holding nothing, while the connection is idle
+        self._rest = b""
+        self._pos = 0
+        self.reserved = 0  # bytes of the broker's request memory pool held by the request in hand
         self.tls = None  # broker.security.ssl.TlsIO on SSL / SASL_SSL listeners
         self.sasl = None  # broker.security.sasl.SaslSession on SASL listeners
         self.principal = "User:ANONYMOUS"
+        self.in_request, self.active_at = False, self.loop.time()  # for connections.max.idle.ms
+        self.task: asyncio.Task | None = None
+        self.peer_gone = False  # the client closed the connection while a request was parked
+        self._parked = False
+        self._watch_timer: asyncio.TimerHandle | None = None
+
+    async def _recv(self, n: int) -> bytes:
+        """Up to ``n`` bytes, b"" at EOF."""
+        if self.tls is not None:
+            return await self.tls.recv(n)
+        try:  # bytes already there (pipelined requests, the rest of a large one): no trip through the loop
+            return self.sock.recv(n)
+        except (BlockingIOError, InterruptedError):
+            return await self.loop.sock_recv(self.sock, n)
 
     def _recv_into(self, view) -> Awaitable[int]:
         return self.tls.recv_into(view) if self.tls is not None else self.loop.sock_recv_into(self.sock, view)
 
-    async def _recv_more(self) -> None:
-        if self._start == self._end:
-            self._start = self._end = 0
-        elif self._end == len(self._buf):
-            n = self._end - self._start
-            self._buf[:n] = self._buf[self._start:self._end]
-            self._start, self._end = 0, n
-        n = await self._recv_into(self._view[self._end:])
-        if n == 0:
-            raise ConnectionResetError("peer closed")
-        self._end += n
+    def frame_limit(self) -> int:
+        """Largest frame accepted now: Kafka reads the frames of a SASL connection before (and
+        during) its first authentication with sasl.server.max.receive.size
+        (SaslServerAuthenticator), every other frame with socket.request.max.bytes."""
+        if self.sasl is not None and not self.sasl.authenticated:
+            return self.sasl.sec.max_receive_size
+        return self.server.max_request_size
 
     async def read_frame(self) -> bytearray:
-        while self._end - self._start < 4:
-            await self._recv_more()
-        (size,) = _I32.unpack_from(self._buf, self._start)
-        if size < 0 or size > self.server.max_request_size:
-            raise FramingError(f"request of {size} bytes exceeds socket.request.max.bytes "
-                               f"({self.server.max_request_size})" if size > 0 else "negative request size")
-        self._start += 4
-        have = self._end - self._start
-        if size <= have:
-            frame = self._buf[self._start:self._start + size]
-            self._start += size
+        """The next request frame, with its size reserved in the broker's memory pool
+        (``self.reserved``, given back once the request has been handled): when the pool has
+        no room, the connection is not read until it has."""
+        rest, pos = self._rest, self._pos
+        while len(rest) - pos < 4:
+            more = await self._recv(_READ_AHEAD)
+            if not more:
+                raise ConnectionResetError("peer closed")
+            rest, pos = rest[pos:] + more, 0
+        (size,) = _I32.unpack_from(rest, pos)
+        limit = self.server.max_request_size if self.sasl is None else self.frame_limit()
+        if size < 0 or size > limit:
+            what = ("sasl.server.max.receive.size before authentication"
+                    if limit != self.server.max_request_size else "socket.request.max.bytes")
+            raise FramingError(f"request of {size} bytes exceeds {what} ({limit})" if size > 0 else
+                               "negative request size")
+        pos += 4
+        self._rest, self._pos = rest, pos
+        pool = self.server.memory_pool
+        if pool is not None:
+            reserved = pool.try_reserve(size)
+            # waiting for room is a parked wait too: a client that goes away meanwhile leaves the queue
+            self.reserved = reserved if reserved is not None else await self.park(pool.reserve(size))
+        have = len(rest) - pos
+        if have >= size:
+            frame = bytearray(rest[pos:pos + size])
+            pos += size
+            self._rest, self._pos = (b"", 0) if pos == len(rest) else (rest, pos)
             return frame
-        frame = bytearray(size)
-        frame[:have] = self._view[self._start:self._end]
-        self._start = self._end = 0
-        view = memoryview(frame)
-        got = have
+        self._rest, self._pos = b"", 0
+        return await self._read_body(rest[pos:], size)
+
+    async def _read_body(self, first: bytes, size: int) -> bytearray:
+        """The rest of a frame longer than what has arrived: its bytes are kept as they come
+        (each read sized to what arrived, never to what the length prefix announced), and the
+        frame is assembled in one copy once complete."""
+        chunks = [first]
+        got = len(first)
         while got < size:
-            n = await self._recv_into(view[got:])
-            if n == 0:
+            chunk = await self._recv(min(size - got, _MAX_READ))
+            if not chunk:
                 raise ConnectionResetError("peer closed mid-request")
-            got += n
-        return frame
+            chunks.append(chunk)
+            got += len(chunk)
+            self.active_at = self.loop.time()
+        return bytearray().join(chunks)
 
     async def run(self) -> None:
+        self.task = asyncio.current_task()
         try:
             sec = self.server.security
             if sec is not None:
                 await self._secure(sec)
             protocol = sec.protocol if sec is not None else "PLAINTEXT"
-            while True:
-                frame = await self.read_frame()
-                self.in_request, self.active_at = True, self.loop.time()  # for connections.max.idle.ms
-                if self.sasl is not None:
-                    if self.sasl.raw_tokens:  # after SaslHandshake v0: bare SASL tokens
-                        reply, close = self.sasl.raw_token(bytes(frame))
-                        if reply is not None:
-                            await self.send([reply])
-                        if close:
-                            await self._close_after_final_reply()
-                            break
-                        continue
-                    header = parse_request_header(frame)
-                    reply, close = self.sasl.intercept(header, memoryview(frame)[header.size:])
-                    if reply is not None:
-                        await self.send(reply)
-                        if close:
-                            await self._close_after_final_reply()
-                            break
-                        continue
-                    self.principal = self.sasl.principal
-                else:
-                    header = parse_request_header(frame)
-                ctx = RequestContext(header, self.server.listener_name, self.addr[0], self.cid, self.principal,
-                                     protocol)
-                chunks = await self.server.handler(ctx, memoryview(frame)[header.size:])
-                if chunks is not None:
-                    await self.send(chunks)
-                self.in_request, self.active_at = False, self.loop.time()
+            # one request at a time; the frame is only referenced while it is being handled
+            while await self._serve(await self.read_frame(), protocol):
+                pass
         except FramingError as e:
             log.info("closing connection %d from %s: %s", self.cid, self.addr, e)
         except (ConnectionError, OSError) as e:
             log.debug("connection %d from %s closed: %s", self.cid, self.addr, e)
         except asyncio.CancelledError:
-            raise
+            if not self.peer_gone:
+                raise
+            log.debug("connection %d from %s closed by the client while its request was parked", self.cid, self.addr)
         except Exception:
             log.exception("closing connection %d from %s after an unexpected error", self.cid, self.addr)
         finally:
+            self._stop_watch()
+            self._release()
+            self._rest = b""
             self.sock.close()
+
+    def _release(self) -> None:
+        if self.reserved:
+            self.server.memory_pool.release(self.reserved)
+            self.reserved = 0
+
+    async def _serve(self, frame: bytearray, protocol: str) -> bool:
+        """Handles one request; False when the connection must close."""
+        try:
+            self.in_request, self.active_at = True, self.loop.time()
+            if self.sasl is not None:
+                if self.sasl.raw_tokens:  # after SaslHandshake v0: bare SASL tokens
+                    reply, close = self.sasl.raw_token(bytes(frame))
+                    if reply is not None:
+                        await self.send([reply])
+                    if close:
+                        await self._close_after_final_reply()
+                        return False
+                    return True
+                header = parse_request_header(frame)
+                reply, close = self.sasl.intercept(header, memoryview(frame)[header.size:])
+                if reply is not None:
+                    await self.send(reply)
+                    if close:
+                        await self._close_after_final_reply()
+                        return False
+                    return True
+                self.principal = self.sasl.principal
+            else:
+                header = parse_request_header(frame)
+            ctx = RequestContext(header, self.server.listener_name, self.addr[0], self.cid, self.principal,
+                                 protocol, self)
+            chunks = await self.server.handler(ctx, memoryview(frame)[header.size:])
+            if chunks is not None:
+                await self.send(chunks)
+            return True
+        finally:
+            self.in_request, self.active_at = False, self.loop.time()
+            self._release()
+
+    # --- a parked request -------------------------------------------------------------------
+    async def park(self, aw: Awaitable):
+        """Awaits ``aw``, a wait in which the request has no work in progress (a long-poll
+        Fetch, an acks=all Produce waiting for its replicas), watching the socket meanwhile:
+        if the client closes the connection, the request is cancelled and the connection
+        closes. (Nothing reads the socket while a request is in hand, so a client gone during
+        a long poll would otherwise keep its socket, fd and request until the wait ends.)"""
+        if self.peer_gone or self._parked:
+            return await aw
+        self._parked = True
+        try:
+            self.loop.add_reader(self.sock.fileno(), self._check_peer)
+        except (OSError, ValueError):
+            pass
+        try:
+            return await aw
+        finally:
+            self._stop_watch()
+
+    def _stop_watch(self) -> None:
+        if self._parked:
+            self._parked = False
+            try:
+                self.loop.remove_reader(self.sock.fileno())
+            except (OSError, ValueError):
+                pass
+        if self._watch_timer is not None:
+            self._watch_timer.cancel()
+            self._watch_timer = None
+
+    def _check_peer(self) -> None:
+        """The socket of a parked request became readable: EOF or a reset means the client has
+        gone; bytes mean its next request (pipelined), after which only the TCP state can tell
+        (a FIN may follow them), so it is looked at every second instead."""
+        try:
+            data = self.sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data and not _peer_finished(self.sock):
+            try:
+                self.loop.remove_reader(self.sock.fileno())
+            except (OSError, ValueError):
+                pass
+            self._watch_timer = self.loop.call_later(1.0, self._check_tcp_state)
+            return
+        self._peer_closed()
+
+    def _check_tcp_state(self) -> None:
+        self._watch_timer = None
+        if not self._parked:
+            return
+        if _peer_finished(self.sock):
+            self._peer_closed()
+        else:
+            self._watch_timer = self.loop.call_later(1.0, self._check_tcp_state)
+
+    def _peer_closed(self) -> None:
+        self._stop_watch()
+        self.peer_gone = True
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def shutdown(self) -> None:
+        """Closes the connection from the broker's side (connections.max.idle.ms,
+        max.connections): its reader sees EOF, and a request parked meanwhile is cancelled."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if self._parked:
+            self._peer_closed()
 
     async def _close_after_final_reply(self) -> None:
         """After a failed authentication: waits connection.failed.authentication.delay.ms (as
@@ -249,8 +405,9 @@ class KafkaServer:
     """One listener: accepts connections and runs them until closed."""
 
     def __init__(self, listener_name: str, host: str, port: int, handler: Handler, *, max_request_size: int,
-                 security=None, scram_lookup=None, limits=None):
+                 security=None, scram_lookup=None, limits=None, memory_pool=None):
         self.listener_name = listener_name
+        self.memory_pool = memory_pool  # broker.memory_pool.RequestMemoryPool (queued.max.request.bytes), shared
         self.limits = limits  # broker.security.limits.ConnectionLimits (max.connections, ...), shared by listeners
         self.security = security  # broker.security.sasl.ListenerSecurity, None = PLAINTEXT
         self.scram_lookup = scram_lookup  # (user, mechanism) -> ScramCredential | None
@@ -293,9 +450,9 @@ class KafkaServer:
                 continue
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # as Kafka's Acceptor: dead peers go eventually
             self._next_id += 1
             c = Connection(self, conn, addr, self._next_id)
-            c.in_request, c.active_at = False, loop.time()
             t = loop.create_task(c.run())
             self._conns.add(t)
             t.add_done_callback(self._conns.discard)

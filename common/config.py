@@ -229,6 +229,8 @@ KEYS: dict[str, Key] = {
         Key("transaction.state.log.min.isr", _int, 2, min=1),
         # network
         Key("socket.request.max.bytes", _int, 100 * 1024 * 1024, min=1),
+        # bytes of all requests being read or handled (broker/memory_pool.py); <= 0: unbounded
+        Key("queued.max.request.bytes", _int, 256 * 1024 * 1024),
         Key("socket.send.buffer.bytes", _int, 102_400),
         Key("socket.receive.buffer.bytes", _int, 102_400),
         Key("num.network.threads", _int, 3, min=1),

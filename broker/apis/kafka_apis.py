@@ -162,8 +162,9 @@ class KafkaApis:
         if key == ApiKey.API_VERSIONS and (rng is None or not rng[0] <= ver <= rng[1]):
             return self._frame(ctx, 0, self._api_versions_body(0, ErrorCode.UNSUPPORTED_VERSION))
         if rng is None or not rng[0] <= ver <= rng[1]:
-            log.info("unsupported request api_key=%d version=%d from %s", key, ver, h.client_id)
-            return self._unsupported(ctx)
+            # as Kafka 4.x (SocketServer.parseRequestHeader): no response, the connection closes
+            name = ApiKey(key).name if key in ApiKey._value2member_map_ else "unknown"
+            raise codec.FramingError(f"received request for api with key {key} ({name}) and unsupported version {ver}")
         handler = self.handlers[key]
         try:
             result = await handler(ctx, body, ver)
@@ -191,15 +192,6 @@ class KafkaApis:
 
     def _frame(self, ctx, version: int, obj) -> list:
         return [codec.response_header(ctx.header.api_key, version, ctx.header.correlation_id), codec.encode(obj)]
-
-    def _unsupported(self, ctx):
-        h = ctx.header
-        try:
-            return self._frame_obj(ctx, codec.error_response(h.api_key, h.api_version, ErrorCode.UNSUPPORTED_VERSION))
-        except Exception:
-            # an API or version no schema knows: the best we can say is the bare error code
-            return [codec.response_header(0, 0, h.correlation_id),
-                    int(ErrorCode.UNSUPPORTED_VERSION).to_bytes(2, "big", signed=True)]
 
     def decode(self, ctx, body, ver):
         try:
@@ -400,11 +392,11 @@ class KafkaApis:
                 raise CloseConnection()
             return None
         if appended:
-            await self._await_replication(appended, req.timeout_ms)
+            await self._await_replication(ctx, appended, req.timeout_ms)
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in results.items()],
                 "throttle_time": throttle}
 
-    async def _await_replication(self, appended, timeout_ms: int) -> None:
+    async def _await_replication(self, ctx, appended, timeout_ms: int) -> None:
         """The produce purgatory: acks=all completes when the HW passes each batch."""
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         for tp, last_offset, min_isr, res in appended:
@@ -421,7 +413,7 @@ class KafkaApis:
                 if left <= 0:
                     res["error_code"] = ErrorCode.REQUEST_TIMED_OUT
                     break
-                await self.replicas.wait_for_data([tp], left)
+                await ctx.park(self.replicas.wait_for_data([tp], left))
 
     # --- Fetch ---------------------------------------------------------------------------------
     async def fetch(self, ctx, body, ver):
@@ -486,8 +478,8 @@ class KafkaApis:
                     fctx.has_news(((tid if ver >= 13 else name), r.index), r.high_watermark, r.log_start_offset)
                     for name, tid, out in topics_out for r in out):
                 break  # a follower learns a new high watermark now, not a long poll later
-            await self.replicas.wait_for_data(
-                [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left, log_end=replica_id >= 0)
+            await ctx.park(self.replicas.wait_for_data(
+                [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left, log_end=replica_id >= 0))
         throttle = 0
         if replica_id < 0 and self.image.client_quotas:
             throttle = await self._throttle(ctx, FETCH, total, ver >= 8)

@@ -95,10 +95,12 @@ class _Reader:
         self.pos += n
         return v
 
-    def array_len(self) -> int:
+    def array_len(self, name: str) -> int:
         n = self.length(self.i32)
         if n > len(self.buf):
             raise FramingError("array length larger than the request")
+        if n < 0:  # as Kafka's generated reader: the request does not parse
+            raise FramingError(f"non-nullable field {name} was serialized as null")
         return n
 
     def skip_tags(self) -> None:
@@ -117,10 +119,10 @@ def parse_produce(body: memoryview, version: int) -> ProduceRequest:
     acks = r.i16()
     timeout = r.i32()
     topics = []
-    for _ in range(max(r.array_len(), 0)):
+    for _ in range(r.array_len("topic_data")):
         name = r.string()
         parts = []
-        for _ in range(max(r.array_len(), 0)):
+        for _ in range(r.array_len("partition_data")):
             idx = r.i32()
             parts.append(ProducePartition(idx, r.bytes_view()))
             r.skip_tags()

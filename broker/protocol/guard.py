@@ -3,8 +3,11 @@
 kio's native reader preallocates arrays from the length on the wire, so a hostile length
 (e.g. 2^31 elements in a 20-byte body) makes it abort the whole process on allocation
 failure. ``check_bounds`` walks the same schema in Python without building anything and
-raises FramingError unless every length fits in the bytes that remain. Hot paths never
-come here (Produce is parsed by hand); the requests that do are small."""
+raises FramingError unless every length fits in the bytes that remain, and unless every array
+the schema does not allow to be null is present: kio would hand handlers a None there, where
+Kafka's generated readers fail the request ("non-nullable field ... was serialized as null";
+the broker closes the connection, see KafkaApis.decode). Hot paths never come here (Produce is
+parsed by hand); the requests that do are small."""
 
 from __future__ import annotations
 
@@ -24,8 +27,10 @@ _i32 = struct.Struct(">i")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _F:
+    name: str
     kafka_type: str | None
     array: bool
+    nullable: bool
     entity: type | None
     tagged: bool
 
@@ -35,11 +40,11 @@ def _schema(cls) -> tuple[tuple[_F, ...], bool]:
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
-        tp, _ = _unwrap(hints[f.name])
+        tp, nullable = _unwrap(hints[f.name])
         array = typing.get_origin(tp) is tuple
         inner = typing.get_args(tp)[0] if array else tp
         entity = inner if dataclasses.is_dataclass(inner) else None
-        out.append(_F(f.metadata.get("kafka_type"), array, entity, "tag" in f.metadata))
+        out.append(_F(f.name, f.metadata.get("kafka_type"), array, nullable, entity, "tag" in f.metadata))
     return tuple(out), bool(getattr(cls, "__flexible__", False))
 
 
@@ -88,6 +93,8 @@ class _Walker:
                 continue
             if f.array:
                 n = self.length(flexible, True)
+                if n < 0 and not f.nullable:
+                    raise FramingError(f"non-nullable field {f.name} was serialized as null")
                 if n > self.end - self.pos:  # every element takes at least one byte
                     raise FramingError(f"array of {n} elements in {self.end - self.pos} bytes")
                 one = dataclasses.replace(f, array=False)

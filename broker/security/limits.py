@@ -6,8 +6,10 @@ the Processor's idle check):
   connection it accepts over the limit makes the least recently used client connection close.
 - ``max.connections.per.ip`` with ``max.connections.per.ip.overrides`` (``host:count,...``):
   a connection over its address's limit is closed at once.
-- ``connections.max.idle.ms``: a connection with no request in flight and none received for
-  that long is closed (-1 disables)."""
+- ``connections.max.idle.ms``: a connection on which no request started or ended (nor any
+  bytes of one arrived) for that long is closed (-1 disables), even with a request in hand,
+  as Kafka's Selector expires a connection with no I/O whatever its muted request waits for:
+  it is what bounds a long poll (a Fetch's max_wait_ms, up to 24.8 days) on the broker."""
 
 from __future__ import annotations
 
@@ -117,10 +119,7 @@ class ConnectionLimits:
         log.info("closing connection %s: over max.connections (%d) after an inter-broker connection",
                  victim.addr, self.max_connections)
         self.conns.discard(victim)
-        try:
-            victim.sock.shutdown(socket.SHUT_RDWR)  # its reader sees EOF and closes it
-        except OSError:
-            pass
+        victim.shutdown()  # its reader sees EOF and closes it
 
     def closed(self, conn, ip: str) -> None:
         self.conns.discard(conn)
@@ -140,14 +139,12 @@ class ConnectionLimits:
             await asyncio.sleep(period)
             now = loop.time()
             for c in list(self.conns):
-                if not getattr(c, "in_request", False) and now - getattr(c, "active_at", now) > self.idle_s:
+                if now - c.active_at > self.idle_s:
                     self.idle_closed += 1
                     c.active_at = now  # once
-                    log.debug("closing connection %s idle for more than connections.max.idle.ms", c.addr)
-                    try:
-                        c.sock.shutdown(socket.SHUT_RDWR)  # its reader sees EOF and closes it
-                    except OSError:
-                        pass
+                    log.debug("closing connection %s idle for more than connections.max.idle.ms%s", c.addr,
+                              " (a request in hand)" if c.in_request else "")
+                    c.shutdown()  # its reader sees EOF and closes it; a parked request is cancelled
 
     def close(self) -> None:
         if self._reaper is not None:

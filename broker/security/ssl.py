@@ -21,6 +21,7 @@ import tempfile
 
 from common.config import Config, ConfigError
 
+_TLS_READ = 256 * 1024  # bytes asked of the socket per read of TLS records
 _PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
@@ -210,19 +211,18 @@ class TlsIO:
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
         self.obj = ctx.wrap_bio(self._in, self._out, server_side=server_side, server_hostname=server_hostname)
-        self._raw = bytearray(256 * 1024)
-        self._raw_view = memoryview(self._raw)
 
     async def _flush(self) -> None:
         if self._out.pending:
             await self.loop.sock_sendall(self.sock, self._out.read())
 
     async def _fill(self) -> None:
-        n = await self.loop.sock_recv_into(self.sock, self._raw_view)
-        if n == 0:
-            self._in.write_eof()
+        # a buffer per read, none held between reads (an idle connection holds no memory)
+        data = await self.loop.sock_recv(self.sock, _TLS_READ)
+        if data:
+            self._in.write(data)
         else:
-            self._in.write(self._raw_view[:n])
+            self._in.write_eof()
 
     async def handshake(self, timeout: float) -> None:
         async def run() -> None:
@@ -245,15 +245,23 @@ class TlsIO:
         except ValueError:
             return None
 
-    async def recv_into(self, view: memoryview) -> int:
+    async def _read(self, *args):
+        """SSLObject.read(*args) once plaintext is there; None at the end of the stream."""
         while True:
             try:
-                return self.obj.read(len(view), view)
+                return self.obj.read(*args)
             except ssl.SSLWantReadError:
                 await self._flush()
                 await self._fill()
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                return 0
+                return None
+
+    async def recv_into(self, view: memoryview) -> int:
+        return await self._read(len(view), view) or 0
+
+    async def recv(self, n: int) -> bytes:
+        """Up to ``n`` bytes of plaintext; b"" at the end of the stream."""
+        return await self._read(n) or b""
 
     async def sendall(self, data) -> None:
         self.obj.write(data)

@@ -19,18 +19,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-async def node(tmp_path):
+async def start_node(tmp_path, **overrides: str) -> Node:
+    """A started in-process node; ``overrides`` are config keys with dots written as ``_``."""
     port, cport = free_port(), free_port()
-    cfg = Config({
+    props = {
         "node.id": "1", "process.roles": "broker,controller",
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
         "controller.quorum.voters": f"1@127.0.0.1:{cport}", "log.dirs": str(tmp_path / "data"),
         "socket.request.max.bytes": str(1024 * 1024 * 4), "message.max.bytes": "100000",
-    })
-    n = Node(cfg)
+    }
+    props.update({k.replace("_", "."): v for k, v in overrides.items()})
+    n = Node(Config(props))
     await n.start()
     n.port = port
+    return n
+
+
+@pytest.fixture
+async def node(tmp_path):
+    n = await start_node(tmp_path)
     yield n
     await n.stop()
 

@@ -129,19 +129,33 @@ async def test_oversized_frame_is_refused_before_buffering_and_only_that_connect
     good.close()
 
 
-async def test_unsupported_version_gets_error_and_connection_is_kept(node):
+async def test_unsupported_api_versions_version_gets_v0_response_with_the_ranges(node):
     c = await RawClient.connect(node.port)
-    raw = await c.request(18, 99, b"")  # ApiVersions v99: v0 response with UNSUPPORTED_VERSION + ranges
+    raw = await c.request(18, 99, b"")  # ApiVersions v99: v0 response with UNSUPPORTED_VERSION + ranges (KIP-511)
     resp, _ = codec._reader(codec.response_type(18, 0))(raw, 4)
     assert int(resp.error_code) == ErrorCode.UNSUPPORTED_VERSION
     assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == SUPPORTED
-    raw = await c.request(0, 13, b"")  # Produce v13 is beyond our range
-    assert struct.unpack_from(">i", raw)[0] == c.cid
-    raw = await c.request(9999 % 32768, 0, b"", flexible_header=False)  # unknown API key
-    assert struct.unpack_from(">ih", raw) == (c.cid, ErrorCode.UNSUPPORTED_VERSION)
-    raw = await c.request(18, 0, b"")
+    raw = await c.request(18, 0, b"")  # and the connection is kept
     assert struct.unpack_from(">ih", raw) == (c.cid, 0)
     c.close()
+
+
+@pytest.mark.parametrize("api_key,version", [(0, 1), (0, 2), (0, 13), (1, 3), (3, 14), (9999, 0)],
+                         ids=["produce-v1", "produce-v2", "produce-v13", "fetch-v3", "metadata-v14", "unknown-api"])
+async def test_unsupported_version_closes_the_connection_as_kafka_does(node, api_key, version):
+    """Kafka 4.x answers nothing to a request version it does not serve (SocketServer's
+    parseRequestHeader throws, the connection is closed): ApiVersions is the only exception."""
+    c = await RawClient.connect(node.port)
+    c.cid += 1
+    hdr = struct.pack(">hhih", api_key, version, c.cid, 4) + b"test"
+    body = b"\x00" * 16
+    await c.send_raw(struct.pack(">i", len(hdr) + len(body)) + hdr + body)
+    assert await c.closed(timeout=5)
+    c.close()
+    probe = await RawClient.connect(node.port)  # only that connection
+    raw = await probe.request(18, 0, b"")
+    assert struct.unpack_from(">ih", raw) == (probe.cid, 0)
+    probe.close()
 
 
 async def test_acks_zero_gets_no_response(node):

@@ -618,14 +618,14 @@ class KafkaApis:
                         bad = part.state.check_leader_epoch(p.current_leader_epoch)
                         if bad:
                             raise KafkaError(ErrorCode[bad])
-                    self._list_offset(part, p.timestamp, req.isolation_level if ver >= 2 else 0,
-                                      req.replica_id, res)
+                    await self._list_offset(part, p.timestamp, req.isolation_level if ver >= 2 else 0,
+                                            req.replica_id, res)
                 except KafkaError as e:
                     res["error_code"] = e.code
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
 
-    def _list_offset(self, part, ts: int, isolation: int, replica_id: int, res: dict) -> None:
+    async def _list_offset(self, part, ts: int, isolation: int, replica_id: int, res: dict) -> None:
         lg, st = part.log, part.state
         hw = st.high_watermark if replica_id < 0 else lg.log_end_offset
         cache = lg.leader_epoch_cache
@@ -637,7 +637,7 @@ class KafkaApis:
             e = cache.epoch_for_offset(lg.log_start_offset)
             res["leader_epoch"] = e if e is not None else -1
         elif ts == MAX_TIMESTAMP:
-            mts, moff = lg.max_timestamp_and_offset()
+            mts, moff = await asyncio.to_thread(lg.max_timestamp_and_offset)  # decodes a batch
             if moff >= 0 and moff < hw:
                 res["timestamp"], res["offset"] = mts, moff
                 e = cache.epoch_for_offset(moff)
@@ -647,7 +647,7 @@ class KafkaApis:
         elif ts < 0:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {ts}")
         else:
-            found = lg.offset_for_timestamp(ts)
+            found = await asyncio.to_thread(lg.offset_for_timestamp, ts)  # decodes a batch
             if found is not None and found[0] < hw:
                 res["offset"], res["timestamp"] = found[0], found[1]
                 e = cache.epoch_for_offset(found[0])

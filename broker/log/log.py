@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import logging
 import os
 import re
 import shutil
@@ -38,8 +39,9 @@ from .batch import (
     batch_crc_ok,
     build_batch,
     decode_records,
+    iter_record_timestamps,
     parse_batches,
-    record_timestamps,
+    records_limit,
 )
 from .leader_epoch import LeaderEpochCache, fsync_dir
 from .producer_state import ProducerStateManager
@@ -52,6 +54,8 @@ from .segment import (
     SegmentFile,
     write_at,
 )
+
+log = logging.getLogger("krafty.log")
 
 PARTITION_METADATA_FILE = "partition.metadata"
 _CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # compression.type; "producer": keep
@@ -83,6 +87,8 @@ class LogConfig:
     cleanup_policy: str = "delete"
     delete_retention_ms: int = 86_400_000
     compression_type: str = "producer"
+    message_timestamp_before_max_ms: int = 2**63 - 1
+    message_timestamp_after_max_ms: int = 3_600_000
 
     _FIELDS: ClassVar[dict[str, str]] = {
         "segment.bytes": "segment_bytes", "segment.ms": "segment_ms", "retention.ms": "retention_ms",
@@ -91,6 +97,8 @@ class LogConfig:
         "flush.ms": "flush_ms", "max.message.bytes": "max_message_bytes",
         "message.timestamp.type": "message_timestamp_type", "cleanup.policy": "cleanup_policy",
         "delete.retention.ms": "delete_retention_ms", "compression.type": "compression_type",
+        "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+        "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
     }
 
     @classmethod
@@ -786,7 +794,8 @@ class Log:
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``ts_ms`` at or after the
         log start, or None. Uses the time index to find where to start, then decodes the
-        timestamps of the one batch that holds the answer."""
+        timestamps of the one batch that holds the answer (bounded, but linear in the batch:
+        call it from a worker thread). A batch that cannot be decoded raises CORRUPT_MESSAGE."""
         start_offset = self._log_start_offset
         for seg in list(self.segments):
             if seg.max_timestamp < ts_ms or seg.next_offset <= start_offset:
@@ -799,17 +808,15 @@ class Log:
                     continue
                 if h.timestamp_type == 1:
                     return max(h.base_offset, start_offset), h.max_timestamp
-                try:
-                    for off, t in record_timestamps(self._batch_bytes(seg, h)):
-                        if t >= ts_ms and off >= start_offset:
-                            return off, t
-                except Exception:  # undecodable batch: the batch itself is the best answer
-                    return max(h.base_offset, start_offset), h.max_timestamp
+                for off, t in self._record_timestamps(seg, h):
+                    if t >= ts_ms and off >= start_offset:
+                        return off, t
         return None
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         """(max timestamp, offset of the first record having it), or (-1, -1) if no batch has
-        a timestamp. For ListOffsets MAX_TIMESTAMP (KIP-734)."""
+        a timestamp. For ListOffsets MAX_TIMESTAMP (KIP-734); decodes one batch like
+        ``offset_for_timestamp``."""
         best: LogSegment | None = None
         for seg in list(self.segments):
             if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
@@ -822,13 +829,19 @@ class Log:
             return ts, best.offset_of_max_timestamp
         if h.timestamp_type == 1:
             return ts, h.base_offset
-        try:
-            for off, t in record_timestamps(self._batch_bytes(best, h)):
-                if t == ts:
-                    return ts, off
-        except Exception:
-            pass
+        for off, t in self._record_timestamps(best, h):
+            if t == ts:
+                return ts, off
         return ts, h.base_offset + h.last_offset_delta
+
+    def _record_timestamps(self, seg: LogSegment, h: BatchHeader):
+        try:
+            yield from iter_record_timestamps(self._batch_bytes(seg, h), records_limit(self.config.max_message_bytes))
+        except KafkaError as e:
+            log.error("%s-%d: cannot decode the record batch at position %d of %s (offsets %d-%d): %s", self.topic,
+                      self.partition, h.pos, seg.log_path, h.base_offset, h.last_offset, e.message)
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"the record batch at offset {h.base_offset} is corrupt: "
+                             f"{e.message}") from None
 
     # =====================================================================================
     # truncation, log start, retention

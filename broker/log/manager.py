@@ -167,7 +167,10 @@ class LogManager:
             if lg.closed or not lg.config.compact_enabled:
                 continue
             hw = high_watermarks.get(tp) if high_watermarks else None
-            n += compact(lg, now_ms, high_watermark=hw, force=force).segments
+            try:
+                n += compact(lg, now_ms, high_watermark=hw, force=force).segments
+            except Exception:  # that log is left as it is; every other log is still compacted
+                log.exception("%s-%d: compaction failed; the log is left uncompacted this time", tp[0], tp[1])
         return n
 
     def flush_check(self, now_ms: int) -> int:

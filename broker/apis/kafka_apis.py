@@ -16,6 +16,7 @@ from broker.apis.group_apis import GroupApis
 from broker.fetch_session import FetchContext, FetchSessionCache, PartitionData
 from broker.group.coordinator import GroupCoordinator
 from broker.log.batch import validate_produce_batches
+from broker.log.validator import RecordValidationError
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
 from broker.replica.manager import ReplicaManager
@@ -389,6 +390,9 @@ class KafkaApis:
                     any_error = True
                     res["error_code"] = e.code
                     res["error_message"] = e.message
+                    if isinstance(e, RecordValidationError):  # KIP-467 (v8+)
+                        res["record_errors"] = [{"batch_index": i, "batch_index_error_message": m}
+                                                for i, m in e.record_errors]
                     if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
                         t = image.topics_by_name.get(name)
                         reg = t.partitions.get(p.index) if t else None

@@ -589,15 +589,20 @@ class RecordScan:
     null_keys: list[int]  # indexes of records without a key (when asked for)
 
 
-def scan_records(data: bytes, count: int, *, want_null_keys: bool = False) -> RecordScan:
-    """Walk the records section ``data`` of a batch claiming ``count`` records, checking the
-    framing Kafka's DefaultRecord.readFrom checks (each field inside its record, the record
-    lengths adding up to the section), without building any object per record.
+def scan_records(data: bytes, count: int, *, fields: bool = False) -> RecordScan:
+    """Walk the records section ``data`` of a batch claiming ``count`` records without building
+    any object per record: each record's length is at least its minimum and inside the section,
+    the lengths add up to the section, and each record's timestampDelta and offsetDelta are
+    inside it. With ``fields`` also every other field, as Kafka's DefaultRecord.readFrom (each
+    inside its record, and together exactly the record), listing the keyless records.
 
-    The produce path's per-record work for compressed batches and compacted topics, so the
-    common one- and two-byte varints are decoded inline.
+    The produce path's per-record work (compressed batches; ``fields`` on compacted topics), so
+    the common one- and two-byte varints are decoded inline (~0.2 us a record, ~0.7 with
+    ``fields``, on the benchmark machine).
     """
     check_records_count(count, len(data))
+    if not fields:
+        return _scan_framing(data, count)
     end = len(data)
     pos = 0
     tmin = 1 << 63
@@ -664,8 +669,7 @@ def scan_records(data: bytes, count: int, *, want_null_keys: bool = False) -> Re
                 else:
                     v, p = uv(data, p)
             if v & 1:
-                if want_null_keys:
-                    null_keys.append(i)
+                null_keys.append(i)
             else:
                 p += v >> 1
             b = data[p]  # valueLength
@@ -696,6 +700,71 @@ def scan_records(data: bytes, count: int, *, want_null_keys: bool = False) -> Re
     if not count:
         tmin = tmax = 0
     return RecordScan(tmin, tmax, in_order, null_keys)
+
+
+def _scan_framing(data: bytes, count: int) -> RecordScan:
+    end = len(data)
+    pos = 0
+    tmin = 1 << 63
+    tmax = -(1 << 63)
+    in_order = True
+    uv = _uvarint
+    i = 0
+    try:
+        for i in range(count):
+            b = data[pos]
+            if b < 0x80:
+                v = b
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    v = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    v, pos = uv(data, pos)
+            rend = pos + ((v >> 1) ^ -(v & 1))
+            if rend - pos < MIN_RECORD_BODY or rend > end:
+                raise _invalid(f"record {i} of {count} has length {rend - pos} with {end - pos} bytes left")
+            p = pos + 1  # timestampDelta, after the attributes
+            b = data[p]
+            if b < 0x80:
+                v = b
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    v = (b & 0x7F) | (c << 7)
+                    p += 2
+                else:
+                    v, p = uv(data, p)
+            v = (v >> 1) ^ -(v & 1)
+            if v < tmin:
+                tmin = v
+            if v > tmax:
+                tmax = v
+            b = data[p]  # offsetDelta
+            if b < 0x80:
+                v = b
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    v = (b & 0x7F) | (c << 7)
+                    p += 2
+                else:
+                    v, p = uv(data, p)
+            if v != i << 1:  # zig-zag of i
+                in_order = False
+            if p > rend:
+                raise _invalid(f"record {i} of {count} is shorter than its fields")
+            pos = rend
+    except IndexError:
+        raise _invalid(f"record {i} of {count} runs past the end of the records section") from None
+    _records_end(pos, end, count, count)
+    if not count:
+        tmin = tmax = 0
+    return RecordScan(tmin, tmax, in_order, [])
 
 
 def _skip_headers(data, p: int, rend: int, i: int) -> int:

@@ -37,8 +37,6 @@ from .batch import (
     BatchHeader,
     assign_offsets,
     batch_crc_ok,
-    build_batch,
-    decode_records,
     iter_record_timestamps,
     parse_batches,
     records_limit,
@@ -54,11 +52,11 @@ from .segment import (
     SegmentFile,
     write_at,
 )
+from .validator import CODECS, recompress, validate_async
 
 log = logging.getLogger("krafty.log")
 
 PARTITION_METADATA_FILE = "partition.metadata"
-_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # compression.type; "producer": keep
 _LOG_FILE_RE = re.compile(r"^(\d{20})\.log$")
 _STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 
@@ -563,7 +561,7 @@ class Log:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches to append")
         if isinstance(buf, bytes) or (isinstance(buf, memoryview) and buf.readonly):
             buf = bytearray(buf)  # offsets are patched in place: pass a bytearray to avoid this copy
-        target = _CODECS.get(self.config.compression_type)
+        target = CODECS.get(self.config.compression_type)
         if target is not None and any(h.compression != target and not h.is_control for h in headers):
             buf, headers = self._recompress(buf, headers, target)
         lat = now_ms if self.config.log_append_time else None
@@ -584,31 +582,15 @@ class Log:
     def _recompress(self, buf, headers: list[BatchHeader], target: int) -> tuple[bytearray, list[BatchHeader]]:
         """The topic's compression.type is not ``producer`` and differs from the batch codec:
         re-encode each such batch (producer fields, sequences and timestamps kept), as Kafka's
-        LogValidator does. The only produce path that touches records."""
-        out = bytearray()
-        for h in headers:
-            data = memoryview(buf)[h.pos:h.pos + h.batch_length + 12]
-            if h.compression == target or h.is_control:
-                out += data
-                continue
-            try:
-                records = decode_records(data)
-            except KafkaError:
-                raise
-            except Exception as e:
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"cannot decode record batch: {e}") from e
-            out += build_batch(records, base_offset=h.base_offset, last_offset_delta=h.last_offset_delta,
-                               compression=target, timestamp_type=h.timestamp_type, producer_id=h.producer_id,
-                               producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-                               transactional=h.is_transactional, partition_leader_epoch=h.partition_leader_epoch,
-                               base_timestamp=h.base_timestamp, max_timestamp=h.max_timestamp)
-        new_headers = parse_batches(out)
-        for h in new_headers:
-            if h.batch_length + 12 > self.config.max_message_bytes:
-                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
-                                 f"record batch of {h.batch_length + 12} bytes after recompression exceeds "
-                                 f"max.message.bytes={self.config.max_message_bytes}")
-        return out, new_headers
+        LogValidator does. Produce requests were converted by ``validate_client_batches``
+        already; this is for appends that were not (bounded like every decoder)."""
+        return recompress(buf, headers, target, self.config.max_message_bytes)
+
+    async def validate_client_batches(self, buf, headers: list[BatchHeader], now_ms: int):
+        """Kafka's LogValidator for a produce request's batches (see validator.py): returns the
+        (possibly re-encoded) batches to append, or raises the error for the client. Runs in a
+        worker thread unless the batches are small."""
+        return await validate_async(buf, headers, self.config, now_ms, f"{self.topic}-{self.partition}")
 
     def _prepare_follower(self, buf, headers: list[BatchHeader] | None, now_ms: int) -> PendingWrite | AppendInfo:
         if headers is None:

@@ -10,27 +10,11 @@ import zlib
 
 from crc32c import crc32c
 
+from broker.apis.wire import _uvarint as uvarint  # unsigned LEB128
+from broker.log.batch import _zigzag_varint as varint  # noqa: F401 (used by the tests too)
+
 ZSTD, LZ4, SNAPPY, GZIP = 4, 3, 2, 1
 BLOCK = 128 * 1024  # zstd's largest block
-
-
-def varint(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def record(i: int, key: bytes | None, value: bytes | None, ts_delta: int = 0) -> bytes:

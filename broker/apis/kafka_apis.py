@@ -641,7 +641,7 @@ class KafkaApis:
             e = cache.epoch_for_offset(lg.log_start_offset)
             res["leader_epoch"] = e if e is not None else -1
         elif ts == MAX_TIMESTAMP:
-            mts, moff = await asyncio.to_thread(lg.max_timestamp_and_offset)  # decodes a batch
+            mts, moff = await lg.max_timestamp_and_offset_async()  # decodes a batch in a thread
             if moff >= 0 and moff < hw:
                 res["timestamp"], res["offset"] = mts, moff
                 e = cache.epoch_for_offset(moff)
@@ -651,7 +651,7 @@ class KafkaApis:
         elif ts < 0:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {ts}")
         else:
-            found = await asyncio.to_thread(lg.offset_for_timestamp, ts)  # decodes a batch
+            found = await lg.offset_for_timestamp_async(ts)  # decodes a batch in a thread
             if found is not None and found[0] < hw:
                 res["offset"], res["timestamp"] = found[0], found[1]
                 e = cache.epoch_for_offset(found[0])

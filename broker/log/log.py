@@ -776,8 +776,27 @@ class Log:
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``ts_ms`` at or after the
         log start, or None. Uses the time index to find where to start, then decodes the
-        timestamps of the one batch that holds the answer (bounded, but linear in the batch:
-        call it from a worker thread). A batch that cannot be decoded raises CORRUPT_MESSAGE."""
+        timestamps of the batch that holds the answer. A batch that cannot be decoded raises
+        CORRUPT_MESSAGE. The broker calls ``offset_for_timestamp_async``."""
+        for seg, h, start in self._timestamp_candidates(ts_ms):
+            found = self._first_at_or_after(seg, h, self._batch_bytes(seg, h), ts_ms, start)
+            if found is not None:
+                return found
+        return None
+
+    async def offset_for_timestamp_async(self, ts_ms: int) -> tuple[int, int] | None:
+        """``offset_for_timestamp`` decoding in a worker thread: decoding is bounded but linear
+        in the batch, while index lookups and reads stay on the event loop with the appends."""
+        for seg, h, start in self._timestamp_candidates(ts_ms):
+            data = self._batch_bytes(seg, h)
+            found = await asyncio.to_thread(self._first_at_or_after, seg, h, data, ts_ms, start)
+            if found is not None:
+                return found
+        return None
+
+    def _timestamp_candidates(self, ts_ms: int):
+        """(segment, header, log start) of each batch, in order, that may hold the first record
+        with timestamp >= ``ts_ms`` at or after the log start."""
         start_offset = self._log_start_offset
         for seg in list(self.segments):
             if seg.max_timestamp < ts_ms or seg.next_offset <= start_offset:
@@ -788,37 +807,54 @@ class Log:
             for h in seg.iter_headers(pos):
                 if h.base_offset + h.last_offset_delta < from_offset or h.max_timestamp < ts_ms:
                     continue
-                if h.timestamp_type == 1:
-                    return max(h.base_offset, start_offset), h.max_timestamp
-                for off, t in self._record_timestamps(seg, h):
-                    if t >= ts_ms and off >= start_offset:
-                        return off, t
+                yield seg, h, start_offset
+
+    def _first_at_or_after(self, seg: LogSegment, h: BatchHeader, data: bytes, ts_ms: int,
+                           start_offset: int) -> tuple[int, int] | None:
+        if h.timestamp_type == 1:
+            return max(h.base_offset, start_offset), h.max_timestamp
+        for off, t in self._record_timestamps(seg, h, data):
+            if t >= ts_ms and off >= start_offset:
+                return off, t
         return None
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         """(max timestamp, offset of the first record having it), or (-1, -1) if no batch has
         a timestamp. For ListOffsets MAX_TIMESTAMP (KIP-734); decodes one batch like
-        ``offset_for_timestamp``."""
+        ``offset_for_timestamp``. The broker calls ``max_timestamp_and_offset_async``."""
+        answer, todo = self._max_timestamp_batch()
+        return answer if todo is None else self._offset_of_max(*todo)
+
+    async def max_timestamp_and_offset_async(self) -> tuple[int, int]:
+        answer, todo = self._max_timestamp_batch()
+        return answer if todo is None else await asyncio.to_thread(self._offset_of_max, *todo)
+
+    def _max_timestamp_batch(self) -> tuple[tuple[int, int], None] | tuple[None, tuple]:
+        """(answer, None), or (None, (segment, header, batch bytes, max timestamp)) of the batch
+        that must be decoded for the answer."""
         best: LogSegment | None = None
         for seg in list(self.segments):
             if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
                 best = seg
         if best is None:
-            return -1, -1
+            return (-1, -1), None
         ts = best.max_timestamp
         h = best.translate(best.offset_of_max_timestamp)
         if h is None:
-            return ts, best.offset_of_max_timestamp
+            return (ts, best.offset_of_max_timestamp), None
         if h.timestamp_type == 1:
-            return ts, h.base_offset
-        for off, t in self._record_timestamps(best, h):
+            return (ts, h.base_offset), None
+        return None, (best, h, self._batch_bytes(best, h), ts)
+
+    def _offset_of_max(self, seg: LogSegment, h: BatchHeader, data: bytes, ts: int) -> tuple[int, int]:
+        for off, t in self._record_timestamps(seg, h, data):
             if t == ts:
                 return ts, off
         return ts, h.base_offset + h.last_offset_delta
 
-    def _record_timestamps(self, seg: LogSegment, h: BatchHeader):
+    def _record_timestamps(self, seg: LogSegment, h: BatchHeader, data: bytes):
         try:
-            yield from iter_record_timestamps(self._batch_bytes(seg, h), records_limit(self.config.max_message_bytes))
+            yield from iter_record_timestamps(data, records_limit(self.config.max_message_bytes))
         except KafkaError as e:
             log.error("%s-%d: cannot decode the record batch at position %d of %s (offsets %d-%d): %s", self.topic,
                       self.partition, h.pos, seg.log_path, h.base_offset, h.last_offset, e.message)

@@ -505,7 +505,7 @@ def test_producer_compression_type_keeps_client_bytes(tmp_path):
     assert data[61:] == bytes(buf[61:]) and parse_batches(data)[0].compression == 3
 
 
-def test_offset_for_timestamp_of_an_undecodable_batch_is_corrupt_message(tmp_path, caplog):
+async def test_offset_for_timestamp_of_an_undecodable_batch_is_corrupt_message(tmp_path, caplog):
     from hostile import ZSTD, batch, count_lie, zstd_rle_bomb
     log = open_log(tmp_path)
     produce(log, [b"a"], timestamps=[100])
@@ -519,5 +519,21 @@ def test_offset_for_timestamp_of_an_undecodable_batch_is_corrupt_message(tmp_pat
         assert e.value.code == ErrorCode.CORRUPT_MESSAGE
     with pytest.raises(KafkaError):
         log.max_timestamp_and_offset()
+    for ts in (150, 250):
+        with pytest.raises(KafkaError) as e:
+            await log.offset_for_timestamp_async(ts)
+        assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+    with pytest.raises(KafkaError):
+        await log.max_timestamp_and_offset_async()
+    assert await log.offset_for_timestamp_async(50) == (0, 100)
     first = os.path.join(log.path, "00000000000000000000.log")
     assert f"topic-0: cannot decode the record batch at position {log.segments[0].size - 77} of {first}" in caplog.text
+
+
+async def test_timestamp_lookups_decode_in_a_thread_with_the_same_answers(tmp_path):
+    log = open_log(tmp_path, segment_bytes=300)
+    produce(log, [b"a" * 50, b"b" * 50], timestamps=[10, 20])
+    produce(log, [b"c" * 50, b"d" * 50, b"e" * 50], timestamps=[5, 90, 30], compression=4)
+    for ts in (0, 15, 21, 90, 91):
+        assert await log.offset_for_timestamp_async(ts) == log.offset_for_timestamp(ts)
+    assert await log.max_timestamp_and_offset_async() == log.max_timestamp_and_offset() == (90, 3)

@@ -37,6 +37,8 @@ import functools
 import struct
 from concurrent.futures import ThreadPoolExecutor
 
+from crc32c import crc32c
+
 from common.errors import ErrorCode, KafkaError
 
 from .batch import (
@@ -262,7 +264,6 @@ class _Validator:
 def _with_max_timestamp(raw, max_ts: int) -> bytearray:
     out = bytearray(raw)
     _Q.pack_into(out, MAX_TIMESTAMP_OFFSET, max_ts)
-    from crc32c import crc32c
     _CRC.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return out
 

@@ -601,8 +601,6 @@ def scan_records(data: bytes, count: int, *, fields: bool = False) -> RecordScan
     ``fields``, on the benchmark machine).
     """
     check_records_count(count, len(data))
-    if not fields:
-        return _scan_framing(data, count)
     end = len(data)
     pos = 0
     tmin = 1 << 63
@@ -613,7 +611,7 @@ def scan_records(data: bytes, count: int, *, fields: bool = False) -> RecordScan
     i = 0
     try:
         for i in range(count):
-            b = data[pos]
+            b = data[pos]  # length
             if b < 0x80:
                 v = b
                 pos += 1
@@ -627,106 +625,7 @@ def scan_records(data: bytes, count: int, *, fields: bool = False) -> RecordScan
             rend = pos + ((v >> 1) ^ -(v & 1))
             if rend - pos < MIN_RECORD_BODY or rend > end:
                 raise _invalid(f"record {i} of {count} has length {rend - pos} with {end - pos} bytes left")
-            p = pos + 1  # attributes (unused in v2)
-            b = data[p]  # timestampDelta
-            if b < 0x80:
-                v = b
-                p += 1
-            else:
-                c = data[p + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | (c << 7)
-                    p += 2
-                else:
-                    v, p = uv(data, p)
-            v = (v >> 1) ^ -(v & 1)
-            if v < tmin:
-                tmin = v
-            if v > tmax:
-                tmax = v
-            b = data[p]  # offsetDelta
-            if b < 0x80:
-                v = b
-                p += 1
-            else:
-                c = data[p + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | (c << 7)
-                    p += 2
-                else:
-                    v, p = uv(data, p)
-            if v != i << 1:  # zig-zag of i
-                in_order = False
-            b = data[p]  # keyLength (negative: null)
-            if b < 0x80:
-                v = b
-                p += 1
-            else:
-                c = data[p + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | (c << 7)
-                    p += 2
-                else:
-                    v, p = uv(data, p)
-            if v & 1:
-                null_keys.append(i)
-            else:
-                p += v >> 1
-            b = data[p]  # valueLength
-            if b < 0x80:
-                v = b
-                p += 1
-            else:
-                c = data[p + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | (c << 7)
-                    p += 2
-                else:
-                    v, p = uv(data, p)
-            if not v & 1:
-                p += v >> 1
-            b = data[p]  # headerCount
-            if b:
-                p = _skip_headers(data, p, rend, i)
-            else:
-                p += 1
-            if p != rend:
-                raise _invalid(f"Invalid record size: expected to read {rend - pos} bytes in record {i}, "
-                               f"but instead read {p - pos}")
-            pos = rend
-    except IndexError:
-        raise _invalid(f"record {i} of {count} runs past the end of the records section") from None
-    _records_end(pos, end, count, count)
-    if not count:
-        tmin = tmax = 0
-    return RecordScan(tmin, tmax, in_order, null_keys)
-
-
-def _scan_framing(data: bytes, count: int) -> RecordScan:
-    end = len(data)
-    pos = 0
-    tmin = 1 << 63
-    tmax = -(1 << 63)
-    in_order = True
-    uv = _uvarint
-    i = 0
-    try:
-        for i in range(count):
-            b = data[pos]
-            if b < 0x80:
-                v = b
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | (c << 7)
-                    pos += 2
-                else:
-                    v, pos = uv(data, pos)
-            rend = pos + ((v >> 1) ^ -(v & 1))
-            if rend - pos < MIN_RECORD_BODY or rend > end:
-                raise _invalid(f"record {i} of {count} has length {rend - pos} with {end - pos} bytes left")
-            p = pos + 1  # timestampDelta, after the attributes
+            p = pos + 1  # timestampDelta, after the attributes (unused in v2)
             b = data[p]
             if b < 0x80:
                 v = b
@@ -756,7 +655,12 @@ def _scan_framing(data: bytes, count: int) -> RecordScan:
                     v, p = uv(data, p)
             if v != i << 1:  # zig-zag of i
                 in_order = False
-            if p > rend:
+            if fields:
+                p = _key_value_headers(data, p, rend, i, null_keys)
+                if p != rend:
+                    raise _invalid(f"Invalid record size: expected to read {rend - pos} bytes in record {i}, "
+                                   f"but instead read {p - pos}")
+            elif p > rend:
                 raise _invalid(f"record {i} of {count} is shorter than its fields")
             pos = rend
     except IndexError:
@@ -764,7 +668,30 @@ def _scan_framing(data: bytes, count: int) -> RecordScan:
     _records_end(pos, end, count, count)
     if not count:
         tmin = tmax = 0
-    return RecordScan(tmin, tmax, in_order, [])
+    return RecordScan(tmin, tmax, in_order, null_keys)
+
+
+def _key_value_headers(data, p: int, rend: int, i: int, null_keys: list[int]) -> int:
+    """Past the key, value and headers of record ``i`` (from its keyLength at ``p``)."""
+    k = data[p]
+    if k < 0x80:  # the common one-byte length, inline
+        p += 1
+    else:
+        k, p = _uvarint(data, p)
+    if k & 1:  # negative: null
+        null_keys.append(i)
+    else:
+        p += k >> 1
+    v = data[p]
+    if v < 0x80:
+        p += 1
+    else:
+        v, p = _uvarint(data, p)
+    if not v & 1:
+        p += v >> 1
+    if data[p]:
+        return _skip_headers(data, p, rend, i)
+    return p + 1
 
 
 def _skip_headers(data, p: int, rend: int, i: int) -> int:

@@ -57,6 +57,7 @@ class Options:
     hold: tuple[float, float] = (5.0, 12.0)
     quiet: tuple[float, float] = (2.0, 6.0)
     recovery_timeout: float = 90.0
+    group_liveness: float | None = None  # seconds; None: the checker's default (from the session timeout)
     override: dict[str, str] = field(default_factory=dict)  # node config keys for every node
     argv: list[str] = field(default_factory=list)
 
@@ -137,13 +138,19 @@ def final_produce(c: BaseCluster, hist: History, partitions: int, timeout: float
                   "message.timeout.ms": int(timeout * 1000), "logger": _NullLogger()})
 
     def cb(err, msg):
-        (errors.append(f"{msg.partition()}: {err}") if err else done.append(msg.partition()))
+        if err:
+            errors.append(f"{msg.partition()}: {err}")
+        else:
+            done.append([f"{TOPIC}/{msg.partition()}", msg.offset(), int(msg.value())])
     t0 = hist.now()
+    sent = []
     for pid in range(partitions):  # negative values: unique, and never confused with the workload's
         p.produce(TOPIC, value=str(-1 - pid).encode(), partition=pid, on_delivery=cb)
+        sent.append([f"{TOPIC}/{pid}", -1 - pid])
     left = p.flush(timeout + 5)
     ok = not errors and left == 0 and len(done) == partitions
-    hist.add("final-produce", type="ok" if ok else "fail", seconds=round(hist.now() - t0, 3),
+    # the acks are the last records of every partition: the final read must contain them
+    hist.add("final-produce", type="ok" if ok else "fail", seconds=round(hist.now() - t0, 3), sent=sent, acks=done,
              error="; ".join(errors[:3]) or (f"{left} unanswered" if left else None))
 
 
@@ -280,17 +287,23 @@ def run(opts: Options) -> int:
         finally:
             nemesis.heal_all()
             progress.stopping.set()
+        t_heal = hist.add("heal")["t"]
         log("faults healed; waiting for the cluster to recover")
         admin = AdminClient({"bootstrap.servers": c.bootstrap, "logger": _NullLogger()})
         ids = {b.id for b in c.brokers}
-        t_heal = hist.now()
         try:
             wait_for(lambda: leaders_ok(admin, TOPIC, opts.partitions, ids), opts.recovery_timeout,
                      "every partition to have a leader")
             hist.add("recovered", seconds=round(hist.now() - t_heal, 3))
         except HarnessError as e:
             hist.add("recovered", seconds=None, error=str(e))
-        # let the producers run a few seconds on the healed cluster, then stop everyone
+        # the group members must get records again within the liveness bound: keep writing until they
+        # all have (or the bound ran out; the checker judges), then a few more seconds on the healed cluster
+        bound = opts.group_liveness if opts.group_liveness is not None else \
+            checker.default_group_liveness_s(hist.snapshot())
+        while members and hist.now() < t_heal + bound + 1 and not all(
+                m.last_records_t is not None and m.last_records_t > t_heal for m in members):
+            time.sleep(0.2)
         time.sleep(3)
         for w in [*producers, *churn, *members]:
             w.stop()
@@ -329,7 +342,7 @@ def run(opts: Options) -> int:
 
     history = hist.snapshot()
     hist.dump(os.path.join(out, "history.jsonl"))
-    verdict = checker.check(history)
+    verdict = checker.check(history, group_liveness_s=opts.group_liveness)
     verdict["meta"] = meta
     if harness_error:
         verdict["harness-error"] = harness_error
@@ -368,6 +381,12 @@ def print_summary(v: dict, out: str) -> None:
         f"controller elections: {_fmt(e['controller'])}",
         f"partition-leader elections: {_fmt(e['partition'])}",
     ]
+    stalls = v.get("group-stalls", {}).get("members", {})
+    if stalls:
+        proc, worst = max(stalls.items(), key=lambda kv: kv[1]["max_s"])
+        lines.append(f"consumer groups: longest time a member went without records {worst['max_s']:.2f}s "
+                     f"({proc}, {worst['from']}s-{worst['to']}s); after the heal each must get records "
+                     f"within {v['group-liveness-bound-s']:.0f}s")
     gaps = sorted(v.get("outages", []), key=lambda o: o["max_ack_gap_s"])
     if gaps:
         worst = gaps[-1]
@@ -426,14 +445,18 @@ def main(argv: list[str]) -> int:
                    help="seconds of calm between faults (default 2:6)")
     r.add_argument("--override", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
                    help="a node config key for every node (repeatable), e.g. krafty.log.writer.threads=2")
+    liveness_help = ("seconds after the heal within which every consumer-group member must get records "
+                     "(default: 3 session timeouts + the initial rebalance delay = 33 s)")
+    r.add_argument("--group-liveness", type=float, default=None, metavar="S", help=liveness_help)
     c = sub.add_parser("check", help="judge a recorded history.jsonl again (and rewrite the report)")
     c.add_argument("history")
     c.add_argument("--out", default=None, help="where to write verdict.json and report.html")
+    c.add_argument("--group-liveness", type=float, default=None, metavar="S", help=liveness_help)
     args = p.parse_args(argv)
     if args.cmd == "check":
         from chaos.history import load
         history = load(args.history)
-        verdict = checker.check(history)
+        verdict = checker.check(history, group_liveness_s=args.group_liveness)
         out = args.out or os.path.dirname(os.path.abspath(args.history))
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "verdict.json"), "w") as f:
@@ -449,6 +472,6 @@ def main(argv: list[str]) -> int:
                    time=args.time, seed=seed, out=args.out or os.path.join("chaos-out", str(seed)),
                    partitions=args.partitions, producers=args.producers, rate=args.rate,
                    consumers=args.consumers, groups=args.groups, churn=not args.no_churn,
-                   hold=args.hold, quiet=args.gap, override=dict(args.override),
+                   hold=args.hold, quiet=args.gap, override=dict(args.override), group_liveness=args.group_liveness,
                    argv=["run", *argv[1:]] if args.seed is not None else ["run", *argv[1:], "--seed", str(seed)])
     return run(opts)

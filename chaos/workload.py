@@ -110,9 +110,9 @@ class ProducerWorker(Worker):
             self.hist.add("send", type="invoke", process=proc, tp=tp, value=v)
             try:
                 p.produce(self.topic, value=str(v).encode(), partition=pid, on_delivery=on_delivery)
-            except (BufferError, KafkaException) as e:
+            except (BufferError, KafkaException) as e:  # refused by the client: never sent
                 pending.pop(v, None)
-                self.hist.add("send", type="fail", process=proc, tp=tp, value=v, error=repr(e))
+                self.hist.add("send", type="fail", process=proc, tp=tp, value=v, error=repr(e), definite=True)
             p.poll(0)
             next_at += interval
             if next_at < time.monotonic() - 1.0:  # fell behind (a full queue): no burst to catch up
@@ -124,6 +124,16 @@ class ProducerWorker(Worker):
         for v, tp in list(pending.items()):  # never answered: indeterminate
             self.hist.add("send", type="info", process=proc, tp=tp, value=v, error="no answer before close")
         pending.clear()
+
+
+class _TimeLogger:
+    def __init__(self, path, hist):
+        self.f = open(path, "a")
+        self.hist = hist
+
+    def log(self, level, msg, *args):
+        self.f.write(f"{self.hist.now():9.3f} {msg % args if args else msg}\n")
+        self.f.flush()
 
 
 class _NullLogger:
@@ -175,26 +185,40 @@ class ConsumerWorker(Worker):
                 c.close()
 
 
+# the group members' client settings (the checker's group-liveness bound derives from the session timeout)
+GROUP_SESSION_TIMEOUT_MS = 10000
+GROUP_HEARTBEAT_INTERVAL_MS = 1000
+
+
 class GroupWorker(Worker):
     """A consumer-group member: subscribes, reads, commits synchronously after each batch. Every
-    assignment is a new session that starts at the committed offset (read with OffsetFetch)."""
+    assignment is a new session that starts at the committed offset (read with OffsetFetch), or at
+    offset 0 without one (``auto.offset.reset=earliest``; nothing is deleted from the chaos topic)."""
 
     def __init__(self, idx: int, bootstrap: str, topic: str, group: str, hist: History):
         super().__init__(f"group-{idx}", hist)
         self.idx, self.bootstrap, self.topic, self.group = idx, bootstrap, topic, group
         self.commits = 0
+        self.last_records_t: float | None = None  # history time of the last poll that returned records
 
     def body(self) -> None:
         proc = f"g{self.idx}"
         session = itertools.count(1)
         state = {"session": 0}
+        self.hist.add("member", type="start", process=proc, group=self.group,
+                      session_timeout_ms=GROUP_SESSION_TIMEOUT_MS)
+        dbg = os.environ.get("KRAFTY_CHAOS_CLIENT_DEBUG_DIR")
+        extra = {"debug": "cgrp", "logger": _TimeLogger(os.path.join(dbg, f"{proc}.log"), self.hist)} if dbg else {}
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False,
-                      "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
-                      "heartbeat.interval.ms": 1000, "fetch.wait.max.ms": 200, "logger": _NullLogger()})
+                      "auto.offset.reset": "earliest", "session.timeout.ms": GROUP_SESSION_TIMEOUT_MS,
+                      "heartbeat.interval.ms": GROUP_HEARTBEAT_INTERVAL_MS, "fetch.wait.max.ms": 200,
+                      "logger": _NullLogger(), **extra})
 
         def on_assign(cons, parts):
             state["session"] = next(session)
             t0 = self.hist.now()
+            self.hist.add("member", type="assigned", process=proc, group=self.group,
+                          tps=[f"{tp.topic}/{tp.partition}" for tp in parts])
             try:
                 committed = cons.committed(parts, timeout=10)
             except KafkaException as e:
@@ -204,8 +228,8 @@ class GroupWorker(Worker):
                 name = f"{tp.topic}/{tp.partition}"
                 off = tp.offset if tp.offset >= 0 else -1
                 self.hist.add("committed", process=proc, group=self.group, tp=name, offset=off, invoke_t=t0)
-                if off >= 0 and tp.error is None:
-                    self.hist.add("assign", process=proc, session=state["session"], tp=name, offset=off)
+                if tp.error is None:
+                    self.hist.add("assign", process=proc, session=state["session"], tp=name, offset=max(off, 0))
 
         c.subscribe([self.topic], on_assign=on_assign)
         try:
@@ -215,7 +239,7 @@ class GroupWorker(Worker):
                        for m in msgs if m.error() is None]
                 if not got:
                     continue
-                self.hist.add("poll", process=proc, session=state["session"], msgs=got)
+                self.last_records_t = self.hist.add("poll", process=proc, session=state["session"], msgs=got)["t"]
                 last: dict[int, int] = {}
                 for tp, off, _v in got:
                     last[int(tp.rsplit("/", 1)[1])] = off + 1
@@ -230,6 +254,7 @@ class GroupWorker(Worker):
                 except KafkaException as e:
                     self.hist.add("commit", type="fail", process=proc, group=self.group, error=str(e))
         finally:
+            self.hist.add("member", type="stop", process=proc, group=self.group)
             c.close()
 
 

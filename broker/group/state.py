@@ -19,6 +19,7 @@ and fires with ``tick``. Member ids are made by the shell (it owns randomness).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,8 @@ _VALID_PREVIOUS = {
     EMPTY: {PREPARING_REBALANCE},
     DEAD: set(STATES),
 }
+
+log = logging.getLogger("krafty.group")
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000  # Kafka's group.new.member.join.timeout
@@ -355,7 +358,7 @@ class ClassicGroup:
         self._add(m, waiter)
         # a parked new member cannot heartbeat; give up on it after the new-member timeout
         self._heartbeat(m, now, self.config.new_member_join_timeout_ms)
-        return self._maybe_prepare_rebalance_or_complete_join(now)
+        return self._maybe_prepare_rebalance_or_complete_join(now, f"adding new member {member_id}")
 
     def _update_member_and_rebalance(self, now: int, m: Member, req: JoinRequest, waiter: Any) -> Effects:
         fx = Effects()
@@ -367,7 +370,7 @@ class ClassicGroup:
         m.join_waiter = waiter
         m.awaiting_join = True
         self._heartbeat(m, now)
-        return fx.add(self._maybe_prepare_rebalance_or_complete_join(now))
+        return fx.add(self._maybe_prepare_rebalance_or_complete_join(now, f"updating metadata of member {m.member_id}"))
 
     def _update_static_member(self, now: int, req: JoinRequest, old_id: str, waiter: Any) -> Effects:
         """A static member came back with a new member id (KIP-345): in Stable it gets its
@@ -422,20 +425,23 @@ class ClassicGroup:
                 return fx
             m.join_waiter = waiter
             m.awaiting_join = True
-            return fx.add(self._maybe_prepare_rebalance_or_complete_join(now))
+            return fx.add(self._maybe_prepare_rebalance_or_complete_join(
+                now, f"static member {req.group_instance_id} changed its protocols"))
         m.join_waiter = waiter
         m.awaiting_join = True
         if self.state == COMPLETING_REBALANCE:
-            return fx.add(self._prepare_rebalance(now))
+            return fx.add(self._prepare_rebalance(now, f"static member {req.group_instance_id} rejoined"))
         return fx.add(self._maybe_complete_join(now))
 
     # --- rebalance ----------------------------------------------------------------------------
-    def _maybe_prepare_rebalance_or_complete_join(self, now: int) -> Effects:
+    def _maybe_prepare_rebalance_or_complete_join(self, now: int, reason: str) -> Effects:
         if self.state in (STABLE, COMPLETING_REBALANCE, EMPTY):
-            return self._prepare_rebalance(now)
+            return self._prepare_rebalance(now, reason)
         return self._maybe_complete_join(now)
 
-    def _prepare_rebalance(self, now: int) -> Effects:
+    def _prepare_rebalance(self, now: int, reason: str) -> Effects:
+        log.info("Preparing to rebalance group %s in state %s with old generation %d (reason: %s)", self.group_id,
+                 self.state, self.generation, reason)
         fx = Effects()
         if self.state == COMPLETING_REBALANCE:
             self._reset_assignment_with_error(ErrorCode.REBALANCE_IN_PROGRESS, fx)
@@ -474,9 +480,11 @@ class ClassicGroup:
         self.join_deadline = None
         self.in_initial_delay = False
         # dynamic members that did not rejoin in time are gone
-        for mid, m in list(self.members.items()):
-            if not m.awaiting_join and m.group_instance_id is None:
-                self._remove(mid, fx)
+        gone = [mid for mid, m in self.members.items() if not m.awaiting_join and m.group_instance_id is None]
+        for mid in gone:
+            self._remove(mid, fx)
+        if gone:
+            log.info("Group %s removed dynamic members who have not joined: %s", self.group_id, gone)
         self.pending_members.clear()
         if self.leader_id is None or not self.members.get(self.leader_id, Member("", None, "", "", 0, 0, "", [])
                                                           ).awaiting_join:
@@ -485,6 +493,7 @@ class ClassicGroup:
                 self.leader_id = joined[0]
         self.generation += 1
         if not self.members:
+            log.info("Group %s with generation %d is now empty", self.group_id, self.generation)
             self.protocol_name = None
             self.leader_id = None
             self.transition(EMPTY, now)
@@ -492,6 +501,8 @@ class ClassicGroup:
             return fx
         self.protocol_name = self.select_protocol()
         self.transition(COMPLETING_REBALANCE, now)
+        log.info("Stabilized group %s generation %d with %d members", self.group_id, self.generation,
+                 len(self.members))
         members = self._member_list()
         for m in self.members.values():
             if m.awaiting_join:
@@ -550,7 +561,7 @@ class ClassicGroup:
                     fx2 = Effects()
                     if self.generation == gen and self.state == STABLE:
                         self._reset_assignment_with_error(code, fx2)
-                        fx2.add(self._prepare_rebalance(now2))
+                        fx2.add(self._prepare_rebalance(now2, f"writing the assignment failed: error {code}"))
                     return fx2
 
                 fx.writes.append(Write([self.metadata_record(now)], replies, on_fail=failed))
@@ -619,12 +630,13 @@ class ClassicGroup:
                 self._remove(member_id, fx)
                 removed = True
         if removed:
-            fx.add(self._after_removal(now))
+            fx.add(self._after_removal(now, "members left the group: " + ", ".join(r["member_id"] for r in results
+                                                                               if not r["error_code"])))
         return results, fx
 
-    def _after_removal(self, now: int) -> Effects:
+    def _after_removal(self, now: int, reason: str) -> Effects:
         if self.state in (STABLE, COMPLETING_REBALANCE):
-            return self._prepare_rebalance(now)
+            return self._prepare_rebalance(now, reason)
         if self.state == PREPARING_REBALANCE:
             return self._maybe_complete_join(now)
         return Effects()
@@ -652,25 +664,28 @@ class ClassicGroup:
         if self.sync_deadline is not None and now >= self.sync_deadline:
             self.sync_deadline = None
             if self.state in (COMPLETING_REBALANCE, STABLE) and self.pending_sync:
-                for mid in list(self.pending_sync):
+                late = sorted(self.pending_sync)
+                for mid in late:
                     self._remove(mid, fx, ErrorCode.REBALANCE_IN_PROGRESS)
-                fx.add(self._prepare_rebalance(now))
+                fx.add(self._prepare_rebalance(now, f"members {late} did not send SyncGroup in time"))
             self.pending_sync.clear()
         for mid, deadline in list(self.pending_members.items()):
             if now >= deadline:
                 del self.pending_members[mid]
                 fx.add(self._maybe_complete_join(now))
-        expired = False
+        expired = []
         for mid, m in list(self.members.items()):
             if now < m.heartbeat_deadline:
                 continue
             if not m.is_new and (m.awaiting_join or m.sync_waiter is not None):
                 self._heartbeat(m, now)  # parked in a rebalance: the rebalance timeout bounds it
                 continue
+            log.info("Member %s in group %s has failed (no heartbeat in its session timeout), removing it",
+                     mid, self.group_id)
             self._remove(mid, fx)
-            expired = True
+            expired.append(mid)
         if expired:
-            fx.add(self._after_removal(now))
+            fx.add(self._after_removal(now, f"removing members {expired} on heartbeat expiration"))
         return fx
 
     # --- deletion -----------------------------------------------------------------------------

@@ -206,6 +206,18 @@ class OffsetIndex(_LazyIndex):
         i = bisect_right(self._rel, offset - self.base_offset)
         return self._pos[i - 1] if i else 0
 
+    def lookup_entry(self, offset: int) -> tuple[int | None, int]:
+        """(offset, position) of the largest entry with offset <= ``offset``; (None, 0) if none."""
+        self._ensure()
+        i = bisect_right(self._rel, offset - self.base_offset)
+        return (self.base_offset + self._rel[i - 1], self._pos[i - 1]) if i else (None, 0)
+
+    def entry_before(self, position: int) -> tuple[int | None, int]:
+        """(offset, position) of the last entry whose position is < ``position``; (None, 0) if none."""
+        self._ensure()
+        i = bisect_right(self._pos, position - 1)
+        return (self.base_offset + self._rel[i - 1], self._pos[i - 1]) if i else (None, 0)
+
     def floor_position(self, position: int) -> int:
         """The largest indexed batch position <= ``position`` (0 if none)."""
         self._ensure()

@@ -48,6 +48,7 @@ from .segment import (
     INT32_MAX,
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
+    CorruptBatchError,
     LogSegment,
     SegmentFile,
     write_at,
@@ -55,6 +56,8 @@ from .segment import (
 from .validator import CODECS, recompress, validate_async
 
 log = logging.getLogger("krafty.log")
+
+logger = logging.getLogger("krafty.log")
 
 PARTITION_METADATA_FILE = "partition.metadata"
 _LOG_FILE_RE = re.compile(r"^(\d{20})\.log$")
@@ -276,6 +279,8 @@ class Log:
         self._truncations = 0  # lets a flush running in a thread notice a concurrent truncation
         self._inflight: PendingWrite | None = None  # an append whose write is running in a writer thread
         self._turn: asyncio.Lock | None = None  # orders async appends
+        self._damage: CorruptBatchError | None = None  # the lowest known batch that does not parse
+        self.recovery_point_lowered = False  # a truncation moved it down: checkpoint it soon
 
     # =====================================================================================
     # opening and recovery
@@ -288,7 +293,10 @@ class Log:
 
         Segments from the one containing ``recovery_point`` on are CRC-checked unless
         ``clean_shutdown``; a torn or corrupt tail is truncated, and the segments after a
-        corruption are deleted. Missing or insane indexes are rebuilt.
+        corruption are deleted. Missing or insane indexes are rebuilt. Even after a clean
+        shutdown the tail of the last segment (from its last index entry) is CRC-checked, and
+        a tail torn by a power cut is cut after the last valid batch: the log end never falls
+        below it. A flushed segment found damaged keeps its bytes (``damaged_offset``).
 
         ``defer_sync`` (for logs the metadata creates, possibly thousands at once): a new
         directory and its partition.metadata are made durable by the next ``flush`` rather
@@ -410,7 +418,7 @@ class Log:
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             recover = not clean_shutdown and (next_base is None or next_base > recovery_point)
             seg, truncated = LogSegment.open(self.path, base, recover=recover, on_batch=self._recovered_batch,
-                                             **self._segment_kwargs(now_ms))
+                                             last=next_base is None, **self._segment_kwargs(now_ms))
             if segments and seg.size and seg.base_offset < segments[-1].next_offset:
                 truncated = 1  # overlapping segments: keep the earlier data
                 seg.delete()
@@ -425,6 +433,9 @@ class Log:
             seg.release()  # reopened when read: idle partitions hold one descriptor
         self.segments = segments
         self._bases = [s.base_offset for s in segments]
+        for seg in segments:
+            if seg.damage is not None:
+                self._note_damage(seg.damage)
 
     def _recovered_batch(self, h) -> None:
         # entries past the recovery point may not have reached the checkpoint (assign defers it)
@@ -445,9 +456,12 @@ class Log:
             if seg.next_offset <= start:
                 continue
             pos = seg.index.lookup(start) if start > seg.base_offset else 0
-            for h in seg.iter_headers(pos):
-                if h.base_offset >= start:
-                    ps.apply_batch(h)
+            try:
+                for h in seg.iter_headers(pos):
+                    if h.base_offset >= start:
+                        ps.apply_batch(h)
+            except CorruptBatchError:
+                continue  # a damaged segment (known: reads report it): its batches after the damage are unknown
 
     # =====================================================================================
     # properties
@@ -722,7 +736,36 @@ class Log:
         """Whole batches from the batch containing ``offset``, all with last offset <
         ``max_offset`` (the high watermark, exclusive), at most ``max_bytes`` unless
         ``min_one_batch`` and the first batch alone is larger (KIP-74). One segment at most.
+
+        A batch that does not parse (its length, magic or offsets; the first batch's CRC, or
+        for a large one its length) is logged with its file and position and remembered: reads from it on raise
+        CorruptBatchError (CORRUPT_MESSAGE), reads before it stop short of it. An I/O error
+        is KAFKA_STORAGE_ERROR. Kafka's LogSegment.read / ReplicaManager.readFromLog.
         """
+        for _attempt in range(3):
+            try:
+                return self._read(offset, max_bytes, max_offset, min_one_batch)
+            except CorruptBatchError as e:
+                seg = next((s for s in self.segments if s.log_path == e.path), None)
+                if seg is None:
+                    raise
+                known = seg.damage
+                damage = known if known is not None and known.position == e.position else seg.confirm_damage(e)
+                if damage is None:
+                    continue  # an index entry was wrong (rebuilt): read again
+                if damage is not known:
+                    self._note_damage(damage)
+                if offset >= damage.offset:
+                    raise damage from None
+                # the read starts before the damage: again, now bounded by it
+            except OSError as e:
+                logger.error("%s-%d: reading offset %d failed: %s", self.topic, self.partition, offset, e)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                 f"cannot read {self.topic}-{self.partition} at offset {offset}: "
+                                 f"{e.strerror or e}") from e
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{self.topic}-{self.partition}: cannot read offset {offset}")
+
+    def _read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> ReadSlice | None:
         segments = self.segments
         leo = segments[-1].next_offset
         if offset < self._log_start_offset or offset > leo:
@@ -734,6 +777,9 @@ class Log:
         i = self._segment_index_for(offset)
         while i < len(segments):
             seg = segments[i]
+            d = seg.damage
+            if d is not None and offset >= d.offset and (i + 1 == len(segments) or offset < segments[i + 1].base_offset):
+                raise d
             h = seg.translate(offset) if offset < seg.next_offset else None
             if h is not None:
                 break
@@ -744,8 +790,15 @@ class Log:
             return None
         if h.base_offset + h.last_offset_delta >= max_offset:
             return None
+        # the batch the reader asked for is checked whole: when its framing or contents went bad
+        # the reader gets an error here rather than bytes it cannot parse, again and again
+        seg.check_read_start(h)
         start = h.pos
-        limit = seg.position_of(max_offset, start)
+        d = seg.damage
+        if d is not None and d.position > start and max_offset > d.offset:
+            limit = d.position
+        else:
+            limit = seg.position_of(max_offset, start)
         first_size = h.batch_length + 12
         if limit - start <= max_bytes:
             end = limit
@@ -757,6 +810,19 @@ class Log:
                 end = start + first_size
         file = seg.file
         return ReadSlice(file.fd, start, end - start, h.base_offset, file, seg.base_offset)
+
+    def _note_damage(self, damage: CorruptBatchError) -> None:
+        logger.error("%s-%d: %s. Readers get CORRUPT_MESSAGE from offset %d on; as a follower this replica "
+                     "truncates to it and fetches it again from the leader; as the leader, move leadership to "
+                     "another in-sync replica (kafka-leader-election / reassignment) so it can.",
+                     self.topic, self.partition, damage, damage.offset)
+        if self._damage is None or damage.offset < self._damage.offset:
+            self._damage = damage
+
+    @property
+    def damaged_offset(self) -> int | None:
+        """The first offset of the lowest batch known not to parse, or None."""
+        return None if self._damage is None else self._damage.offset
 
     def read_bytes(self, slice: ReadSlice) -> bytes:
         out = bytearray()
@@ -884,8 +950,11 @@ class Log:
             keep[-1].truncate_to(offset)
         self.segments = keep
         self._bases = [s.base_offset for s in keep]
+        self._damage = min((s.damage for s in keep if s.damage is not None), key=lambda d: d.offset, default=None)
         leo = self.log_end_offset
-        self.recovery_point = min(self.recovery_point, leo)
+        if leo < self.recovery_point:
+            self.recovery_point = leo
+            self.recovery_point_lowered = True
         self.leader_epoch_cache.truncate_from_end(leo)
         self.producer_state.delete_snapshots_after(leo)
         self._rebuild_producer_state()
@@ -900,7 +969,10 @@ class Log:
         seg = LogSegment.create(self.path, offset, **self._segment_kwargs(self.last_flush_ms))
         self.segments = [seg]
         self._bases = [offset]
+        self._damage = None
         self._log_start_offset = offset
+        if offset < self.recovery_point:
+            self.recovery_point_lowered = True
         self.recovery_point = offset
         self.leader_epoch_cache.clear()
         self.producer_state.delete_snapshots_after(-1)
@@ -1017,16 +1089,20 @@ class Log:
             self.last_flush_ms = now_ms
 
     def close(self) -> None:
-        """Seal and fsync everything, snapshot producer state at the log end, release files."""
+        """Seal, snapshot producer state at the log end, and fsync all of it (data, indexes,
+        epoch checkpoint, snapshot, directory) before returning: the clean-shutdown marker,
+        written after, vouches only for flushed data. Then release the files."""
         if self.closed:
             return
         self.abort_append()
         active = self.segments[-1]
         active.seal()
-        self.flush()
         active.ensure_index_files()
         self.producer_state.map_end_offset = self.log_end_offset
         self.producer_state.take_snapshot()
+        self.flush()
+        active.flush()  # the entries seal() wrote, even when nothing was left to flush
+        fsync_dir(self.path)  # the snapshot's rename, new index files
         for s in self.segments:
             s.close()
         self.closed = True

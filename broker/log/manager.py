@@ -5,15 +5,19 @@ Per log dir, as in Kafka:
   ``log-start-offset-checkpoint``       topic partition offset
   ``replication-offset-checkpoint``     topic partition high-watermark (written for the
                                         replica manager: checkpoint_high_watermarks)
-  ``.kafka_cleanshutdown``              written last by ``close()``; when present at start
-                                        no segment is CRC-scanned. Removed once loaded, so a
-                                        crash afterwards means recovery on the next start.
+  ``.kafka_cleanshutdown``              written last by ``close()``, after every log, index,
+                                        checkpoint and snapshot is fsynced; when present at
+                                        start only the tail of each last segment is CRC-checked
+                                        (a power cut can still tear what the disk had not
+                                        written). Removed once loaded, so a crash afterwards
+                                        means recovery on the next start.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -23,7 +27,7 @@ from typing import Any
 from .cleaner import compact
 from .leader_epoch import fsync_dir, read_checkpoint_file, write_checkpoint_file
 from .log import Log, LogConfig, parse_partition_dir_name
-from .segment import reap_retired
+from .segment import CorruptBatchError, reap_retired
 
 log = logging.getLogger("krafty.log")
 
@@ -47,6 +51,9 @@ class LogManager:
         # krafty.log.writer.threads: where async appends (Log.append_as_*_async) make their write
         # syscalls; None: on the event loop. One log's appends are serialised either way.
         self.writer = ThreadPoolExecutor(writer_threads, thread_name_prefix="log-writer") if writer_threads else None
+        # flush_check runs in a worker thread: close() waits for it (and writes the checkpoints
+        # after it), so the clean-shutdown marker never precedes a flush or a checkpoint
+        self._flush_lock = threading.Lock()
         start_ms = now_ms() if callable(now_ms) else now_ms
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
@@ -169,7 +176,9 @@ class LogManager:
             hw = high_watermarks.get(tp) if high_watermarks else None
             try:
                 n += compact(lg, now_ms, high_watermark=hw, force=force).segments
-            except Exception:  # that log is left as it is; every other log is still compacted
+            except CorruptBatchError as e:  # not cleaned (a rewrite would drop what follows it); others go on
+                log.error("%s-%d: not compacted: %s", tp[0], tp[1], e)
+            except Exception:  # anything else: that log is left as it is, every other log is still compacted
                 log.exception("%s-%d: compaction failed; the log is left uncompacted this time", tp[0], tp[1])
         return n
 
@@ -177,8 +186,18 @@ class LogManager:
         """fsync logs whose flush.ms elapsed or that rolled a segment since their last flush, and
         new logs and epoch entries not yet durable; then checkpoint recovery points. Returns the number of logs flushed. Blocking: run it
         in a worker thread."""
+        with self._flush_lock:
+            return self._flush_check(now_ms)
+
+    def _flush_check(self, now_ms: int) -> int:
         flushed = 0
+        lowered = False
         for lg in list(self._logs.values()):
+            if lg.recovery_point_lowered:
+                # a truncation cut below the checkpointed recovery point: the checkpoint must stop
+                # vouching for those bytes before new ones are written there (Kafka's truncateTo)
+                lg.recovery_point_lowered = False
+                lowered = True
             if lg.closed:
                 continue
             due = now_ms - lg.last_flush_ms >= lg.config.flush_ms and lg.unflushed_messages > 0
@@ -191,7 +210,7 @@ class LogManager:
                 flushed += 1
             elif lg.needs_sync:
                 lg.flush(up_to=lg.recovery_point)  # just the new directory / epoch entries
-        if flushed:
+        if flushed or lowered:
             self.checkpoint_recovery_points()
         return flushed
 
@@ -239,7 +258,12 @@ class LogManager:
         return out
 
     def close(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""
+        """Flush and close every log, write the checkpoints, then the clean-shutdown markers.
+        The marker comes strictly after: a start that finds it trusts the data it covers."""
+        with self._flush_lock:
+            self._close()
+
+    def _close(self) -> None:
         for lg in self._logs.values():
             lg.close()
         if self.writer is not None:

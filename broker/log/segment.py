@@ -10,6 +10,7 @@ file.delete.delay.ms), so a fetch still sending from it by fd number stays safe.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
 import time
@@ -19,7 +20,10 @@ from collections.abc import Iterator
 
 from crc32c import crc32c
 
+from common.errors import ErrorCode, KafkaError
+
 from .batch import (
+    ATTRIBUTES_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
@@ -28,12 +32,15 @@ from .batch import (
 )
 from .index import CorruptIndexError, OffsetIndex, TimeIndex, _write_all
 
+log = logging.getLogger("krafty.log")
+
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 _SCAN_CHUNK = 16 * 1024
 _RECOVER_CHUNK = 1 << 20
 _RECENT_ENDS = 1024  # batch ends remembered for fast high-watermark positioning
+READ_CRC_MAX_BYTES = 64 * 1024  # a read CRC-checks its first batch up to this size (check_read_start)
 INT32_MAX = 2**31 - 1
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _SYNC_FILE_RANGE_WRITE = 2
@@ -63,6 +70,39 @@ def write_at(file: SegmentFile, data: memoryview, pos: int) -> None:
         except OSError:
             pass
         raise
+
+
+class CorruptBatchError(KafkaError):
+    """A stored batch does not parse: its length, magic, CRC or offsets are wrong (Kafka's
+    CorruptRecordException, CORRUPT_MESSAGE to a reader). ``offset`` is the first offset
+    the damage may hold: the one after the last good batch before ``position``."""
+
+    def __init__(self, path: str, position: int, offset: int, reason: str):
+        super().__init__(ErrorCode.CORRUPT_MESSAGE,
+                         f"corrupt record batch in {path} at byte {position} (offset {offset} on): {reason}")
+        self.path = path
+        self.position = position
+        self.offset = offset
+        self.reason = reason
+
+
+def batch_problem(h: BatchHeader, room: int, expected: int, base_offset: int) -> str | None:
+    """What is wrong with the framing of a stored batch, or None: ``room`` is the number of
+    bytes of the file from the batch's start, ``expected`` the lowest base offset it may
+    have (the next offset after the batch before it), in a segment starting at ``base_offset``.
+    The CRC is checked apart (it needs the whole batch). Pure: the simulator's disk model
+    checks its batches with it too."""
+    n = h.batch_length
+    if n < MIN_BATCH_LENGTH:
+        return f"batch length {n} is below the minimum {MIN_BATCH_LENGTH}"
+    if h.magic != 2:
+        return f"magic {h.magic} (only v2 batches are stored)"
+    if n + LOG_OVERHEAD > room:
+        return f"a batch of {n + LOG_OVERHEAD} bytes runs past the end of the segment ({room} bytes left)"
+    last = h.base_offset + h.last_offset_delta
+    if h.base_offset < expected or h.last_offset_delta < 0 or last - base_offset > INT32_MAX:
+        return f"offsets {h.base_offset}..{last} are out of place (expected {expected} or above)"
+    return None
 
 
 def filename_prefix(offset: int) -> str:
@@ -142,6 +182,9 @@ class LogSegment:
         self._bytes_since_index = 0
         self._recent_ends: dict[int, int] = {}  # next offset after a batch -> file position
         self.writeback_pos = 0  # bytes below this were handed to the kernel's writeback
+        # the first batch known not to parse (found at open or by a read); the bytes stay, reads
+        # from it on answer CORRUPT_MESSAGE, a follower truncates to it and fetches again
+        self.damage: CorruptBatchError | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
     @classmethod
@@ -156,10 +199,15 @@ class LogSegment:
 
     @classmethod
     def open(cls, dir: str, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int,
-             created_ms: int, recover: bool, on_batch=None) -> tuple[LogSegment, int]:
+             created_ms: int, recover: bool, on_batch=None, last: bool = False) -> tuple[LogSegment, int]:
         """Open an existing segment. With ``recover`` every batch is CRC-checked, a bad tail is
-        truncated and the indexes rebuilt; otherwise the indexes are loaded (and rebuilt if
-        missing or insane). Returns the segment and the number of bytes truncated."""
+        truncated and the indexes rebuilt. Otherwise (flushed data) the indexes are loaded and
+        the batches after the last index entry framing-checked; the ``last`` segment's tail
+        (where a write torn by a power cut lands, even after a clean shutdown) is CRC-checked
+        too, and a torn tail truncated after the last valid batch. A flushed segment that fails
+        the check is CRC-scanned whole: a stale index is rebuilt; a damaged batch is kept in
+        place and remembered (``damage``), never a reason to drop what precedes it.
+        Returns the segment and the number of bytes truncated."""
         seg = cls(dir, base_offset, index_interval_bytes=index_interval_bytes,
                   index_max_bytes=index_max_bytes, created_ms=created_ms)
         seg._file = SegmentFile(os.open(seg.log_path, os.O_RDWR))
@@ -173,9 +221,10 @@ class LogSegment:
         try:
             seg.index.load(seg.size)
             seg.time_index.load(2**63 - 1)
-            seg._load_tail()
-        except CorruptIndexError:
-            return seg, seg.recover(on_batch)
+            seg._load_tail(verify=last)
+        except CorruptIndexError as e:
+            log.warning("%s: %s; checking the whole segment", seg.log_path, e)
+            return seg, seg.recover(on_batch, truncate=last)
         return seg, 0
 
     @property
@@ -308,32 +357,100 @@ class LogSegment:
         self.next_offset = last.base_offset + last.last_offset_delta + 1
 
     # --- reads --------------------------------------------------------------------------
-    def iter_headers(self, pos: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
-        """Headers of the batches from file position ``pos`` (a batch start) to ``end``."""
-        end = self.size if end is None else end
+    def iter_headers(self, pos: int = 0, end: int | None = None, expected: int | None = None
+                     ) -> Iterator[BatchHeader]:
+        """Headers of the batches from file position ``pos`` (a batch start) to ``end``,
+        framing-checked (``batch_problem``): a batch that does not parse raises
+        CorruptBatchError rather than ending the scan quietly, which would hide every later
+        batch. ``expected``: the offset the first batch starts at or after (default the base)."""
+        size = self.size
+        end = size if end is None else end
+        expected = self.base_offset if expected is None else expected
         fd = self.fd
-        while pos + HEADER_SIZE <= end:
-            chunk = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+        base = self.base_offset
+        while pos < end:
+            if pos + HEADER_SIZE > size:
+                raise self._corrupt(pos, expected, f"the last {size - pos} bytes are not a whole batch header")
+            chunk = os.pread(fd, min(_SCAN_CHUNK, size - pos), pos)
             n = len(chunk)
+            if n < HEADER_SIZE:
+                raise self._corrupt(pos, expected, f"the file ends before the segment's {size} bytes")
             off = 0
             while off + HEADER_SIZE <= n:
                 h = unpack_header(chunk, off)
-                if h.batch_length < MIN_BATCH_LENGTH:
-                    return
                 h.pos = pos + off
+                problem = batch_problem(h, size - h.pos, expected, base)
+                if problem is not None:
+                    raise self._corrupt(h.pos, expected, problem)
                 yield h
+                expected = h.base_offset + h.last_offset_delta + 1
                 off += h.batch_length + LOG_OVERHEAD
-            if off == 0:
-                return
+                if pos + off >= end:
+                    return
             pos += off
+
+    def _corrupt(self, pos: int, offset: int, reason: str) -> CorruptBatchError:
+        return CorruptBatchError(self.log_path, pos, offset, reason)
+
+    def verify_batch(self, h: BatchHeader) -> None:
+        """CRC32C-check one batch (whose framing was checked); CorruptBatchError if it fails."""
+        data = os.pread(self.fd, h.size, h.pos)
+        if len(data) != h.size or crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]) != h.crc:
+            raise self._corrupt(h.pos, h.base_offset, "CRC32C mismatch")
+
+    def check_read_start(self, h: BatchHeader) -> None:
+        """The batch a read starts with, checked so that a reader stuck on a damaged batch gets
+        an error, not the same unparseable bytes on every fetch: its CRC when it is small
+        (READ_CRC_MAX_BYTES: a few microseconds); for a larger one, that its length leads to a
+        well-framed next batch (one header read) rather than a CRC over a whole megabyte."""
+        if h.size <= READ_CRC_MAX_BYTES:
+            self.verify_batch(h)
+            return
+        nxt = h.pos + h.size
+        if nxt >= self.size:
+            return
+        buf = os.pread(self.fd, HEADER_SIZE, nxt)
+        problem = "the file ends" if len(buf) < HEADER_SIZE else None
+        if problem is None:
+            n = unpack_header(buf, 0)
+            problem = batch_problem(n, self.size - nxt, h.next_offset, self.base_offset)
+        if problem is not None:
+            raise self._corrupt(h.pos, h.base_offset, f"its length {h.batch_length} does not lead to a batch at byte "
+                                                      f"{nxt}: {problem}")
 
     def translate(self, offset: int, start_pos: int = 0) -> BatchHeader | None:
         """Header of the first batch whose last offset is >= ``offset`` (None if none)."""
-        pos = max(self.index.lookup(offset), start_pos)
-        for h in self.iter_headers(pos):
+        entry_offset, pos = self.index.lookup_entry(offset)
+        if start_pos > pos:
+            pos, entry_offset = start_pos, None
+        for h in self.iter_headers(pos, expected=entry_offset):
             if h.base_offset + h.last_offset_delta >= offset:
                 return h
         return None
+
+    def confirm_damage(self, err: CorruptBatchError) -> CorruptBatchError | None:
+        """A scan that started at an index entry (or a read's check) failed at ``err.position``.
+        Scan again from the entry before it, CRC-checking the batch there: the first batch that
+        fails from that known point is the damage, remembered with the exact offset it starts
+        at; if none does, the index is what was wrong (rebuilt; None)."""
+        entry_offset, pos = self.index.entry_before(err.position)
+        try:
+            for h in self.iter_headers(pos, expected=entry_offset):
+                if h.pos == err.position:
+                    self.verify_batch(h)  # its framing holds from a known point: does its CRC?
+                elif h.pos > err.position or h.pos + h.size > err.position:
+                    break  # past it with nothing wrong, or it lies inside a good batch
+        except CorruptBatchError as e:
+            return self._remember(e)
+        log.warning("%s: index entries before byte %d do not point at batches; rebuilding the indexes",
+                    self.log_path, err.position)
+        self._rebuild_indexes()
+        return None
+
+    def _remember(self, err: CorruptBatchError) -> CorruptBatchError:
+        if self.damage is None or err.position < self.damage.position:
+            self.damage = err
+        return self.damage
 
     def position_of(self, offset: int, start_pos: int = 0) -> int:
         """File position of the first batch with last offset >= ``offset``; the segment size if
@@ -358,9 +475,14 @@ class LogSegment:
         return end
 
     # --- recovery -----------------------------------------------------------------------
-    def _load_tail(self) -> None:
+    def _load_tail(self, verify: bool = False) -> None:
         """After loading the indexes: find next_offset and the max timestamp by scanning from
-        the last index entry to the end of the file."""
+        the last index entry to the end of the file. CorruptIndexError unless the entry points
+        at the batch of its offset and whole, well-framed batches (with ``verify`` also
+        CRC-valid ones) run from there exactly to the end of the file: a batch cut short or a
+        partial header must never pass for the end of the segment (the next appends would go
+        after it, and the next recovery would cut them off)."""
+        indexed = len(self.index) > 0
         last_off, pos = self.index.last_entry
         self.next_offset = self.base_offset
         te = self.time_index.last_entry
@@ -368,28 +490,35 @@ class LogSegment:
             self.max_timestamp, self.offset_of_max_timestamp = te
         first = True
         since = 0
-        for h in self.iter_headers(pos):
-            if first and pos == 0:
-                self.first_batch_timestamp = h.max_timestamp
-            first = False
-            if h.max_timestamp > self.max_timestamp:
-                self.max_timestamp = h.max_timestamp
-                self.offset_of_max_timestamp = h.base_offset
-            self.next_offset = h.base_offset + h.last_offset_delta + 1
-            since += h.batch_length + LOG_OVERHEAD
-            end = h.pos + h.batch_length + LOG_OVERHEAD
-            if end > self.size:
-                raise CorruptIndexError("segment ends inside a batch")
+        try:
+            for h in self.iter_headers(pos, expected=last_off):
+                if first and indexed and h.base_offset != last_off:
+                    raise CorruptIndexError(f"the last index entry (offset {last_off}, byte {pos}) points at the "
+                                            f"batch of offset {h.base_offset}")
+                if verify:
+                    self.verify_batch(h)
+                if first and pos == 0:
+                    self.first_batch_timestamp = h.max_timestamp
+                first = False
+                if h.max_timestamp > self.max_timestamp:
+                    self.max_timestamp = h.max_timestamp
+                    self.offset_of_max_timestamp = h.base_offset
+                self.next_offset = h.base_offset + h.last_offset_delta + 1
+                since += h.batch_length + LOG_OVERHEAD
+        except CorruptBatchError as e:
+            raise CorruptIndexError(f"byte {e.position}: {e.reason}") from e
         self._bytes_since_index = since
         if self.first_batch_timestamp is None and self.size >= HEADER_SIZE:
             self.first_batch_timestamp = unpack_header(os.pread(self.fd, HEADER_SIZE, 0), 0).max_timestamp
         if self.size and self.next_offset == self.base_offset and pos == 0:
             raise CorruptIndexError("no batch found in a non-empty segment")
 
-    def recover(self, on_batch=None) -> int:
-        """Validate every batch (framing, magic, CRC32C, increasing offsets), truncate at the
-        first bad one, rebuild both indexes. ``on_batch(header)`` sees every valid batch.
-        Returns the number of bytes truncated."""
+    def recover(self, on_batch=None, truncate: bool = True) -> int:
+        """Validate every batch (framing, magic, CRC32C, increasing offsets) and rebuild both
+        indexes. ``on_batch(header)`` sees every valid batch. At the first bad batch: with
+        ``truncate`` (unflushed data, a torn tail) the file is cut there; without (flushed data
+        that went bad) the bytes stay and the batch is remembered as ``damage``. Returns the
+        number of bytes truncated."""
         self.index.reset()
         self.time_index.reset()
         self._recent_ends.clear()
@@ -406,6 +535,7 @@ class LogSegment:
         interval = self.index_interval_bytes
         since = 0
         expected = self.base_offset
+        problem = None
         while valid < file_size:
             rel = valid - chunk_pos
             if rel + HEADER_SIZE > len(chunk):
@@ -413,24 +543,24 @@ class LogSegment:
                 chunk = os.pread(fd, max(_RECOVER_CHUNK, HEADER_SIZE), valid)
                 rel = 0
                 if len(chunk) < HEADER_SIZE:
+                    problem = f"the last {file_size - valid} bytes are not a whole batch header"
                     break
             h = unpack_header(chunk, rel)
-            size = h.batch_length + LOG_OVERHEAD
-            if h.batch_length < MIN_BATCH_LENGTH or h.magic != 2 or valid + size > file_size:
+            h.pos = valid
+            problem = batch_problem(h, file_size - valid, expected, self.base_offset)
+            if problem is not None:
                 break
+            size = h.batch_length + LOG_OVERHEAD
             if rel + size > len(chunk):
                 chunk_pos = valid
                 chunk = os.pread(fd, max(_RECOVER_CHUNK, size), valid)
                 rel = 0
                 if len(chunk) < size:
+                    problem = "the file ends inside the batch"
                     break
-            mv = memoryview(chunk)
-            if crc32c(mv[rel + 21:rel + size]) != h.crc:
+            if crc32c(memoryview(chunk)[rel + ATTRIBUTES_OFFSET:rel + size]) != h.crc:
+                problem = "CRC32C mismatch"
                 break
-            last = h.base_offset + h.last_offset_delta
-            if h.base_offset < expected or h.last_offset_delta < 0 or last - self.base_offset > INT32_MAX:
-                break
-            h.pos = valid
             if on_batch is not None:
                 on_batch(h)
             if self.first_batch_timestamp is None:
@@ -443,14 +573,19 @@ class LogSegment:
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
                 since = 0
             since += size
-            expected = last + 1
+            expected = h.base_offset + h.last_offset_delta + 1
             valid += size
         self._bytes_since_index = since
         self.next_offset = expected
         truncated = file_size - valid
-        if truncated:
+        if truncated and truncate:
+            log.warning("%s: truncating %d bytes from byte %d (offset %d on): %s", self.log_path, truncated, valid,
+                        expected, problem)
             os.ftruncate(fd, valid)
             self.size = valid
+        elif truncated:
+            self.damage = self._corrupt(valid, expected, problem or "unreadable")
+            truncated = 0
         self.index.write_pending()
         self.time_index.write_pending()
         return truncated
@@ -462,7 +597,7 @@ class LogSegment:
         interval = self.index_interval_bytes
         since = 0
         max_ts, off_max = -1, -1
-        for h in self.iter_headers(0):
+        for h in self._headers_before_damage(0):
             if h.max_timestamp > max_ts:
                 max_ts, off_max = h.max_timestamp, h.base_offset
             if since > interval:
@@ -474,14 +609,29 @@ class LogSegment:
         self.index.write_pending()
         self.time_index.write_pending()
 
+    def _headers_before_damage(self, pos: int) -> Iterator[BatchHeader]:
+        """``iter_headers`` that ends quietly at a damaged batch (remembering it): for the
+        index rebuild, which must index what can be read."""
+        try:
+            yield from self.iter_headers(pos)
+        except CorruptBatchError as e:
+            self._remember(e)
+
     def truncate_to(self, offset: int) -> int:
         """Remove the batches with base offset >= ``offset``; returns bytes removed. The
         batch containing ``offset`` (if it starts below) is removed too: batches are atomic,
-        so truncation points are batch boundaries in practice."""
-        h = self.translate(offset)
-        if h is None:
+        so truncation points are batch boundaries in practice. A damaged batch before
+        ``offset`` goes too, with everything after it."""
+        try:
+            h = self.translate(offset)
+            pos = None if h is None else h.pos
+        except CorruptBatchError as e:
+            damage = self.confirm_damage(e)
+            if damage is None:  # it was the index: rebuilt, look again
+                return self.truncate_to(offset)
+            pos, offset = damage.position, min(offset, damage.offset)  # nothing after it can be kept
+        if pos is None:
             return 0
-        pos = h.pos
         removed = self.size - pos
         os.ftruncate(self.fd, pos)
         os.fsync(self.fd)  # divergent data must not come back after a crash
@@ -493,6 +643,8 @@ class LogSegment:
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp = None
+        if self.damage is not None and self.damage.position >= pos:
+            self.damage = None
         self._load_tail()
         return removed
 

@@ -81,6 +81,16 @@ class FetcherThread:
             part = self.m.rm.partitions.get(tp)
             if part is None:
                 continue
+            damaged = part.log.damaged_offset
+            if damaged is not None:
+                holding = fs.holding
+                effects = fs.on_local_damage(part.log, damaged, self.m.broker_id in part.state.isr)
+                if fs.holding is not None and holding is None:
+                    log.warning("%s-%d: our copy does not parse from offset %d on: once the leader takes us out of "
+                                "the ISR (we fetch from there, so it sees us lag), we truncate to it and fetch it "
+                                "again", *tp, damaged)
+                if effects:
+                    await self.m.apply(tp, part, fs, effects, None, f"our copy does not parse from offset {damaged} on")
             act = fs.next_action(part.log, now)
             if isinstance(act, OffsetsForLeaderEpochRequest):
                 ofle.append((tp, fs, act))

@@ -60,6 +60,8 @@ class FetchRequest:
     last_fetched_epoch: int  # -1: no divergence check
     current_leader_epoch: int
     log_start_offset: int
+    # holding a damaged copy: tells the leader where our readable copy ends; the answer is ignored
+    probe: bool = False
 
 
 # --- effects the shell applies to the local log, in order ------------------------------------
@@ -127,6 +129,8 @@ class FollowerFetchState:
     _truncation_rounds: int = 0
     # the leader could not place our epoch: fetch without a divergence check
     _skip_epoch_check: bool = False
+    # our copy is damaged from this offset and we are still in the ISR (on_local_damage)
+    holding: int | None = None
 
     # =====================================================================================
     # leadership
@@ -142,6 +146,7 @@ class FollowerFetchState:
         self.backoff_until_ms = 0
         self._truncation_rounds = 0
         self._skip_epoch_check = False
+        self.holding = None
         if leader < 0 or leader == self.local_broker:
             self.phase = Phase.IDLE
         elif self.use_offsets_for_leader_epoch:
@@ -159,6 +164,10 @@ class FollowerFetchState:
         """The request to send now, or None (one in flight, backing off, idle, fenced)."""
         if self.in_flight is not None or now_ms < self.backoff_until_ms:
             return None
+        if self.holding is not None and self.phase in (Phase.TRUNCATING, Phase.FETCHING):
+            self.in_flight = FetchRequest(self.leader, self.holding, UNDEFINED_EPOCH, self.leader_epoch,
+                                          log.log_start_offset, probe=True)
+            return self.in_flight
         if self.phase is Phase.TRUNCATING:
             epoch = latest_epoch(log.leader_epoch_cache)
             if epoch == UNDEFINED_EPOCH:
@@ -180,6 +189,21 @@ class FollowerFetchState:
         if request is self.in_flight:
             self.in_flight = None
             self.backoff_until_ms = now_ms + self.retry_backoff_ms
+
+    def on_local_damage(self, log, offset: int, in_isr: bool) -> list[Effect]:
+        """Our own copy does not parse from ``offset`` on (a corrupt batch found at open or by
+        a read): drop it and everything after it, and fetch it all again from the leader.
+        Nothing readable is lost: a log cannot be read past a batch that does not parse.
+
+        But not while we are in the ISR: the controller may elect us, and a leader that
+        dropped committed records makes the others drop them too. Until the leader takes us
+        out we keep our bytes and only fetch at ``offset`` (ignoring the answers): the leader
+        sees us lagging there and shrinks the ISR after replica.lag.time.max.ms. A restarted
+        broker is out of the ISR at once (its new registration)."""
+        if self.phase is Phase.IDLE or self.in_flight is not None:
+            return []
+        self.holding = offset if in_isr else None
+        return [] if in_isr else self._truncate(log, offset)
 
     def on_append_failed(self) -> None:
         """The log refused the records (they do not continue it): reconcile again."""
@@ -236,6 +260,9 @@ class FollowerFetchState:
         if request is not self.in_flight:
             return []
         self.in_flight = None
+        if request.probe:
+            self.backoff_until_ms = now_ms + self.retry_backoff_ms
+            return self._on_error(answer.error, now_ms) if answer.error != ErrorCode.NONE else []
         if answer.error == ErrorCode.OFFSET_OUT_OF_RANGE:
             return self._on_out_of_range(log, answer)
         if answer.error != ErrorCode.NONE:

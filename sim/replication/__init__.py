@@ -7,5 +7,6 @@ KIP-101/279 truncation) over the pure cores in ``broker/replica``.
 
 ``world.py`` holds the scheduler, network, brokers, producer and invariant checker
 (its docstring says exactly when a lost write is permitted); ``controller.py`` the
-controller model; ``simlog.py`` the in-memory log with unflushed-tail loss.
+controller model; ``simlog.py`` the log model on the simulated disk of ``sim/disk.py`` (unflushed
+tails lost, tails torn after a clean stop, bad blocks).
 """

@@ -3,7 +3,7 @@ is found in a history that contains it (and only that one)."""
 
 from __future__ import annotations
 
-from chaos.checker import check, election_times, produce_outages
+from chaos.checker import check, check_group_liveness, election_times, produce_outages
 
 TP = "t/0"
 
@@ -71,7 +71,8 @@ def test_lost_without_a_complete_final_read_needs_a_later_offset_read():
         h += send(v, v)
     h.append({"f": "poll", "t": 5.0, "process": "c1", "session": 1, "msgs": [[TP, 0, 0], [TP, 2, 2]]})
     v = check(h + ending())
-    assert v["anomalies"]["lost"] == [{"tp": TP, "value": 1, "acked_offset": 1, "t": 1.01}]
+    assert v["anomalies"]["lost"] == [{"tp": TP, "value": 1, "acked_offset": 1, "t": 1.01, "acknowledged": True,
+                                       "process": "p1"}]
     assert "no-recovery" in v["anomaly-types"]  # the final read did not happen
 
 
@@ -131,7 +132,7 @@ def test_a_new_session_may_start_over():
 
 def test_skipped_offset_in_a_session():
     h = clean()
-    h.insert(-2, {"f": "poll", "t": 3.5, "process": "c1", "session": 1, "msgs": [[TP, 4, 4]]})
+    h.insert(-2, {"f": "poll", "t": 4.5, "process": "c1", "session": 1, "msgs": [[TP, 4, 4]]})
     v = check(h)
     assert v["anomaly-types"] == ["skipped-poll"]
     assert v["anomalies"]["skipped-poll"][0]["skipped"] == [3]
@@ -249,3 +250,184 @@ def test_chaos_check_cli_exits_non_zero_on_a_lost_write(tmp_path):
     assert "ANOMALIES: lost" in r.stdout and "1 lost" in r.stdout and '"value": 3' in r.stdout
     assert v["anomalies"]["lost"][0]["value"] == 3
     assert "ANOMALIES: lost" in (tmp_path / "lossy" / "report.html").read_text()
+
+
+# -- what the checker used to miss (issue 18, item 14) ------------------------------------------
+
+def test_an_acknowledged_write_polled_once_but_missing_from_the_final_read_is_lost():
+    """Every acknowledged write must be in the final read, whatever earlier polls saw."""
+    h = clean()
+    h[-2] = final([(0, 0), (1, 1), (3, 3), (4, 4)])  # value 2 (acked at 2, polled by c1) is gone
+    v = check(h)
+    assert v["anomaly-types"] == ["lost"]
+    assert v["anomalies"]["lost"][0]["value"] == 2 and v["counts"]["lost"] == 1
+
+
+def test_a_final_read_that_lacks_the_last_records_is_lost():
+    """The log ends (high watermark 3) before two acknowledged writes that a consumer polled."""
+    h = clean()
+    h.insert(-2, {"f": "poll", "t": 6.0, "process": "c1", "session": 1, "msgs": [[TP, 3, 3], [TP, 4, 4]]})
+    h[-2] = dict(final([(0, 0), (1, 1), (2, 2)]), low=0, high=3)
+    v = check(h)
+    assert v["anomaly-types"] == ["lost"]
+    assert sorted(x["value"] for x in v["anomalies"]["lost"]) == [3, 4] and v["counts"]["lost"] == 2
+
+
+def test_a_final_read_said_complete_that_stopped_before_the_high_watermark_is_incomplete():
+    """The checker recomputes 'complete' from the read itself: stopping at offset 2 of 0..4 is not complete,
+    and the acknowledged writes it did not reach are not counted as safe."""
+    h = clean()
+    h[-2] = dict(final([(0, 0), (1, 1), (2, 2)]), low=0, high=5)
+    v = check(h)
+    assert v["anomaly-types"] == ["no-recovery"]
+    assert v["anomalies"]["no-recovery"][0]["what"] == "final read incomplete"
+    assert v["counts"]["unseen"] == 2 and v["counts"]["lost"] == 0
+
+
+def test_a_final_read_with_a_hole_is_caught():
+    """Offsets of the chaos topic are dense: a final read that returns offsets 0-2 and 4 of [0, 5) skipped
+    one that nobody else saw (the write there, if any, was not acknowledged)."""
+    h = send(0, 0) + send(1, 1) + send(2, 2) + send(3, None, ok=False) + send(4, 4)
+    h += [dict(final([(0, 0), (1, 1), (2, 2), (4, 4)]), low=0, high=5)] + ending()
+    v = check(h)
+    assert v["anomaly-types"] == ["no-recovery"]
+    assert v["anomalies"]["no-recovery"] == [{"what": "final read skipped offsets", "tp": TP, "offsets": [3]}]
+    h[-2] = dict(final([(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]), low=0, high=5)
+    assert check(h)["valid"]
+
+
+def test_the_fresh_writes_after_the_heal_must_be_in_the_final_read():
+    """The final produce's acknowledged records are the last ones of each partition: a final read without
+    them did not reach the end."""
+    h = clean()[:-1] + [{"f": "final-produce", "type": "ok", "t": 99.0, "sent": [[TP, -1]],
+                         "acks": [[TP, 5, -1]]}]
+    v = check(h)
+    assert v["anomaly-types"] == ["lost"], v["anomalies"]
+    assert v["anomalies"]["lost"][0]["value"] == -1
+    ok = clean()
+    ok[-2] = final([(i, i) for i in range(5)] + [(5, -1)])
+    ok[-1] = h[-1]
+    assert check(ok)["valid"], check(ok)["anomalies"]
+
+
+def test_a_read_write_whose_send_was_not_acknowledged_must_survive():
+    """A consumer read the value, so the cluster committed it: the final read must have it too, even though
+    the producer never got an answer."""
+    h = clean()
+    h[10:10] = [{"f": "send", "type": "invoke", "t": 4.5, "process": "p1", "tp": TP, "value": 9},
+              {"f": "send", "type": "info", "t": 4.6, "process": "p1", "tp": TP, "value": 9}]
+    h.insert(-2, {"f": "poll", "t": 6.0, "process": "c2", "session": 1, "msgs": [[TP, 5, 9]]})
+    v = check(h)
+    assert v["anomaly-types"] == ["lost"]
+    assert v["anomalies"]["lost"][0]["value"] == 9 and not v["anomalies"]["lost"][0]["acknowledged"]
+    h[-2] = final([(i, i) for i in range(5)] + [(5, 9)])
+    assert check(h)["valid"]
+
+
+def test_reads_of_values_never_sent_or_sent_elsewhere_or_failed_for_sure():
+    h = clean()
+    h[10:10] = [{"f": "send", "type": "invoke", "t": 4.5, "process": "p1", "tp": TP, "value": 7},
+              {"f": "send", "type": "fail", "t": 4.5, "process": "p1", "tp": TP, "value": 7, "definite": True,
+               "error": "BufferError()"},
+              {"f": "send", "type": "invoke", "t": 4.7, "process": "p2", "tp": "t/1", "value": 8},
+              {"f": "send", "type": "info", "t": 4.8, "process": "p2", "tp": "t/1", "value": 8}]
+    h[-2] = final([(i, i) for i in range(5)] + [(5, 7), (6, 8), (7, 123)])
+    h.insert(-1, final([], tp="t/1"))
+    v = check(h)
+    assert v["anomaly-types"] == ["unexpected-read"]
+    whys = {x["value"]: x["why"] for x in v["anomalies"]["unexpected-read"]}
+    assert set(whys) == {7, 8, 123}
+    assert "failed" in whys[7] and "t/1" in whys[8] and "never sent" in whys[123]
+
+
+def test_a_poll_before_the_send_is_unexpected():
+    h = clean()
+    h.insert(-2, {"f": "poll", "t": 2.5, "process": "c2", "session": 1, "msgs": [[TP, 3, 3]]})
+    v = check(h)
+    assert v["anomaly-types"] == ["unexpected-read"] and "before" in v["anomalies"]["unexpected-read"][0]["why"]
+
+
+def test_an_offset_polled_twice_in_one_session_is_nonmonotonic():
+    h = clean()
+    h.insert(-2, {"f": "poll", "t": 3.5, "process": "c1", "session": 1, "msgs": [[TP, 2, 2]]})
+    assert kinds(h) == ["nonmonotonic-poll"]
+
+
+def group_history(first_after_heal: float | None, heal: float = 50.0, stop: float = 100.0):
+    """Two members of group g polling until a fault, a heal at ``heal``; g1 gets records again
+    ``first_after_heal`` seconds after it (None: never), g0 at once."""
+    h = clean()
+    ev = [{"f": "member", "type": "start", "t": 0.5, "process": p, "group": "g", "session_timeout_ms": 10000}
+          for p in ("g0", "g1")]
+    for t in (1.0, 2.0, 3.0):
+        ev += [{"f": "poll", "t": t, "process": p, "session": 1, "msgs": [[TP, int(t) - 1, int(t) - 1]]}
+               for p in ("g0", "g1")]
+    ev += [{"f": "assign", "t": 0.9, "process": p, "session": 1, "tp": TP, "offset": 0} for p in ("g0", "g1")]
+    ev.append({"f": "nemesis", "type": "start", "t": 10.0, "id": 1, "kind": "pause", "nodes": [4]})
+    ev.append({"f": "nemesis", "type": "stop", "t": heal, "id": 1, "kind": "pause", "nodes": [4]})
+    ev.append({"f": "heal", "t": heal})
+    ev.append({"f": "assign", "t": heal + 0.5, "process": "g0", "session": 2, "tp": TP, "offset": 3})
+    ev.append({"f": "poll", "t": heal + 1, "process": "g0", "session": 2, "msgs": [[TP, 3, 3]]})
+    if first_after_heal is not None:
+        ev.append({"f": "assign", "t": heal + first_after_heal - 0.5, "process": "g1", "session": 2, "tp": TP,
+                   "offset": 4})
+        ev.append({"f": "poll", "t": heal + first_after_heal, "process": "g1", "session": 2, "msgs": [[TP, 4, 4]]})
+    ev += [{"f": "member", "type": "stop", "t": stop, "process": p, "group": "g"} for p in ("g0", "g1")]
+    return h[:-2] + ev + h[-2:]
+
+
+def test_group_liveness_after_the_heal():
+    """After the heal every group member must receive records within the bound (by default three session
+    timeouts plus the initial rebalance delay: 33 s here)."""
+    assert check(group_history(5.0))["valid"]
+    v = check(group_history(44.0))
+    assert v["anomaly-types"] == ["group-liveness"]
+    a = v["anomalies"]["group-liveness"][0]
+    assert a["process"] == "g1" and a["first_records_after_s"] == 44.0 and a["bound_s"] == 33.0
+    assert check(group_history(None))["anomaly-types"] == ["group-liveness"]
+    assert check(group_history(44.0), group_liveness_s=60)["valid"]
+    # the longest time a member and the whole group went without records are measured
+    s = check(group_history(44.0))["group-stalls"]
+    assert s["members"]["g1"]["max_s"] == 91.0 and s["groups"]["g"]["max_s"] == 48.0
+
+
+def test_group_liveness_is_judged_after_every_long_enough_calm():
+    """A heal followed by at least the bound without faults is judged like the final one; a shorter calm
+    (the next fault may be what keeps the group down) is not."""
+    def run(next_fault_at):
+        h = [{"f": "member", "type": "start", "t": 0.0, "process": "g0", "group": "g", "session_timeout_ms": 10000},
+             {"f": "poll", "t": 5.0, "process": "g0", "session": 1, "msgs": [[TP, 0, 0]]},
+             {"f": "nemesis", "type": "start", "t": 10.0, "id": 1, "kind": "pause", "nodes": [4]},
+             {"f": "nemesis", "type": "stop", "t": 20.0, "id": 1, "kind": "pause", "nodes": [4]},
+             {"f": "nemesis", "type": "start", "t": next_fault_at, "id": 2, "kind": "kill", "nodes": [5]},
+             {"f": "nemesis", "type": "stop", "t": next_fault_at + 5, "id": 2, "kind": "kill", "nodes": [5]},
+             {"f": "poll", "t": 60.0, "process": "g0", "session": 2, "msgs": [[TP, 1, 1]]},
+             {"f": "heal", "t": 100.0},
+             {"f": "poll", "t": 101.0, "process": "g0", "session": 2, "msgs": [[TP, 2, 2]]},
+             {"f": "member", "type": "stop", "t": 140.0, "process": "g0", "group": "g"}]
+        return check_group_liveness(sorted(h, key=lambda o: o["t"]))
+    assert [a["healed_at"] for a in run(next_fault_at=70.0)] == [20.0]
+    assert run(next_fault_at=40.0) == []
+
+
+def test_offset_fetch_answers_going_back_without_a_commit():
+    """An OffsetFetch answered 5 (a commit nobody saw acknowledged, e.g. served before it was
+    replicated); a later one answers 3: the committed offset went back."""
+    h = clean()
+    h.insert(-2, {"f": "commit", "type": "ok", "t": 5.0, "process": "g0", "group": "g", "tp": TP, "offset": 3})
+    h.insert(-2, {"f": "committed", "t": 6.0, "invoke_t": 5.9, "process": "g1", "group": "g", "tp": TP, "offset": 5})
+    h.insert(-2, {"f": "committed", "t": 8.0, "invoke_t": 7.9, "process": "g0", "group": "g", "tp": TP, "offset": 3})
+    v = check(h)
+    assert v["anomaly-types"] == ["commit-backwards"]
+    assert v["anomalies"]["commit-backwards"][0]["fetched_before"] == 5
+    # the same with 3 committed again (acknowledged) between the two answers is legal
+    h.insert(-4, {"f": "commit", "type": "ok", "t": 7.0, "process": "g0", "group": "g", "tp": TP, "offset": 3})
+    assert check(sorted(h, key=lambda o: o["t"]))["valid"]
+
+
+def test_a_member_without_partitions_is_not_expected_to_get_records():
+    h = group_history(None)
+    h.insert(-3, {"f": "member", "type": "assigned", "t": 55.0, "process": "g1", "group": "g", "tps": []})
+    assert check(h)["valid"], check(h)["anomalies"]
+    h.insert(-3, {"f": "member", "type": "assigned", "t": 60.0, "process": "g1", "group": "g", "tps": [TP]})
+    assert check(h)["anomaly-types"] == ["group-liveness"]

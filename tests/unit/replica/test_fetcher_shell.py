@@ -14,6 +14,8 @@ from common.config import Config
 
 
 class _Cache:
+    entries = ()
+
     def latest_epoch(self):
         return 1
 
@@ -29,6 +31,7 @@ class _Log:
         self.log_start_offset, self.log_end_offset = 0, 10
         self.leader_epoch_cache = _Cache()
         self.appended = []
+        self.damaged_offset = None  # no batch of ours found corrupt
 
     async def append_as_follower_async(self, buf, headers, now_ms, executor, still_following):
         if still_following():
@@ -36,13 +39,21 @@ class _Log:
 
     def truncate_to(self, offset):
         self.log_end_offset = min(self.log_end_offset, offset)
+        if self.damaged_offset is not None and offset <= self.damaged_offset:
+            self.damaged_offset = None
+
+
+def _partition():
+    """One partition ("t", 0) on a fake log, and the replica manager around it."""
+    part = types.SimpleNamespace(state=PartitionState("t", 0, uuid.uuid4(), 1), log=_Log())
+    rm = types.SimpleNamespace(partitions={("t", 0): part}, wake_hw=lambda tp: None,
+                               logs=types.SimpleNamespace(writer=None))
+    return part, rm
 
 
 async def test_answer_arriving_after_leadership_change_is_not_applied():
     cfg = Config({"node.id": "1"})
-    part = types.SimpleNamespace(state=PartitionState("t", 0, uuid.uuid4(), 1), log=_Log())
-    rm = types.SimpleNamespace(partitions={("t", 0): part}, wake_hw=lambda tp: None,
-                               logs=types.SimpleNamespace(writer=None))
+    part, rm = _partition()
     m = ReplicaFetcherManager(rm, 1, cfg, lambda b: None)
     try:
         m.follow(("t", 0), leader=2, leader_epoch=1, high_watermark=0)
@@ -70,9 +81,7 @@ async def test_unreachable_leader_is_one_warning_per_outage_not_a_traceback_per_
     closed_port = s.getsockname()[1]
     s.close()
     cfg = Config({"node.id": "1", "controller.quorum.retry.backoff.ms": "20"})
-    part = types.SimpleNamespace(state=PartitionState("t", 0, uuid.uuid4(), 1), log=_Log())
-    rm = types.SimpleNamespace(partitions={("t", 0): part}, wake_hw=lambda tp: None,
-                               logs=types.SimpleNamespace(writer=None))
+    part, rm = _partition()
     endpoints = {2: ("no-such-broker.invalid", closed_port)}
     m = ReplicaFetcherManager(rm, 1, cfg, endpoints.get)
     try:
@@ -88,3 +97,25 @@ async def test_unreachable_leader_is_one_warning_per_outage_not_a_traceback_per_
     assert [r.levelno for r in failed].count(logging.WARNING) == 1 and failed[0].levelno == logging.WARNING
     assert "no-such-broker.invalid" in failed[0].getMessage()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def test_follower_whose_copy_is_corrupt_truncates_to_the_damage_and_fetches_from_there():
+    """Issue 18 item 7: a read found a batch of ours that does not parse: the follower drops
+    it (and what follows) and its next fetch asks the leader for it again."""
+    cfg = Config({"node.id": "1", "controller.quorum.retry.backoff.ms": "20"})
+    part, rm = _partition()
+    part.log.damaged_offset = 4
+    m = ReplicaFetcherManager(rm, 1, cfg, lambda b: None)
+    try:
+        m.follow(("t", 0), leader=2, leader_epoch=1, high_watermark=8)
+        fs = m.threads[2].states[("t", 0)]
+        fs.phase = fs.phase.FETCHING
+        for _ in range(50):
+            await asyncio.sleep(0.02)
+            if part.log.log_end_offset == 4:
+                break
+        assert part.log.log_end_offset == 4 and part.log.damaged_offset is None
+        assert part.state.high_watermark <= 4
+        assert fs.next_action(part.log, 10**15).fetch_offset == 4
+    finally:
+        await m.close()

@@ -227,3 +227,33 @@ def test_becoming_leader_stops_fetching():
     fs = follower()
     fs.become(2, 8)  # we (broker 2) lead now
     assert fs.phase is Phase.IDLE and fs.next_action(log) is None
+
+
+# --- issue 18: a follower whose own copy is damaged ---------------------------------------------
+
+def test_damaged_copy_out_of_the_isr_is_truncated_and_fetched_again():
+    log = make_log((3, 10))
+    fs = follower(epoch=3, hw=10, ofle=False)
+    effects = fs.on_local_damage(log, 4, in_isr=False)
+    assert truncations(effects) == [4] and SetHighWatermark(4) in effects
+    apply(log, effects)
+    assert fs.next_action(log).fetch_offset == 4
+
+
+def test_damaged_copy_in_the_isr_is_kept_and_the_leader_is_shown_where_it_ends():
+    """Dropping committed records while the controller may still elect us would make the
+    other replicas drop them too: keep the bytes, fetch at the damage (ignoring what comes
+    back) so that the leader sees us lag and takes us out of the ISR."""
+    log = make_log((3, 10))
+    fs = follower(epoch=3, hw=10, ofle=False)
+    assert fs.on_local_damage(log, 4, in_isr=True) == []
+    probe = fs.next_action(log, 0)
+    assert isinstance(probe, FetchRequest) and probe.probe and probe.fetch_offset == 4
+    assert probe.last_fetched_epoch == -1  # no divergence check: our log does not end there
+    answer = FetchAnswer(high_watermark=10, records_first_offset=4, records_next_offset=10)
+    assert fs.on_fetch_response(probe, log, answer, 0) == []
+    assert log.log_end_offset == 10 and fs.next_action(log, 0) is None  # backing off between probes
+    effects = fs.on_local_damage(log, 4, in_isr=False)  # the leader shrank the ISR
+    assert truncations(effects) == [4]
+    apply(log, effects)
+    assert not fs.next_action(log, 10**6).probe

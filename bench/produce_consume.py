@@ -6,7 +6,7 @@
 
 For each target (krafty, then the mock cluster as a reference), each value size (1 KiB, 100 B) and
 each acks setting (1, all) it produces --records records into a fresh single-partition topic
-(linger.ms=5, batch.size=1 MiB, no compression), then consumes them back from the beginning with
+(linger.ms=5, batch.size=1 MiB, --compression, default none), then consumes them back from the beginning with
 manual assignment and large fetch sizes. Each phase stops early at --max-seconds. MB = 10^6 bytes of
 record values (keys are not sent).
 """
@@ -69,7 +69,8 @@ def create_topic(bootstrap: str, topic: str, mock: bool) -> None:
     wait_until(ready, 60, message=f"topic {topic}")
 
 
-def produce(bootstrap: str, topic: str, n: int, size: int, acks: str, max_s: float) -> tuple[int, float]:
+def produce(bootstrap: str, topic: str, n: int, size: int, acks: str, max_s: float,
+            compression: str = "none") -> tuple[int, float]:
     from confluent_kafka import Producer
 
     p = Producer(
@@ -79,7 +80,7 @@ def produce(bootstrap: str, topic: str, n: int, size: int, acks: str, max_s: flo
             "linger.ms": 5,
             "batch.size": 1024 * 1024,
             "batch.num.messages": 1_000_000,
-            "compression.type": "none",
+            "compression.type": compression,
             "enable.idempotence": acks == "all",
             "queue.buffering.max.messages": 1_000_000,
             "queue.buffering.max.kbytes": 1024 * 1024,
@@ -174,7 +175,7 @@ def run_target(name: str, bootstrap: str, mock: bool, args) -> list[Result]:
         for acks in args.acks:
             topic = f"bench-{size}b-acks{acks}-{uuid.uuid4().hex[:6]}"
             create_topic(bootstrap, topic, mock)
-            n, ps = produce(bootstrap, topic, args.records, size, acks, args.max_seconds)
+            n, ps = produce(bootstrap, topic, args.records, size, acks, args.max_seconds, args.compression)
             if mock:
                 # The mock cluster keeps only ~5 MB per partition: its consume rate is no reference.
                 got, nbytes, cs = 0, 0, 0.0
@@ -247,6 +248,8 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1024, 100])
     ap.add_argument("--acks", type=lambda s: s.split(","), default=["1", "all"])
+    ap.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                    help="producer compression.type (random values: measures the broker's work, not the ratio)")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="cap per produce / consume phase")
     ap.add_argument("--no-mock", action="store_true", help="skip the librdkafka mock-cluster reference")
     ap.add_argument("--no-krafty", action="store_true", help="only the mock-cluster reference")

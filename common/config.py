@@ -193,6 +193,10 @@ KEYS: dict[str, Key] = {
         Key("log.cleaner.backoff.ms", _int, 15_000, min=1),  # pause between log cleaner runs
         Key("log.message.timestamp.type", _choice("createtime", "logappendtime"), "createtime",
             topic_key="message.timestamp.type"),
+        # KIP-937 (Kafka 4.0 defaults; message.timestamp.difference.max.ms is gone in 4.0): a CreateTime
+        # record stamped further from the broker's clock is rejected with INVALID_TIMESTAMP
+        Key("log.message.timestamp.before.max.ms", _int, 2**63 - 1, min=0, topic_key="message.timestamp.before.max.ms"),
+        Key("log.message.timestamp.after.max.ms", _int, 3_600_000, min=0, topic_key="message.timestamp.after.max.ms"),
         Key("message.max.bytes", _int, 1024 * 1024 + 12, min=0, topic_key="max.message.bytes"),
         Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer",
             topic_key="compression.type"),

@@ -16,6 +16,7 @@ from broker.apis.group_apis import GroupApis
 from broker.fetch_session import FetchContext, FetchSessionCache, PartitionData
 from broker.group.coordinator import GroupCoordinator
 from broker.log.batch import validate_produce_batches
+from broker.log.validator import RecordValidationError
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
 from broker.replica.manager import ReplicaManager
@@ -381,6 +382,9 @@ class KafkaApis:
                     any_error = True
                     res["error_code"] = e.code
                     res["error_message"] = e.message
+                    if isinstance(e, RecordValidationError):  # KIP-467 (v8+)
+                        res["record_errors"] = [{"batch_index": i, "batch_index_error_message": m}
+                                                for i, m in e.record_errors]
                     if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
                         t = image.topics_by_name.get(name)
                         reg = t.partitions.get(p.index) if t else None
@@ -610,14 +614,14 @@ class KafkaApis:
                         bad = part.state.check_leader_epoch(p.current_leader_epoch)
                         if bad:
                             raise KafkaError(ErrorCode[bad])
-                    self._list_offset(part, p.timestamp, req.isolation_level if ver >= 2 else 0,
-                                      req.replica_id, res)
+                    await self._list_offset(part, p.timestamp, req.isolation_level if ver >= 2 else 0,
+                                            req.replica_id, res)
                 except KafkaError as e:
                     res["error_code"] = e.code
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
 
-    def _list_offset(self, part, ts: int, isolation: int, replica_id: int, res: dict) -> None:
+    async def _list_offset(self, part, ts: int, isolation: int, replica_id: int, res: dict) -> None:
         lg, st = part.log, part.state
         hw = st.high_watermark if replica_id < 0 else lg.log_end_offset
         cache = lg.leader_epoch_cache
@@ -629,7 +633,7 @@ class KafkaApis:
             e = cache.epoch_for_offset(lg.log_start_offset)
             res["leader_epoch"] = e if e is not None else -1
         elif ts == MAX_TIMESTAMP:
-            mts, moff = lg.max_timestamp_and_offset()
+            mts, moff = await lg.max_timestamp_and_offset_async()  # decodes a batch in a thread
             if moff >= 0 and moff < hw:
                 res["timestamp"], res["offset"] = mts, moff
                 e = cache.epoch_for_offset(moff)
@@ -639,7 +643,7 @@ class KafkaApis:
         elif ts < 0:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {ts}")
         else:
-            found = lg.offset_for_timestamp(ts)
+            found = await lg.offset_for_timestamp_async(ts)  # decodes a batch in a thread
             if found is not None and found[0] < hw:
                 res["offset"], res["timestamp"] = found[0], found[1]
                 e = cache.epoch_for_offset(found[0])

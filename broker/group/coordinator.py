@@ -20,7 +20,7 @@ import uuid
 from broker.group import records as rec
 from broker.group.shard import GroupShard
 from broker.group.state import Effects, GroupConfig, Write
-from broker.log.batch import CONTROL_BIT, Record, build_batch, decode_records, parse_batches
+from broker.log.batch import CONTROL_BIT, Record, build_batch, decode_records, parse_batches, records_limit
 from common.errors import ErrorCode, KafkaError
 from metadata.controller_api import NewTopic
 
@@ -31,6 +31,22 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _decode_batches(data: bytes, headers, limit: int, pid: int, file_position: int,
+                    segment: int) -> list[list[Record]]:
+    """The records of the batches read while loading; a batch that cannot be decoded is
+    skipped with an error naming where it is (the rest of the partition still loads)."""
+    out = []
+    for h in headers:
+        if h.attributes & CONTROL_BIT:
+            continue
+        try:
+            out.append(decode_records(data[h.pos:h.pos + h.size], limit))
+        except KafkaError as e:
+            log.error("%s-%d: skipping the undecodable record batch at offsets %d-%d (position %d of segment %d): %s",
+                      OFFSETS_TOPIC, pid, h.base_offset, h.last_offset, file_position + h.pos, segment, e.message)
+    return out
 
 
 _TO_COORDINATOR_NOT_AVAILABLE = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -161,12 +177,13 @@ class GroupCoordinator:
                 headers = parse_batches(data)
                 if not headers:
                     break
+                offset = headers[-1].next_offset
+                # bounded decoding, but linear in the bytes read: off the event loop
+                batches = await asyncio.to_thread(_decode_batches, data, headers, records_limit(
+                    lg.config.max_message_bytes), pid, sl.position, sl.segment_base_offset)
                 now = now_ms()
-                for h in headers:
-                    offset = h.base_offset + h.last_offset_delta + 1
-                    if h.attributes & CONTROL_BIT:
-                        continue
-                    for r in decode_records(data[h.pos:h.pos + h.batch_length + 12]):
+                for records in batches:
+                    for r in records:
                         try:
                             shard.replay(r.key, r.value, now)
                             n += 1

@@ -32,6 +32,7 @@ Varints are zig-zag encoded (protobuf style).
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -253,58 +254,218 @@ def batch_crc_ok(buf, h: BatchHeader, base: int = 0) -> bool:
     return crc32c(memoryview(buf)[start + ATTRIBUTES_OFFSET:start + h.size]) == h.crc
 
 
-# --- record-level decoding (NOT for hot paths: ListOffsets by timestamp, tests) ----------
+# --- record-level decoding ------------------------------------------------------------------
+#
+# Everything below works on bytes a client or the disk supplied, so every loop and allocation is
+# bounded by the batch's own sizes: a records section decompresses to at most ``limit`` bytes
+# (streaming, stopping at the bound), a batch claims at most one record per MIN_RECORD_SIZE bytes
+# of it, each record's length is at least its minimum and stays inside the section, each field
+# inside its record. A batch that breaks a bound raises KafkaError: CORRUPT_MESSAGE when the
+# compressed data is bad or too large, INVALID_RECORD when the record framing is (Kafka's
+# DefaultRecord.readFrom raises InvalidRecordException for those). The work is still linear in
+# the section's size: callers on the event loop run it in a thread (see validator.py).
 
-def _read_varint(buf, pos: int) -> tuple[int, int]:
+MIN_RECORD_BODY = 6  # attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount
+MIN_RECORD_SIZE = 1 + MIN_RECORD_BODY  # with its length varint
+# A records section may decompress to at most DECOMPRESSION_FACTOR x max.message.bytes (or x its
+# default when set lower, so batches written before it was lowered still decode). librdkafka caps a
+# batch at ~1 MB uncompressed (batch.size); Java producers close a batch at batch.size of estimated
+# compressed bytes, so their batches exceed the compressed size by the compression ratio. 32 x 1 MiB
+# keeps every realistic batch and bounds what one produce request can make a broker hold.
+DECOMPRESSION_FACTOR = 32
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024 + 12
+_MAX_ZSTD_WINDOW = 1 << 25  # zstd window memory bound (producers use <= 8 MiB windows)
+
+
+def records_limit(max_message_bytes: int) -> int:
+    """Most bytes the records section of one batch may decompress to, for a log whose
+    max.message.bytes is ``max_message_bytes``."""
+    return DECOMPRESSION_FACTOR * max(max_message_bytes, DEFAULT_MAX_MESSAGE_BYTES)
+
+
+DEFAULT_RECORDS_LIMIT = records_limit(DEFAULT_MAX_MESSAGE_BYTES)
+
+
+def _invalid(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.INVALID_RECORD, message)
+
+
+def _corrupt(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.CORRUPT_MESSAGE, message)
+
+
+def _uvarint(buf, pos: int) -> tuple[int, int]:
+    """Unsigned varint at ``pos`` (at most 10 bytes) -> (value, next pos); IndexError past the end."""
     shift = 0
     raw = 0
     while True:
         b = buf[pos]
         pos += 1
         raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
+        if b < 0x80:
+            return raw, pos
         shift += 7
         if shift > 63:
-            raise ValueError("varint too long")
+            raise _invalid("varint longer than 10 bytes in a record")
+
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    raw, pos = _uvarint(buf, pos)
     return (raw >> 1) ^ -(raw & 1), pos
 
 
-def decompress_records(codec: int, data: bytes) -> bytes:
-    """Decompress the records section of a batch (codec as in the attributes)."""
+def check_records_count(count: int, section_bytes: int) -> None:
+    """O(1): a batch cannot hold more records than its records section has room for."""
+    if count < 0 or count * MIN_RECORD_SIZE > section_bytes:
+        raise _invalid(f"record batch claims {count} records in a records section of {section_bytes} bytes "
+                       f"(a record takes at least {MIN_RECORD_SIZE})")
+
+
+def decompress_records(codec: int, data, limit: int = DEFAULT_RECORDS_LIMIT) -> bytes:
+    """The records section of a batch decompressed (codec as in the attributes), at most
+    ``limit`` bytes: decompression stops at the bound and raises CORRUPT_MESSAGE."""
     if codec == 0:
+        if len(data) > limit:
+            raise _corrupt(f"records section of {len(data)} bytes exceeds the limit of {limit}")
         return bytes(data)
-    if codec == 1:
-        import gzip
-        return gzip.decompress(data)
-    if codec == 2:
-        return _snappy_decompress(bytes(data))
-    if codec == 3:
-        import lz4.frame
-        return lz4.frame.decompress(data)
-    if codec == 4:
-        import zstandard
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    try:
+        if codec == 1:
+            return _gunzip(data, limit)
+        if codec == 2:
+            return _snappy_decompress(bytes(data), limit)
+        if codec == 3:
+            return _lz4_decompress(data, limit)
+        if codec == 4:
+            return _zstd_decompress(bytes(data), limit)
+    except KafkaError:
+        raise
+    except Exception as e:  # each codec library has its own error types
+        raise _corrupt(f"cannot decompress the records ({_CODEC_NAMES[codec]}): {e}") from e
     raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {codec}")
+
+
+_CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+def _too_large(codec: int, limit: int) -> KafkaError:
+    return _corrupt(f"records decompress ({_CODEC_NAMES[codec]}) to more than {limit} bytes")
+
+
+def _gunzip(data, limit: int) -> bytes:
+    import zlib
+    out: list[bytes] = []
+    total = 0
+    pending = bytes(data)
+    while True:  # concatenated gzip members are one stream (as java.util.zip.GZIPInputStream reads them)
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        while True:
+            chunk = d.decompress(pending, limit - total + 1)
+            total += len(chunk)
+            out.append(chunk)
+            if total > limit:
+                raise _too_large(1, limit)
+            pending = d.unconsumed_tail
+            if d.eof or not pending:
+                break
+        if not d.eof:
+            raise _corrupt("truncated gzip stream")
+        pending = d.unused_data
+        if not pending:
+            return b"".join(out)
 
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
-def _snappy_decompress(data: bytes) -> bytes:
+def _snappy_block(block, limit: int) -> bytes:
     import cramjam
+    n = cramjam.snappy.decompress_raw_len(block)  # the block's own uncompressed-length preamble
+    if n > limit:
+        raise _too_large(2, limit)
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _snappy_decompress(data: bytes, limit: int) -> bytes:
     # Java clients use snappy-java's xerial framing: magic(8) version(4) compat(4), then
     # chunks of [length int32][raw snappy block]. librdkafka writes either form.
-    if data.startswith(_XERIAL_MAGIC):
-        out = bytearray()
-        pos = 16
-        while pos + 4 <= len(data):
-            (n,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            out += bytes(cramjam.snappy.decompress_raw(data[pos:pos + n]))
-            pos += n
-        return bytes(out)
-    return bytes(cramjam.snappy.decompress_raw(data))
+    if not data.startswith(_XERIAL_MAGIC):
+        return _snappy_block(data, limit)
+    out = bytearray()
+    pos = 16
+    n = len(data)
+    while pos < n:
+        if pos + 4 > n:
+            raise _corrupt("truncated xerial snappy chunk header")
+        (size,) = _I.unpack_from(data, pos)
+        pos += 4
+        if size < 0 or pos + size > n:
+            raise _corrupt(f"xerial snappy chunk of {size} bytes at byte {pos - 4} runs past the end ({n})")
+        out += _snappy_block(data[pos:pos + size], limit - len(out))
+        pos += size
+    return bytes(out)
+
+
+def _lz4_decompress(data, limit: int) -> bytes:
+    import lz4.frame
+    out: list[bytes] = []
+    total = 0
+    pending = bytes(data)
+    while pending:  # one frame from every client; concatenated frames are read on, as lz4 streams are
+        d = lz4.frame.LZ4FrameDecompressor()
+        chunk = d.decompress(pending, max_length=limit - total + 1)
+        while True:
+            total += len(chunk)
+            out.append(chunk)
+            if total > limit:
+                raise _too_large(3, limit)
+            if d.eof or d.needs_input:
+                break
+            chunk = d.decompress(b"", max_length=limit - total + 1)
+        if not d.eof:
+            raise _corrupt("truncated lz4 frame")
+        pending = d.unused_data
+    return b"".join(out)
+
+
+def _zstd_decompress(data: bytes, limit: int) -> bytes:
+    import zstandard
+    size = zstandard.get_frame_parameters(data).content_size
+    if size != zstandard.CONTENTSIZE_UNKNOWN and size > limit:  # the library would allocate it at once
+        raise _too_large(4, limit)
+    dctx = zstandard.ZstdDecompressor(max_window_size=_MAX_ZSTD_WINDOW)
+    try:
+        # One shot, into a buffer of at most ``limit`` bytes: decoding stops at the bound.
+        return dctx.decompress(data, max_output_size=limit)
+    except zstandard.ZstdError as e:
+        # Too large, truncated or corrupt: tell which, reading at most limit + 1 bytes again.
+        reader = dctx.stream_reader(data)
+        total = 0
+        while total <= limit:
+            chunk = reader.read(min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            total += len(chunk)
+        if total > limit:
+            raise _too_large(4, limit) from None
+        raise _corrupt(f"cannot decompress the records (zstd): {e}") from None
+
+
+def records_section(batch, limit: int = DEFAULT_RECORDS_LIMIT) -> tuple[BatchHeader, bytes]:
+    """Header and (decompressed, at most ``limit`` bytes) records section of one whole batch
+    that starts at offset 0 of ``batch``, after the O(1) bound on its record count."""
+    if len(batch) < HEADER_SIZE:
+        raise _corrupt(f"record batch of {len(batch)} bytes is shorter than its header")
+    h = unpack_header(batch, 0)
+    if h.size > len(batch) or h.batch_length < MIN_BATCH_LENGTH:
+        raise _corrupt(f"record batch length {h.batch_length} does not match the {len(batch)} bytes read")
+    raw = memoryview(batch)[HEADER_SIZE:h.size]
+    if h.compression == 0:
+        check_records_count(h.records_count, len(raw))
+        return h, bytes(raw)
+    check_records_count(h.records_count, limit)
+    data = decompress_records(h.compression, raw, limit)
+    check_records_count(h.records_count, len(data))
+    return h, data
 
 
 @dataclass(slots=True)
@@ -316,56 +477,241 @@ class Record:
     headers: list[tuple[str, bytes | None]]
 
 
-def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
-    """Decode every record of one whole batch (``batch`` starts at its baseOffset)."""
-    h = unpack_header(batch, 0)
-    data = decompress_records(h.compression, bytes(batch[HEADER_SIZE:h.size]))
-    out: list[Record] = []
-    pos = 0
+def _records_end(pos: int, end: int, read: int, count: int) -> None:
+    if pos != end:
+        raise _invalid(f"Incorrect declared batch size, records still remaining after {read} of {count} "
+                       f"records ({end - pos} bytes left)")
+
+
+def iter_records(batch, limit: int = DEFAULT_RECORDS_LIMIT) -> Iterator[Record]:
+    """Decode the records of one whole batch (``batch`` starts at its baseOffset), one at a
+    time; raises KafkaError (INVALID_RECORD / CORRUPT_MESSAGE) where a bound is broken."""
+    h, data = records_section(batch, limit)
+    return section_records(h, data)
+
+
+def section_records(h: BatchHeader, data: bytes) -> Iterator[Record]:
+    """The records of the (decompressed) records section ``data`` of the batch ``h``."""
     log_append = h.timestamp_type == 1
-    for _ in range(h.records_count):
-        length, pos = _read_varint(data, pos)
-        end = pos + length
-        p = pos + 1  # attributes (unused)
-        ts_delta, p = _read_varint(data, p)
-        off_delta, p = _read_varint(data, p)
-        klen, p = _read_varint(data, p)
-        key = None if klen < 0 else bytes(data[p:p + klen])
-        p += max(klen, 0)
-        vlen, p = _read_varint(data, p)
-        value = None if vlen < 0 else bytes(data[p:p + vlen])
-        p += max(vlen, 0)
-        nh, p = _read_varint(data, p)
-        headers = []
-        for _i in range(nh):
-            hk, p = _read_varint(data, p)
-            name = bytes(data[p:p + hk]).decode("utf-8", "replace")
-            p += hk
-            hv, p = _read_varint(data, p)
-            hval = None if hv < 0 else bytes(data[p:p + hv])
-            p += max(hv, 0)
-            headers.append((name, hval))
-        ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
-        out.append(Record(h.base_offset + off_delta, ts, key, value, headers))
-        pos = end
-    return out
-
-
-def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
-    """(offset, timestamp) of each record of one whole batch, skipping keys and values."""
-    h = unpack_header(batch, 0)
-    if h.timestamp_type == 1:
-        return [(h.base_offset + i, h.max_timestamp) for i in range(h.records_count)]
-    data = decompress_records(h.compression, bytes(batch[HEADER_SIZE:h.size]))
-    out = []
+    count = h.records_count
+    end = len(data)
     pos = 0
-    for _ in range(h.records_count):
-        length, pos = _read_varint(data, pos)
-        ts_delta, p = _read_varint(data, pos + 1)
-        off_delta, p = _read_varint(data, p)
-        out.append((h.base_offset + off_delta, h.base_timestamp + ts_delta))
-        pos += length
-    return out
+    for i in range(count):
+        try:
+            length, pos = _read_varint(data, pos)
+            rend = pos + length
+            if length < MIN_RECORD_BODY or rend > end:
+                raise _invalid(f"record {i} of {count} has length {length} with {end - pos} bytes left")
+            p = pos + 1  # attributes (unused in v2)
+            ts_delta, p = _read_varint(data, p)
+            off_delta, p = _read_varint(data, p)
+            klen, p = _read_varint(data, p)
+            key = None if klen < 0 else bytes(data[p:p + klen])
+            p += max(klen, 0)
+            vlen, p = _read_varint(data, p)
+            value = None if vlen < 0 else bytes(data[p:p + vlen])
+            p += max(vlen, 0)
+            nh, p = _read_varint(data, p)
+            if nh < 0 or nh > rend - p:
+                raise _invalid(f"record {i} has an invalid number of headers {nh}")
+            headers = []
+            for _j in range(nh):
+                hk, p = _read_varint(data, p)
+                if hk < 0:
+                    raise _invalid(f"record {i} has a negative header key size {hk}")
+                name = bytes(data[p:p + hk]).decode("utf-8", "replace")
+                p += hk
+                hv, p = _read_varint(data, p)
+                hval = None if hv < 0 else bytes(data[p:p + hv])
+                p += max(hv, 0)
+                headers.append((name, hval))
+        except IndexError:
+            raise _invalid(f"record {i} of {count} runs past the end of the records section") from None
+        if p != rend:
+            raise _invalid(f"Invalid record size: expected to read {length} bytes in record {i}, "
+                           f"but instead read {p - pos}")
+        ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
+        yield Record(h.base_offset + off_delta, ts, key, value, headers)
+        pos = rend
+    _records_end(pos, end, count, count)
+
+
+def decode_records(batch, limit: int = DEFAULT_RECORDS_LIMIT) -> list[Record]:
+    """Every record of one whole batch (bounded as ``iter_records``)."""
+    return list(iter_records(batch, limit))
+
+
+def iter_record_timestamps(batch, limit: int = DEFAULT_RECORDS_LIMIT) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record of one whole batch, skipping keys and values."""
+    if len(batch) >= HEADER_SIZE and unpack_header(batch, 0).timestamp_type == 1:
+        h = unpack_header(batch, 0)  # LogAppendTime: every record has the batch's time
+        check_records_count(h.records_count, h.size - HEADER_SIZE if h.compression == 0 else limit)
+        for i in range(h.records_count):
+            yield h.base_offset + i, h.max_timestamp
+        return
+    h, data = records_section(batch, limit)
+    for off_delta, ts_delta in _scan_offsets_and_timestamps(data, h.records_count):
+        yield h.base_offset + off_delta, h.base_timestamp + ts_delta
+
+
+def record_timestamps(batch, limit: int = DEFAULT_RECORDS_LIMIT) -> list[tuple[int, int]]:
+    return list(iter_record_timestamps(batch, limit))
+
+
+def _scan_offsets_and_timestamps(data: bytes, count: int) -> Iterator[tuple[int, int]]:
+    """(offsetDelta, timestampDelta) of each record, checking only the record framing."""
+    end = len(data)
+    pos = 0
+    for i in range(count):
+        try:
+            length, pos = _read_varint(data, pos)
+            rend = pos + length
+            if length < MIN_RECORD_BODY or rend > end:
+                raise _invalid(f"record {i} of {count} has length {length} with {end - pos} bytes left")
+            ts_delta, p = _read_varint(data, pos + 1)
+            off_delta, p = _read_varint(data, p)
+        except IndexError:
+            raise _invalid(f"record {i} of {count} runs past the end of the records section") from None
+        if p > rend:
+            raise _invalid(f"record {i} of {count} is shorter than its fields")
+        yield off_delta, ts_delta
+        pos = rend
+    _records_end(pos, end, count, count)
+
+
+@dataclass(slots=True)
+class RecordScan:
+    """What the produce path needs to know about the records of one batch."""
+
+    min_timestamp_delta: int
+    max_timestamp_delta: int
+    offsets_in_order: bool  # offsetDelta of record i is i (else Kafka re-assigns them)
+    null_keys: list[int]  # indexes of records without a key (when asked for)
+
+
+def scan_records(data: bytes, count: int, *, fields: bool = False) -> RecordScan:
+    """Walk the records section ``data`` of a batch claiming ``count`` records without building
+    any object per record: each record's length is at least its minimum and inside the section,
+    the lengths add up to the section, and each record's timestampDelta and offsetDelta are
+    inside it. With ``fields`` also every other field, as Kafka's DefaultRecord.readFrom (each
+    inside its record, and together exactly the record), listing the keyless records.
+
+    The produce path's per-record work (compressed batches; ``fields`` on compacted topics), so
+    the common one- and two-byte varints are decoded inline (~0.2 us a record, ~0.7 with
+    ``fields``, on the benchmark machine).
+    """
+    check_records_count(count, len(data))
+    end = len(data)
+    pos = 0
+    tmin = 1 << 63
+    tmax = -(1 << 63)
+    in_order = True
+    null_keys: list[int] = []
+    uv = _uvarint
+    i = 0
+    try:
+        for i in range(count):
+            b = data[pos]  # length
+            if b < 0x80:
+                v = b
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    v = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    v, pos = uv(data, pos)
+            rend = pos + ((v >> 1) ^ -(v & 1))
+            if rend - pos < MIN_RECORD_BODY or rend > end:
+                raise _invalid(f"record {i} of {count} has length {rend - pos} with {end - pos} bytes left")
+            p = pos + 1  # timestampDelta, after the attributes (unused in v2)
+            b = data[p]
+            if b < 0x80:
+                v = b
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    v = (b & 0x7F) | (c << 7)
+                    p += 2
+                else:
+                    v, p = uv(data, p)
+            v = (v >> 1) ^ -(v & 1)
+            if v < tmin:
+                tmin = v
+            if v > tmax:
+                tmax = v
+            b = data[p]  # offsetDelta
+            if b < 0x80:
+                v = b
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    v = (b & 0x7F) | (c << 7)
+                    p += 2
+                else:
+                    v, p = uv(data, p)
+            if v != i << 1:  # zig-zag of i
+                in_order = False
+            if fields:
+                p = _key_value_headers(data, p, rend, i, null_keys)
+                if p != rend:
+                    raise _invalid(f"Invalid record size: expected to read {rend - pos} bytes in record {i}, "
+                                   f"but instead read {p - pos}")
+            elif p > rend:
+                raise _invalid(f"record {i} of {count} is shorter than its fields")
+            pos = rend
+    except IndexError:
+        raise _invalid(f"record {i} of {count} runs past the end of the records section") from None
+    _records_end(pos, end, count, count)
+    if not count:
+        tmin = tmax = 0
+    return RecordScan(tmin, tmax, in_order, null_keys)
+
+
+def _key_value_headers(data, p: int, rend: int, i: int, null_keys: list[int]) -> int:
+    """Past the key, value and headers of record ``i`` (from its keyLength at ``p``)."""
+    k = data[p]
+    if k < 0x80:  # the common one-byte length, inline
+        p += 1
+    else:
+        k, p = _uvarint(data, p)
+    if k & 1:  # negative: null
+        null_keys.append(i)
+    else:
+        p += k >> 1
+    v = data[p]
+    if v < 0x80:
+        p += 1
+    else:
+        v, p = _uvarint(data, p)
+    if not v & 1:
+        p += v >> 1
+    if data[p]:
+        return _skip_headers(data, p, rend, i)
+    return p + 1
+
+
+def _skip_headers(data, p: int, rend: int, i: int) -> int:
+    n, p = _read_varint(data, p)
+    if n < 0 or n > rend - p:
+        raise _invalid(f"record {i} has an invalid number of headers {n}")
+    for _ in range(n):
+        hk, p = _read_varint(data, p)
+        if hk < 0:
+            raise _invalid(f"record {i} has a negative header key size {hk}")
+        p += hk
+        hv, p = _read_varint(data, p)
+        if hv > 0:
+            p += hv
+    return p
+
+
+def timestamp_deltas(data: bytes, count: int) -> list[int]:
+    """timestampDelta of each record of a section ``scan_records`` accepted (for per-record errors)."""
+    return [ts for _off, ts in _scan_offsets_and_timestamps(data, count)]
 
 
 # --- encoding (log cleaner, internal topics, tests; not the produce path) ----------------
@@ -444,9 +790,17 @@ def build_batch(records: list[Record], *, base_offset: int | None = None, last_o
     max_ts = max((r.timestamp for r in records), default=base_ts) if max_timestamp is None else max_timestamp
     attributes = (compression | (TIMESTAMP_TYPE_BIT if timestamp_type else 0)
                   | (TRANSACTIONAL_BIT if transactional else 0) | (CONTROL_BIT if control else 0))
-    after_crc = struct.pack(">hiqqqhii", attributes, lod, base_ts, max_ts, producer_id, producer_epoch,
-                            base_sequence, len(records)) + body
+    return assemble_batch(base, partition_leader_epoch, attributes, lod, base_ts, max_ts, producer_id,
+                          producer_epoch, base_sequence, len(records), body)
+
+
+def assemble_batch(base_offset: int, partition_leader_epoch: int, attributes: int, last_offset_delta: int,
+                   base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
+                   base_sequence: int, records_count: int, records: bytes) -> bytearray:
+    """A v2 batch from its header fields and its (already compressed) records section."""
+    after_crc = struct.pack(">hiqqqhii", attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
+                            producer_epoch, base_sequence, records_count) + records
     batch_length = 4 + 1 + 4 + len(after_crc)
-    out = bytearray(struct.pack(">qiibI", base, batch_length, partition_leader_epoch, 2, crc32c(after_crc)))
+    out = bytearray(struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, 2, crc32c(after_crc)))
     out += after_crc
     return out

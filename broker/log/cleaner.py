@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .batch import CONTROL_BIT, build_batch, decode_records
+from common.errors import KafkaError
+
+from .batch import CONTROL_BIT, Record, build_batch, iter_records, records_limit
 from .index import _write_all
 from .leader_epoch import fsync_dir
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, filename_prefix, retire
@@ -77,11 +80,12 @@ def compact(lg, now_ms: int, *, high_watermark: int | None = None, force: bool =
     segs = _cleanable(lg, high_watermark)
     if not segs or (not force and dirty_ratio(lg, high_watermark) < min_dirty_ratio):
         return stats
-    latest = _build_offset_map(segs)
+    decoder = _Decoder(lg)
+    latest = _build_offset_map(segs, decoder)
     horizon = now_ms - lg.config.delete_retention_ms
     for seg in segs:
         try:
-            _clean_segment(lg, seg, latest, horizon, stats)
+            _clean_segment(lg, seg, latest, horizon, stats, decoder)
         except FileNotFoundError:
             continue  # deleted by retention or truncation meanwhile
     lg.cleaner_offset = max(lg.cleaner_offset, segs[-1].next_offset)
@@ -96,19 +100,49 @@ def _batches(seg: LogSegment):
         yield h, seg.read_batch(h.pos, h.batch_length + 12)
 
 
-def _build_offset_map(segs: list[LogSegment]) -> dict[bytes, int]:
+class _Decoder:
+    """Bounded record decoding for one cleaning pass. A batch that cannot be decoded is kept as
+    it is (its records cannot be judged, so none is dropped) and logged once with its place."""
+
+    def __init__(self, lg):
+        self.lg = lg
+        self.limit = records_limit(lg.config.max_message_bytes)
+        self.bad: set[tuple[int, int]] = set()  # (segment base offset, position)
+
+    def records(self, seg: LogSegment, h, data) -> Iterator[Record] | None:
+        if (seg.base_offset, h.pos) in self.bad:
+            return None
+        try:
+            return iter_records(data, self.limit)
+        except KafkaError as e:
+            self.failed(seg, h, e)
+            return None
+
+    def failed(self, seg: LogSegment, h, e: KafkaError) -> None:
+        self.bad.add((seg.base_offset, h.pos))
+        log.error("%s-%d: the log cleaner cannot decode the record batch at position %d of %s (offsets %d-%d) and "
+                  "keeps it as it is: %s", self.lg.topic, self.lg.partition, h.pos, seg.log_path, h.base_offset,
+                  h.last_offset, e.message)
+
+
+def _build_offset_map(segs: list[LogSegment], decoder: _Decoder) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for seg in segs:
         for h, data in _batches(seg):
             if h.attributes & CONTROL_BIT:
                 continue
-            for r in decode_records(data):
-                if r.key is not None:
-                    latest[r.key] = r.offset
+            records = decoder.records(seg, h, data)
+            try:
+                for r in records or ():
+                    if r.key is not None:
+                        latest[r.key] = r.offset
+            except KafkaError as e:  # keys read before the bad record stay: that only keeps more
+                decoder.failed(seg, h, e)
     return latest
 
 
-def _clean_segment(lg, seg: LogSegment, latest: dict[bytes, int], horizon: int, stats: CleanStats) -> None:
+def _clean_segment(lg, seg: LogSegment, latest: dict[bytes, int], horizon: int, stats: CleanStats,
+                   decoder: _Decoder) -> None:
     size_before = seg.size
     out = bytearray()
     changed = False
@@ -117,7 +151,15 @@ def _clean_segment(lg, seg: LogSegment, latest: dict[bytes, int], horizon: int, 
         if h.attributes & CONTROL_BIT:
             out += data
             continue
-        records = decode_records(data)
+        it = decoder.records(seg, h, data)
+        try:
+            records = list(it) if it is not None else None
+        except KafkaError as e:
+            decoder.failed(seg, h, e)
+            records = None
+        if records is None:
+            out += data
+            continue
         kept = [r for r in records
                 if r.key is None or (latest.get(r.key) == r.offset
                                      and not (r.value is None and h.max_timestamp < horizon))]

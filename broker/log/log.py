@@ -37,10 +37,9 @@ from .batch import (
     BatchHeader,
     assign_offsets,
     batch_crc_ok,
-    build_batch,
-    decode_records,
+    iter_record_timestamps,
     parse_batches,
-    record_timestamps,
+    records_limit,
 )
 from .leader_epoch import LeaderEpochCache, fsync_dir
 from .producer_state import ProducerStateManager
@@ -54,11 +53,13 @@ from .segment import (
     SegmentFile,
     write_at,
 )
+from .validator import CODECS, recompress, validate_async
+
+log = logging.getLogger("krafty.log")
 
 logger = logging.getLogger("krafty.log")
 
 PARTITION_METADATA_FILE = "partition.metadata"
-_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # compression.type; "producer": keep
 _LOG_FILE_RE = re.compile(r"^(\d{20})\.log$")
 _STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 
@@ -87,6 +88,8 @@ class LogConfig:
     cleanup_policy: str = "delete"
     delete_retention_ms: int = 86_400_000
     compression_type: str = "producer"
+    message_timestamp_before_max_ms: int = 2**63 - 1
+    message_timestamp_after_max_ms: int = 3_600_000
 
     _FIELDS: ClassVar[dict[str, str]] = {
         "segment.bytes": "segment_bytes", "segment.ms": "segment_ms", "retention.ms": "retention_ms",
@@ -95,6 +98,8 @@ class LogConfig:
         "flush.ms": "flush_ms", "max.message.bytes": "max_message_bytes",
         "message.timestamp.type": "message_timestamp_type", "cleanup.policy": "cleanup_policy",
         "delete.retention.ms": "delete_retention_ms", "compression.type": "compression_type",
+        "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+        "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
     }
 
     @classmethod
@@ -570,7 +575,7 @@ class Log:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches to append")
         if isinstance(buf, bytes) or (isinstance(buf, memoryview) and buf.readonly):
             buf = bytearray(buf)  # offsets are patched in place: pass a bytearray to avoid this copy
-        target = _CODECS.get(self.config.compression_type)
+        target = CODECS.get(self.config.compression_type)
         if target is not None and any(h.compression != target and not h.is_control for h in headers):
             buf, headers = self._recompress(buf, headers, target)
         lat = now_ms if self.config.log_append_time else None
@@ -591,31 +596,15 @@ class Log:
     def _recompress(self, buf, headers: list[BatchHeader], target: int) -> tuple[bytearray, list[BatchHeader]]:
         """The topic's compression.type is not ``producer`` and differs from the batch codec:
         re-encode each such batch (producer fields, sequences and timestamps kept), as Kafka's
-        LogValidator does. The only produce path that touches records."""
-        out = bytearray()
-        for h in headers:
-            data = memoryview(buf)[h.pos:h.pos + h.batch_length + 12]
-            if h.compression == target or h.is_control:
-                out += data
-                continue
-            try:
-                records = decode_records(data)
-            except KafkaError:
-                raise
-            except Exception as e:
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"cannot decode record batch: {e}") from e
-            out += build_batch(records, base_offset=h.base_offset, last_offset_delta=h.last_offset_delta,
-                               compression=target, timestamp_type=h.timestamp_type, producer_id=h.producer_id,
-                               producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-                               transactional=h.is_transactional, partition_leader_epoch=h.partition_leader_epoch,
-                               base_timestamp=h.base_timestamp, max_timestamp=h.max_timestamp)
-        new_headers = parse_batches(out)
-        for h in new_headers:
-            if h.batch_length + 12 > self.config.max_message_bytes:
-                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
-                                 f"record batch of {h.batch_length + 12} bytes after recompression exceeds "
-                                 f"max.message.bytes={self.config.max_message_bytes}")
-        return out, new_headers
+        LogValidator does. Produce requests were converted by ``validate_client_batches``
+        already; this is for appends that were not (bounded like every decoder)."""
+        return recompress(buf, headers, target, self.config.max_message_bytes)
+
+    async def validate_client_batches(self, buf, headers: list[BatchHeader], now_ms: int):
+        """Kafka's LogValidator for a produce request's batches (see validator.py): returns the
+        (possibly re-encoded) batches to append, or raises the error for the client. Runs in a
+        worker thread unless the batches are small."""
+        return await validate_async(buf, headers, self.config, now_ms, f"{self.topic}-{self.partition}")
 
     def _prepare_follower(self, buf, headers: list[BatchHeader] | None, now_ms: int) -> PendingWrite | AppendInfo:
         if headers is None:
@@ -853,7 +842,27 @@ class Log:
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``ts_ms`` at or after the
         log start, or None. Uses the time index to find where to start, then decodes the
-        timestamps of the one batch that holds the answer."""
+        timestamps of the batch that holds the answer. A batch that cannot be decoded raises
+        CORRUPT_MESSAGE. The broker calls ``offset_for_timestamp_async``."""
+        for seg, h, start in self._timestamp_candidates(ts_ms):
+            found = self._first_at_or_after(seg, h, self._batch_bytes(seg, h), ts_ms, start)
+            if found is not None:
+                return found
+        return None
+
+    async def offset_for_timestamp_async(self, ts_ms: int) -> tuple[int, int] | None:
+        """``offset_for_timestamp`` decoding in a worker thread: decoding is bounded but linear
+        in the batch, while index lookups and reads stay on the event loop with the appends."""
+        for seg, h, start in self._timestamp_candidates(ts_ms):
+            data = self._batch_bytes(seg, h)
+            found = await asyncio.to_thread(self._first_at_or_after, seg, h, data, ts_ms, start)
+            if found is not None:
+                return found
+        return None
+
+    def _timestamp_candidates(self, ts_ms: int):
+        """(segment, header, log start) of each batch, in order, that may hold the first record
+        with timestamp >= ``ts_ms`` at or after the log start."""
         start_offset = self._log_start_offset
         for seg in list(self.segments):
             if seg.max_timestamp < ts_ms or seg.next_offset <= start_offset:
@@ -864,38 +873,59 @@ class Log:
             for h in seg.iter_headers(pos):
                 if h.base_offset + h.last_offset_delta < from_offset or h.max_timestamp < ts_ms:
                     continue
-                if h.timestamp_type == 1:
-                    return max(h.base_offset, start_offset), h.max_timestamp
-                try:
-                    for off, t in record_timestamps(self._batch_bytes(seg, h)):
-                        if t >= ts_ms and off >= start_offset:
-                            return off, t
-                except Exception:  # undecodable batch: the batch itself is the best answer
-                    return max(h.base_offset, start_offset), h.max_timestamp
+                yield seg, h, start_offset
+
+    def _first_at_or_after(self, seg: LogSegment, h: BatchHeader, data: bytes, ts_ms: int,
+                           start_offset: int) -> tuple[int, int] | None:
+        if h.timestamp_type == 1:
+            return max(h.base_offset, start_offset), h.max_timestamp
+        for off, t in self._record_timestamps(seg, h, data):
+            if t >= ts_ms and off >= start_offset:
+                return off, t
         return None
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         """(max timestamp, offset of the first record having it), or (-1, -1) if no batch has
-        a timestamp. For ListOffsets MAX_TIMESTAMP (KIP-734)."""
+        a timestamp. For ListOffsets MAX_TIMESTAMP (KIP-734); decodes one batch like
+        ``offset_for_timestamp``. The broker calls ``max_timestamp_and_offset_async``."""
+        answer, todo = self._max_timestamp_batch()
+        return answer if todo is None else self._offset_of_max(*todo)
+
+    async def max_timestamp_and_offset_async(self) -> tuple[int, int]:
+        answer, todo = self._max_timestamp_batch()
+        return answer if todo is None else await asyncio.to_thread(self._offset_of_max, *todo)
+
+    def _max_timestamp_batch(self) -> tuple[tuple[int, int], None] | tuple[None, tuple]:
+        """(answer, None), or (None, (segment, header, batch bytes, max timestamp)) of the batch
+        that must be decoded for the answer."""
         best: LogSegment | None = None
         for seg in list(self.segments):
             if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
                 best = seg
         if best is None:
-            return -1, -1
+            return (-1, -1), None
         ts = best.max_timestamp
         h = best.translate(best.offset_of_max_timestamp)
         if h is None:
-            return ts, best.offset_of_max_timestamp
+            return (ts, best.offset_of_max_timestamp), None
         if h.timestamp_type == 1:
-            return ts, h.base_offset
-        try:
-            for off, t in record_timestamps(self._batch_bytes(best, h)):
-                if t == ts:
-                    return ts, off
-        except Exception:
-            pass
+            return (ts, h.base_offset), None
+        return None, (best, h, self._batch_bytes(best, h), ts)
+
+    def _offset_of_max(self, seg: LogSegment, h: BatchHeader, data: bytes, ts: int) -> tuple[int, int]:
+        for off, t in self._record_timestamps(seg, h, data):
+            if t == ts:
+                return ts, off
         return ts, h.base_offset + h.last_offset_delta
+
+    def _record_timestamps(self, seg: LogSegment, h: BatchHeader, data: bytes):
+        try:
+            yield from iter_record_timestamps(data, records_limit(self.config.max_message_bytes))
+        except KafkaError as e:
+            log.error("%s-%d: cannot decode the record batch at position %d of %s (offsets %d-%d): %s", self.topic,
+                      self.partition, h.pos, seg.log_path, h.base_offset, h.last_offset, e.message)
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"the record batch at offset {h.base_offset} is corrupt: "
+                             f"{e.message}") from None
 
     # =====================================================================================
     # truncation, log start, retention

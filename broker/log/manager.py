@@ -178,6 +178,8 @@ class LogManager:
                 n += compact(lg, now_ms, high_watermark=hw, force=force).segments
             except CorruptBatchError as e:  # not cleaned (a rewrite would drop what follows it); others go on
                 log.error("%s-%d: not compacted: %s", tp[0], tp[1], e)
+            except Exception:  # anything else: that log is left as it is, every other log is still compacted
+                log.exception("%s-%d: compaction failed; the log is left uncompacted this time", tp[0], tp[1])
         return n
 
     def flush_check(self, now_ms: int) -> int:

@@ -220,7 +220,8 @@ class ReplicaManager:
         return info
 
     async def append_async(self, part: Partition, buf, headers):
-        """Append produced batches, the write syscall in a log writer thread if there are any
+        """Append produced batches after validating their records (Kafka's LogValidator, off the
+        event loop unless small), the write syscall in a log writer thread if there are any
         (krafty.log.writer.threads), else on the loop; appends to one partition are
         serialised, and each re-checks leadership when its turn comes."""
         tp = (part.state.topic, part.state.partition)
@@ -230,7 +231,9 @@ class ReplicaManager:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             return part.state.leader_epoch
 
-        info = await part.log.append_as_leader_async(buf, headers, leader_epoch, now_ms(), self.logs.writer)
+        now = now_ms()
+        buf, headers = await part.log.validate_client_batches(buf, headers, now)
+        info = await part.log.append_as_leader_async(buf, headers, leader_epoch, now, self.logs.writer)
         self._appended(part)
         return info
 

@@ -193,3 +193,45 @@ def test_compaction_and_flush_in_threads_while_appending(tmp_path):
     assert newest[b"k6"][1].startswith(b"v195")
     assert [o for o, _, _ in got] == sorted(o for o, _, _ in got)
     assert log.log_end_offset == 15 + 200
+
+
+def test_undecodable_batch_is_kept_and_logged_and_every_other_log_is_compacted(tmp_path, caplog):
+    """A batch on disk the cleaner cannot decode (written behind produce's validation): an
+    error names the log, file and position; that batch stays as it is, the rest of its log and
+    every other log (whatever order they come in) are compacted."""
+    from hostile import ZSTD, batch, count_lie, zstd_rle_bomb
+
+    from broker.log.manager import LogManager
+
+    mgr = LogManager([str(tmp_path)], {"cleanup.policy": "compact", "segment.bytes": 400}, now_ms=0)
+    logs = [mgr.get_or_create(t, 0) for t in ("a-bad", "b-good", "c-bad")]
+    for lg in logs:
+        fill(lg)
+        if lg.topic.endswith("bad"):
+            for bad in (count_lie(), batch(zstd_rle_bomb(30 << 30), 10, codec=ZSTD)):
+                buf = bytearray(bad)
+                lg.append_as_leader(buf, parse_batches(buf), 0, 0)
+            fill(lg, rounds=2)
+    hostile_counts = (2**31 - 1, 10)
+    bad_positions = {lg.topic: [(s.log_path, h.pos) for s in lg.segments for h in s.iter_headers(0)
+                                if h.records_count in hostile_counts] for lg in logs}
+
+    def good_records(lg):
+        return [(r.offset, r.key) for s in lg.segments for h in s.iter_headers(0)
+                if h.records_count not in hostile_counts
+                for r in decode_records(s.read_batch(h.pos, h.size))]
+
+    before = {lg.topic: good_records(lg) for lg in logs}
+    assert mgr.cleaner_check(2000, force=True) > 0
+    for lg in logs:
+        after = good_records(lg)
+        assert len(after) < len(before[lg.topic]) / 2, f"{lg.topic} compacted"
+        assert set(after) <= set(before[lg.topic])
+    for topic in ("a-bad", "c-bad"):
+        for path, pos in bad_positions[topic]:
+            assert f"{topic}-0: the log cleaner cannot decode the record batch at position {pos} of {path}" \
+                in caplog.text
+        lg = mgr.get(topic, 0)
+        kept = [h.records_count for s in lg.segments for h in s.iter_headers(0)]
+        assert all(c in kept for c in hostile_counts), "the undecodable batches are kept"
+    mgr.close()

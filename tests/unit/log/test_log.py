@@ -503,3 +503,37 @@ def test_producer_compression_type_keeps_client_bytes(tmp_path):
     log.append_as_leader(bytearray(buf), validate_produce_batches(buf, MAX), 0, 0)
     data = log.read_bytes(log.read(0, MAX, 5))
     assert data[61:] == bytes(buf[61:]) and parse_batches(data)[0].compression == 3
+
+
+async def test_offset_for_timestamp_of_an_undecodable_batch_is_corrupt_message(tmp_path, caplog):
+    from hostile import ZSTD, batch, count_lie, zstd_rle_bomb
+    log = open_log(tmp_path)
+    produce(log, [b"a"], timestamps=[100])
+    for bad in (count_lie(base_timestamp=200), batch(zstd_rle_bomb(30 << 30), 10, codec=ZSTD, base_timestamp=300)):
+        buf = bytearray(bad)  # written behind produce's validation, as by a broker before it
+        log.append_as_leader(buf, parse_batches(buf), 0, 0)
+    assert log.offset_for_timestamp(50) == (0, 100)
+    for ts in (150, 250):
+        with pytest.raises(KafkaError) as e:
+            log.offset_for_timestamp(ts)
+        assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+    with pytest.raises(KafkaError):
+        log.max_timestamp_and_offset()
+    for ts in (150, 250):
+        with pytest.raises(KafkaError) as e:
+            await log.offset_for_timestamp_async(ts)
+        assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+    with pytest.raises(KafkaError):
+        await log.max_timestamp_and_offset_async()
+    assert await log.offset_for_timestamp_async(50) == (0, 100)
+    first = os.path.join(log.path, "00000000000000000000.log")
+    assert f"topic-0: cannot decode the record batch at position {log.segments[0].size - 77} of {first}" in caplog.text
+
+
+async def test_timestamp_lookups_decode_in_a_thread_with_the_same_answers(tmp_path):
+    log = open_log(tmp_path, segment_bytes=300)
+    produce(log, [b"a" * 50, b"b" * 50], timestamps=[10, 20])
+    produce(log, [b"c" * 50, b"d" * 50, b"e" * 50], timestamps=[5, 90, 30], compression=4)
+    for ts in (0, 15, 21, 90, 91):
+        assert await log.offset_for_timestamp_async(ts) == log.offset_for_timestamp(ts)
+    assert await log.max_timestamp_and_offset_async() == log.max_timestamp_and_offset() == (90, 3)

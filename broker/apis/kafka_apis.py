@@ -14,7 +14,7 @@ from typing import Any
 from broker.apis import wire
 from broker.apis.group_apis import GroupApis
 from broker.fetch_session import FetchContext, FetchSessionCache, PartitionData
-from broker.group.coordinator import GroupCoordinator
+from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.log.batch import validate_produce_batches
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
@@ -27,7 +27,7 @@ from broker.security.scram_apis import ScramApis
 from broker.server import FileRegion, RequestContext
 from common.config import KEYS, TOPIC_KEYS, Config, ConfigError, topic_defaults
 from common.errors import ErrorCode, KafkaError
-from common.topic_names import INTERNAL_TOPICS, validate_topic_name
+from common.topic_names import INTERNAL_TOPICS, RESERVED_TOPICS, validate_topic_name
 from metadata.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS
 from metadata.acl import AclOperation as Op
 from metadata.acl import ResourceType as RT
@@ -301,7 +301,10 @@ class KafkaApis:
                     if not (self.authorize_cluster(ctx, Op.CREATE) or self.authorize(ctx, Op.CREATE, RT.TOPIC, name)):
                         topics_out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name})
                         continue
-                    to_create.append(name)
+                    if name == OFFSETS_TOPIC:  # created with its own configs, as Kafka's AutoTopicCreationManager does
+                        await self.group_coordinator.ensure_offsets_topic()
+                    elif name not in RESERVED_TOPICS:  # other internal topics: only by their coordinators
+                        to_create.append(name)
                 topics_out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name})
             if to_create:
                 created = await self._auto_create(to_create)
@@ -714,6 +717,10 @@ class KafkaApis:
         # CREATE on the cluster allows every topic; otherwise CREATE on each topic is needed
         cluster_create = self.authorize_cluster(ctx, Op.CREATE)
         for t in req.topics:
+            if t.name in RESERVED_TOPICS:  # Kafka's answer for __cluster_metadata, for every internal topic
+                out.append({"name": t.name, "error_code": ErrorCode.INVALID_REQUEST,
+                            "error_message": f"Creation of internal topic {t.name} is prohibited."})
+                continue
             if not cluster_create and not self.authorize(ctx, Op.CREATE, RT.TOPIC, t.name):
                 out.append({"name": t.name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             "error_message": "Authorization failed."})
@@ -770,6 +777,16 @@ class KafkaApis:
                 keep_names.append(n)
                 keep_ids.append(i)
             names, ids = keep_names, keep_ids
+        keep_names, keep_ids = [], []
+        for n, i in zip(names, ids, strict=True):
+            t = self.image.topics_by_name.get(n) if n is not None else self.image.topics_by_id.get(i)
+            if t is not None and t.name in INTERNAL_TOPICS:  # as Kafka's DeleteRecords on an internal topic
+                denied.append({"name": t.name, "topic_id": i, "error_code": ErrorCode.INVALID_TOPIC_EXCEPTION,
+                               "error_message": f"Cannot delete internal topic {t.name}"})
+                continue
+            keep_names.append(n)
+            keep_ids.append(i)
+        names, ids = keep_names, keep_ids
         try:
             recs_results = await self.controller.delete_topics(names, ids) if names else []
         except KafkaError as e:
@@ -787,6 +804,9 @@ class KafkaApis:
             try:
                 if not self.authorize(ctx, Op.ALTER, RT.TOPIC, t.name):
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                if t.name in INTERNAL_TOPICS:  # e.g. __consumer_offsets: a group's partition is hash % count
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                     f"Cannot change the number of partitions of internal topic {t.name}")
                 assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
                 await self.controller.create_partitions(t.name, t.count, assignments, req.validate_only)
             except KafkaError as e:

@@ -127,14 +127,15 @@ class Key:
     topic_key: str | None = None  # the per-topic config this broker key is the default of
 
     def convert(self, raw: str) -> Any:
+        shown = shown_value(self.name, raw)
         try:
             value = self.parse(raw)
         except (ValueError, TypeError) as e:
-            raise ConfigError(f"invalid value {raw!r} for configuration key '{self.name}': {e}") from None
+            raise ConfigError(f"invalid value {shown} for configuration key '{self.name}': {e}") from None
         if self.min is not None and isinstance(value, int) and value < self.min:
-            raise ConfigError(f"invalid value {raw!r} for configuration key '{self.name}': must be >= {self.min}")
+            raise ConfigError(f"invalid value {shown} for configuration key '{self.name}': must be >= {self.min}")
         if self.max is not None and isinstance(value, int) and value > self.max:
-            raise ConfigError(f"invalid value {raw!r} for configuration key '{self.name}': must be <= {self.max}")
+            raise ConfigError(f"invalid value {shown} for configuration key '{self.name}': must be <= {self.max}")
         return value
 
 
@@ -280,6 +281,26 @@ KEYS: dict[str, Key] = {
 }
 
 
+# Kafka's PASSWORD-type keys (SslConfigs, SaslConfigs): DescribeConfigs answers them with a null
+# value marked sensitive, and krafty never logs their values. A listener-prefixed variant
+# (listener.name.<l>.[<mechanism>.]<key>) is as secret as the key itself, and any other key named
+# like a password or a secret is taken for one (Kafka treats every key of unknown type so).
+PASSWORD_KEYS = frozenset({"sasl.jaas.config", "ssl.key.password", "ssl.keystore.password", "ssl.keystore.key",
+                           "ssl.keystore.certificate.chain", "ssl.truststore.password", "ssl.truststore.certificates"})
+_SENSITIVE_NAME = re.compile(r"(?:^|\.)(?:" + "|".join(re.escape(k) for k in PASSWORD_KEYS) +
+                             r")$|(?:password|secret|secret\.key|jaas\.config)$")
+
+
+def is_sensitive(name: str) -> bool:
+    """Whether a config key's value is a secret (never shown or logged)."""
+    return _SENSITIVE_NAME.search(name.lower()) is not None
+
+
+def shown_value(name: str, raw: str | None) -> str:
+    """``raw`` as it may appear in a log line or an error message."""
+    return "[hidden]" if is_sensitive(name) else repr(raw)
+
+
 def parse_properties(text: str) -> list[tuple[str, str, int]]:
     """Parse Java ``.properties`` text into ``(key, value, line_number)`` triples.
 
@@ -323,7 +344,8 @@ class Config(Mapping[str, Any]):
             if key is None:
                 self.unknown.append(name)
                 if warn_unknown:
-                    log.warning("unknown configuration key '%s' (value %r) is ignored", name, raw)
+                    # (its value is not logged: a misspelt password key would show the password)
+                    log.warning("unknown configuration key '%s' is ignored", name)
                 continue
             self._values[name] = key.convert(raw)
         self._derive()

@@ -25,7 +25,7 @@ from broker.security.authorizer import ANONYMOUS, make_authorizer
 from broker.security.quotas import FETCH, PRODUCE, ClientQuotas, user_of
 from broker.security.scram_apis import ScramApis
 from broker.server import FileRegion, RequestContext
-from common.config import KEYS, TOPIC_KEYS, Config, ConfigError, topic_defaults
+from common.config import KEYS, TOPIC_KEYS, Config, ConfigError, is_sensitive, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from common.topic_names import INTERNAL_TOPICS, RESERVED_TOPICS, validate_topic_name
 from metadata.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS
@@ -868,20 +868,30 @@ class KafkaApis:
                     entry["error_code"] = ErrorCode.INVALID_REQUEST
                     entry["error_message"] = f"unexpected broker id {res.resource_name}, expected {self.broker_id}"
                     continue
-                for k, key in sorted(KEYS.items()):
+                # every declared key, and the listener-prefixed ones that were set (as Kafka lists them)
+                listener_keys = [k for k in self.config.explicit if k.startswith("listener.name.")
+                                 and k not in KEYS and k not in self.config.unknown]
+                for k in sorted([*KEYS, *listener_keys]):
                     if wanted is not None and k not in wanted:
                         continue
-                    explicit = k in self.config.explicit
-                    v = _config_str(self.config[k])
-                    entry["configs"].append({"name": k, "value": v, "read_only": True,
-                                             "config_source": 4 if explicit else 5, "is_sensitive": False,
-                                             "synonyms": [{"name": k, "value": v, "source": 4 if explicit else 5}]
-                                             if req.include_synonyms else [],
-                                             "config_type": _config_type(key)})
+                    v = _config_str(self.config[k]) if k in KEYS else self.config.explicit[k]
+                    entry["configs"].append(self._broker_config_entry(
+                        k, v, _config_type(KEYS[k]) if k in KEYS else 2, req.include_synonyms))
             else:
                 entry["error_code"] = ErrorCode.INVALID_REQUEST
                 entry["error_message"] = f"unsupported resource type {res.resource_type}"
         return {"throttle_time": 0, "results": results}
+
+    def _broker_config_entry(self, name: str, value: str | None, config_type: int, synonyms: bool) -> dict:
+        """A DescribeConfigs entry of a static broker key. A secret (a PASSWORD-type key, or one
+        named like it) has a null value, also in its synonyms, and is marked sensitive, as in Kafka."""
+        source = 4 if name in self.config.explicit else 5
+        sensitive = is_sensitive(name)
+        if sensitive:
+            value, config_type = None, 9  # ConfigType PASSWORD
+        return {"name": name, "value": value, "read_only": True, "config_source": source, "is_sensitive": sensitive,
+                "synonyms": [{"name": name, "value": value, "source": source}] if synonyms else [],
+                "config_type": config_type}
 
     async def incremental_alter_configs(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)

@@ -88,6 +88,11 @@ class Broker:
         return out
 
     async def start(self) -> None:
+        """Kafka's BrokerServer order: the client listeners' ports are taken first (a port in use
+        stops start-up at once, and registration needs them), but connections are accepted only
+        once the controller has unfenced us (we have caught up with the metadata log) and our own
+        image shows us registered and unfenced: before that a Metadata answer would list no
+        brokers and no leaders, and librdkafka clients that bootstrap then stall for ~20 s."""
         assert self.apis is not None
         ctrl = set(self.config["controller.listener.names"])
         for lst in self.config["listeners"]:
@@ -97,7 +102,7 @@ class Broker:
                             max_request_size=self.config["socket.request.max.bytes"],
                             security=self.listener_security[lst.name], scram_lookup=self._scram_credential,
                             limits=self.limits)
-            await s.start()
+            s.bind()
             self.servers.append(s)
         await self.replicas.start()
         await self.apis.group_coordinator.start()
@@ -105,6 +110,9 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_loop()))
         await self._unfenced.wait()
+        await self._wait_until_image_shows_us_unfenced()
+        for s in self.servers:
+            await s.start()
         log.info("broker %d is unfenced", self.node_id)
         self._tasks.append(loop.create_task(self._periodic(self.config["log.retention.check.interval.ms"],
                                                            self._retention_check)))
@@ -118,6 +126,26 @@ class Broker:
                                                                in_thread=True)))
         self._tasks.append(loop.create_task(self._periodic(self.config["log.cleaner.backoff.ms"], self._cleaner_check,
                                                            in_thread=True)))
+
+    def _unfenced_in_image(self) -> bool:
+        b = self.loader.image.brokers.get(self.node_id)
+        return b is not None and b.epoch == self.broker_epoch and not b.fenced
+
+    async def _wait_until_image_shows_us_unfenced(self) -> None:
+        """The controller has committed our unfencing; wait until our metadata image has it too
+        (the records reach this node's loader a fetch later)."""
+        if self._unfenced_in_image():
+            return
+        seen = asyncio.Event()
+
+        def on_metadata(_delta, _image) -> None:
+            if self._unfenced_in_image():
+                seen.set()
+        self.loader.add_publisher(on_metadata, catch_up=False)
+        try:
+            await seen.wait()
+        finally:
+            self.loader.remove_publisher(on_metadata)
 
     async def _register(self) -> None:
         while True:

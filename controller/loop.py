@@ -39,7 +39,8 @@ class QuorumController:
     def __init__(self, node_id: int, metadata_log, loader: MetadataLoader, *, cluster_id: str,
                  defaults: topic_ops.TopicDefaults, rng: random.Random | None = None,
                  session_timeout_ms: int = 9000, unclean_default: bool = False,
-                 auto_leader_rebalance: bool = True, rebalance_interval_s: int = 300):
+                 auto_leader_rebalance: bool = True, rebalance_interval_s: int = 300,
+                 colocated_broker_id: int | None = None):
         self.node_id = node_id
         self.log = metadata_log
         self.loader = loader
@@ -50,6 +51,7 @@ class QuorumController:
         self.unclean_default = unclean_default
         self.auto_leader_rebalance = auto_leader_rebalance
         self.rebalance_interval_s = rebalance_interval_s
+        self.colocated_broker_id = colocated_broker_id  # the broker of this process (combined mode), if any
         self.cluster = cluster_ops.ClusterState()
         self._applied = asyncio.Event()
         self._active_tasks: list[asyncio.Task] = []
@@ -199,7 +201,8 @@ class QuorumController:
         """Registers (or re-registers) a broker, fenced until it catches up; returns its epoch."""
         return await self.write(lambda image: cluster_ops.register_broker(
             image, self.cluster, broker_id, incarnation_id, tuple(endpoints), rack, _now_ms(),
-            self.session_timeout_ms, next_offset=self.log.next_offset(), unclean_default=self.unclean_default))
+            self.session_timeout_ms, next_offset=self.log.next_offset(), unclean_default=self.unclean_default,
+            colocated_broker_id=self.colocated_broker_id))
 
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, want_fence: bool,
                         want_shutdown: bool, timeout: float | None = None):

@@ -14,6 +14,7 @@ import uuid
 from broker.apis.kafka_apis import KafkaApis
 from broker.log.manager import LogManager
 from broker.replica.manager import ReplicaManager
+from broker.security import scram
 from broker.security.limits import ConnectionLimits
 from broker.security.sasl import inter_broker_security, listener_security
 from broker.security.scram import ScramCredential
@@ -46,6 +47,8 @@ class Broker:
         self._want_shutdown = False
         self._shutdown_ok = asyncio.Event()
         self._wake_heartbeat = asyncio.Event()
+        # the SCRAM credentials the decoy profiles were computed from, and the profile of each mechanism
+        self._decoy_profiles: tuple[dict, dict[str, scram.DecoyProfile]] = ({}, {})
         # TLS/SASL of each listener and of the connections to other brokers, checked now so that a bad
         # security config stops startup (ConfigError) before anything runs (broker/security)
         ctrl = set(config["controller.listener.names"])
@@ -74,8 +77,23 @@ class Broker:
         return (ep.host, ep.port) if ep else None
 
     def _scram_credential(self, user: str, mechanism: str):
-        rec = self.loader.image.scram_credentials.get((user, mechanism))
-        return None if rec is None else ScramCredential(rec.salt, rec.stored_key, rec.server_key, rec.iterations)
+        """The user's SCRAM credential, or for an unknown user a decoy that looks like most real
+        ones (broker/security/scram.py); None only before the controller wrote the decoy seed.
+        The decoy is derived for real users too, so that both answers take the same time."""
+        image = self.loader.image
+        rec = image.scram_credentials.get((user, mechanism))
+        real = None if rec is None else ScramCredential(rec.salt, rec.stored_key, rec.server_key, rec.iterations)
+        if image.scram_decoy_seed is None:
+            return real
+        creds, profiles = self._decoy_profiles
+        if creds is not image.scram_credentials:  # computed again only when the credentials change
+            creds, profiles = image.scram_credentials, {}
+            self._decoy_profiles = (creds, profiles)
+        if mechanism not in profiles:
+            profiles[mechanism] = scram.decoy_profile((c.salt, c.iterations) for (_, m), c in creds.items()
+                                                      if m == mechanism)
+        decoy = scram.decoy_credential(mechanism, user, image.scram_decoy_seed, profiles[mechanism])
+        return decoy if real is None else real
 
     def endpoints(self) -> list[r.Endpoint]:
         proto = self.config["listener.security.protocol.map"]

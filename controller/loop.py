@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import secrets
 import time
 import uuid
 from collections.abc import Callable
@@ -119,13 +120,15 @@ class QuorumController:
                 log.debug("preferred leader election skipped: %s", e)
 
     async def _bootstrap(self) -> None:
-        """The first active controller writes the cluster id and metadata.version."""
+        """The first active controller writes the cluster id, metadata.version and the SCRAM decoy seed."""
         def op(image: MetadataImage):
             recs = []
             if image.cluster_id is None:
                 recs.append(r.ClusterIdRecord(self.cluster_id))
             if "metadata.version" not in image.features:
                 recs.append(r.FeatureLevelRecord("metadata.version", METADATA_VERSION))
+            if image.scram_decoy_seed is None:  # (also for a cluster made before the seed existed)
+                recs.append(r.ScramDecoySeedRecord(secrets.token_bytes(32)))
             return recs, None
         try:
             await self.write(op)

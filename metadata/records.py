@@ -182,6 +182,16 @@ class RemoveUserScramCredentialRecord:
     mechanism: str
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScramDecoySeedRecord:
+    """A random secret of the cluster, written once by the first active controller: brokers
+    derive from it the salt they show for a SCRAM user that does not exist, the same on every
+    broker and across restarts, so a client cannot tell such a user from a real one."""
+
+    TYPE: ClassVar[str] = "ScramDecoySeed"
+    seed: bytes
+
+
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
@@ -192,7 +202,7 @@ RECORD_TYPES: dict[str, type] = {
         RemoveTopicRecord, PartitionRecord, PartitionChangeRecord, ConfigRecord, ProducerIdsRecord,
         FeatureLevelRecord, ClusterIdRecord, NoOpRecord,
         AccessControlEntryRecord, RemoveAccessControlEntryRecord, ClientQuotaRecord,
-        UserScramCredentialRecord, RemoveUserScramCredentialRecord,
+        UserScramCredentialRecord, RemoveUserScramCredentialRecord, ScramDecoySeedRecord,
     )
 }
 
@@ -222,7 +232,7 @@ def encode(record: Record) -> bytes:
 
 _UUID_FIELDS = {"incarnation_id", "topic_id", "acl_id"}
 _TUPLE_FIELDS = {"replicas", "isr"}
-_BYTES_FIELDS = {"salt", "stored_key", "server_key"}
+_BYTES_FIELDS = {"salt", "stored_key", "server_key", "seed"}
 
 
 def decode(data: bytes) -> Record:

@@ -22,8 +22,19 @@ class ConfigError(ValueError):
 
 # --- value parsers -------------------------------------------------------------------
 
+_INT32_MAX = 2**31 - 1  # the upper bound of Kafka's INT-typed keys (e.g. segment.bytes)
+
+
 def _int(v: str) -> int:
-    return int(v.strip())
+    """Kafka's LONG (its INT keys also have max=_INT32_MAX): a longer number is refused, never
+    stored (a topic config of 10^2000 reached the log code as a Python int)."""
+    s = v.strip()
+    if len(s) > 20:
+        raise ValueError("not a 64-bit integer")
+    n = int(s)
+    if not -(2**63) <= n < 2**63:
+        raise ValueError("not a 64-bit integer")
+    return n
 
 
 def _bool(v: str) -> bool:
@@ -176,7 +187,7 @@ KEYS: dict[str, Key] = {
         # storage
         Key("log.dirs", _list, None),
         Key("log.dir", _str, "/tmp/kraft-combined-logs"),
-        Key("log.segment.bytes", _int, 1024 * 1024 * 1024, min=14, topic_key="segment.bytes"),
+        Key("log.segment.bytes", _int, 1024 * 1024 * 1024, min=14, max=_INT32_MAX, topic_key="segment.bytes"),
         Key("log.roll.ms", _int, None, min=1, topic_key="segment.ms"),
         Key("log.roll.hours", _int, 168, min=1),
         Key("log.retention.ms", _int, None, min=-1, topic_key="retention.ms"),
@@ -184,8 +195,9 @@ KEYS: dict[str, Key] = {
         Key("log.retention.hours", _int, 168, min=-1),
         Key("log.retention.bytes", _int, -1, min=-1, topic_key="retention.bytes"),
         Key("log.retention.check.interval.ms", _int, 300_000, min=1),
-        Key("log.index.interval.bytes", _int, 4096, min=0, topic_key="index.interval.bytes"),
-        Key("log.index.size.max.bytes", _int, 10 * 1024 * 1024, min=4, topic_key="segment.index.bytes"),
+        Key("log.index.interval.bytes", _int, 4096, min=0, max=_INT32_MAX, topic_key="index.interval.bytes"),
+        Key("log.index.size.max.bytes", _int, 10 * 1024 * 1024, min=4, max=_INT32_MAX,
+            topic_key="segment.index.bytes"),
         Key("log.flush.interval.messages", _int, 2**63 - 1, min=1, topic_key="flush.messages"),
         Key("log.flush.interval.ms", _int, None, min=0, topic_key="flush.ms"),
         Key("log.flush.scheduler.interval.ms", _int, 2**63 - 1, min=0),
@@ -194,10 +206,10 @@ KEYS: dict[str, Key] = {
         Key("log.cleaner.backoff.ms", _int, 15_000, min=1),  # pause between log cleaner runs
         Key("log.message.timestamp.type", _choice("createtime", "logappendtime"), "createtime",
             topic_key="message.timestamp.type"),
-        Key("message.max.bytes", _int, 1024 * 1024 + 12, min=0, topic_key="max.message.bytes"),
+        Key("message.max.bytes", _int, 1024 * 1024 + 12, min=0, max=_INT32_MAX, topic_key="max.message.bytes"),
         Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer",
             topic_key="compression.type"),
-        Key("min.insync.replicas", _int, 1, min=1, topic_key="min.insync.replicas"),
+        Key("min.insync.replicas", _int, 1, min=1, max=_INT32_MAX, topic_key="min.insync.replicas"),
         Key("unclean.leader.election.enable", _bool, False, topic_key="unclean.leader.election.enable"),
         # topics
         Key("num.partitions", _int, 1, min=1),
@@ -297,8 +309,10 @@ def is_sensitive(name: str) -> bool:
 
 
 def shown_value(name: str, raw: str | None) -> str:
-    """``raw`` as it may appear in a log line or an error message."""
-    return "[hidden]" if is_sensitive(name) else repr(raw)
+    """``raw`` as it may appear in a log line or an error message (secrets hidden, long values cut)."""
+    if is_sensitive(name):
+        return "[hidden]"
+    return repr(raw) if raw is None or len(raw) <= 100 else repr(raw[:100]) + "..."
 
 
 def parse_properties(text: str) -> list[tuple[str, str, int]]:

@@ -140,18 +140,25 @@ class QuorumController:
             self._applied.clear()
             await self._applied.wait()
 
-    async def write(self, op: Callable[[MetadataImage], tuple[list[Any], Any]]) -> Any:
+    async def write(self, op: Callable[[MetadataImage], tuple[list[Any], Any]], *,
+                    user_op: bool = False) -> Any:
         """Runs ``op`` on the latest image, committed or not, and proposes its records at once,
         so writes pipeline instead of each waiting for the previous commit (Kafka's
         QuorumController does the same). The caller is answered only when the records (or, for
         an op that writes nothing, everything proposed before it) are committed and applied.
-        Computing and proposing never await, so ops see each other's records in order."""
+        Computing and proposing never await, so ops see each other's records in order.
+
+        A ``user_op`` (one a client asked for) may write at most MAX_RECORDS_PER_USER_OP records,
+        else it fails whole with POLICY_VIOLATION, as in Kafka; the managers check their own
+        sizes before doing the work, this is the backstop for every operation."""
         leader = self.log.leader()
         if leader.leader_id != self.node_id or self._active_epoch != leader.epoch:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node is not the active controller")
         committed = self.loader.image
         spec = self._spec if self._spec is not None and self._spec.offset > committed.offset else None
         records, result = op(spec or committed)
+        if user_op:
+            topic_ops.check_records_room(0, len(records))
         fut = None
         if records:
             try:
@@ -182,22 +189,22 @@ class QuorumController:
         def op(image):
             recs, results = topic_ops.create_topics(image, new_topics, self.defaults, self.rng)
             return ([] if validate_only else recs), results
-        return await self.write(op)
+        return await self.write(op, user_op=True)
 
     async def delete_topics(self, names, ids):
-        return await self.write(lambda image: topic_ops.delete_topics(image, names, ids))
+        return await self.write(lambda image: topic_ops.delete_topics(image, names, ids), user_op=True)
 
     async def create_partitions(self, topic: str, count: int, assignments, validate_only: bool = False) -> None:
         def op(image):
             recs = topic_ops.create_partitions(image, topic, count, assignments, self.rng)
             return ([] if validate_only else recs), None
-        return await self.write(op)
+        return await self.write(op, user_op=True)
 
     async def alter_topic_configs(self, topic: str, ops, validate_only: bool = False) -> None:
         def op(image):
             recs = topic_ops.alter_topic_configs(image, topic, ops)
             return ([] if validate_only else recs), None
-        return await self.write(op)
+        return await self.write(op, user_op=True)
 
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, endpoints, rack: str | None
                               ) -> int:
@@ -250,20 +257,20 @@ class QuorumController:
         return await self.write(op)
 
     async def create_acls(self, bindings) -> list:
-        return await self.write(lambda image: acl_ops.create_acls(image, bindings))
+        return await self.write(lambda image: acl_ops.create_acls(image, bindings), user_op=True)
 
     async def delete_acls(self, filters) -> list:
-        return await self.write(lambda image: acl_ops.delete_acls(image, filters))
+        return await self.write(lambda image: acl_ops.delete_acls(image, filters), user_op=True)
 
     async def alter_client_quotas(self, alterations, validate_only: bool = False) -> list:
         def op(image):
             recs, results = acl_ops.alter_client_quotas(image, alterations)
             return ([] if validate_only else recs), results
-        return await self.write(op)
+        return await self.write(op, user_op=True)
 
     async def alter_user_scram_credentials(self, changes) -> list:
         """changes: [metadata.controller_api.ScramChange]; returns [(user, error code, message)]."""
-        return await self.write(lambda image: scram_ops.alter_user_scram_credentials(image, changes))
+        return await self.write(lambda image: scram_ops.alter_user_scram_credentials(image, changes), user_op=True)
 
 
 def _now_ms() -> int:

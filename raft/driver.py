@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
+from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
 from raft.api import Batch, LeaderAndEpoch, Listener, NotLeaderError, Snapshot
@@ -150,7 +151,8 @@ class RaftMetadataLog:
         self.transport = GrpcTransport(self.node_id, peers, self._deliver, self._unreachable,
                                        self.timeouts.request_ms / 1000, credentials=self.channel_credentials)
         if self.is_voter and self.listen is not None:
-            self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
+                                                   ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE)])
             pb_grpc.add_RaftQuorumServicer_to_server(RaftServicer(self.transport, self.describe_pb), self.server)
             for add in self.servicers:
                 add(self.server)

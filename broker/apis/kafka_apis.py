@@ -31,7 +31,14 @@ from common.topic_names import INTERNAL_TOPICS, RESERVED_TOPICS, validate_topic_
 from metadata.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS
 from metadata.acl import AclOperation as Op
 from metadata.acl import ResourceType as RT
-from metadata.controller_api import NewTopic
+from metadata.controller_api import (
+    MAX_PARTITIONS_PER_BATCH,
+    MAX_RECORDS_PER_USER_OP,
+    TOO_MANY_PARTITIONS,
+    TOO_MANY_RECORDS,
+    NewTopic,
+    too_many_partitions,
+)
 from metadata.image import MetadataImage
 
 log = logging.getLogger("krafty.apis")
@@ -712,6 +719,10 @@ class KafkaApis:
     # --- admin -------------------------------------------------------------------------------------
     async def create_topics(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
+        too_large = _too_large_create_topics(req.topics, self.config["num.partitions"])
+        if too_large:  # refused whole before any work, as the controller would (metadata/controller_api.py)
+            return {"throttle_time": 0, "topics": [{"name": t.name, "error_code": ErrorCode.POLICY_VIOLATION,
+                                                    "error_message": too_large} for t in req.topics]}
         new = []
         out = []
         # CREATE on the cluster allows every topic; otherwise CREATE on each topic is needed
@@ -755,6 +766,10 @@ class KafkaApis:
         else:
             names = list(req.topic_names)
             ids = [None] * len(names)
+        if len(names) > MAX_RECORDS_PER_USER_OP:  # one record per topic: more cannot be one operation
+            return {"throttle_time": 0, "responses": [
+                {"name": n, "topic_id": i, "error_code": ErrorCode.POLICY_VIOLATION, "error_message": TOO_MANY_RECORDS}
+                for n, i in zip(names, ids, strict=True)]}
         if not self.config["delete.topic.enable"]:
             return {"throttle_time": 0, "responses": [
                 {"name": n, "topic_id": i, "error_code": ErrorCode.TOPIC_DELETION_DISABLED} for n, i in zip(names, ids,
@@ -797,6 +812,15 @@ class KafkaApis:
 
     async def create_partitions(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
+        image = self.image
+        added = sum(max(0, t.count - len(image.topics_by_name[t.name].partitions)) for t in req.topics
+                    if t.name in image.topics_by_name)
+        too_large = (TOO_MANY_PARTITIONS if added > MAX_PARTITIONS_PER_BATCH else  # as Kafka (KAFKA-19673)
+                     TOO_MANY_RECORDS if len(req.topics) > MAX_RECORDS_PER_USER_OP else None)
+        if too_large:  # the request as a whole
+            return {"throttle_time": 0, "results": [
+                {"name": t.name, "error_code": ErrorCode.POLICY_VIOLATION, "error_message": too_large}
+                for t in req.topics]}
         results = []
         for t in req.topics:
             res = {"name": t.name, "error_code": 0, "error_message": None}
@@ -911,11 +935,14 @@ class KafkaApis:
 
     async def _alter_configs(self, req, ops_of, ctx=None) -> dict:
         out = []
+        too_many = len(req.resources) > MAX_RECORDS_PER_USER_OP  # one record per config at least
         for res in req.resources:
             entry = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
                      "resource_name": res.resource_name}
             out.append(entry)
             try:
+                if too_many or len(res.configs) > MAX_RECORDS_PER_USER_OP:
+                    raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS)
                 if ctx is not None and res.resource_type == 2 and not self.authorize(
                         ctx, Op.ALTER_CONFIGS, RT.TOPIC, res.resource_name):
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -942,6 +969,14 @@ class KafkaApis:
                 "brokers": alive, "cluster_authorized_operations": (
                     self.authorized_operations(ctx, RT.CLUSTER, CLUSTER_NAME) if req.include_cluster_authorized_operations
                     else -2147483648)}
+
+
+def _too_large_create_topics(topics, default_partitions: int) -> str | None:
+    """Kafka's message if a CreateTopics cannot be one controller operation: more than
+    MAX_PARTITIONS_PER_BATCH partitions in all (Kafka's check), or more topics than records."""
+    if too_many_partitions(topics, default_partitions):
+        return TOO_MANY_PARTITIONS
+    return TOO_MANY_RECORDS if len(topics) > MAX_RECORDS_PER_USER_OP else None
 
 
 def _config_str(v) -> str | None:

@@ -11,6 +11,10 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 from conftest import GROUP_PROPS, MOCK, create_topic
 from krafty_node import KraftyNode, start_or_fail, wait_until
 
+from broker.protocol.apis import ApiKey
+from broker.protocol.client import KafkaConnection
+from common.errors import ErrorCode
+
 pytestmark = pytest.mark.krafty_only
 
 
@@ -96,3 +100,54 @@ def test_internal_topics_cannot_be_deleted_created_or_repartitioned(node, topic)
     assert len(md.topics["__consumer_offsets"].partitions) == offsets_partitions
     assert "__transaction_state" not in md.topics and "__cluster_metadata" not in md.topics
     assert _committed(node, topic, "g-internal") == 42
+
+
+async def _admin_request(node, api_key, version, data):
+    conn = KafkaConnection(node.host, node.port)
+    await conn.connect()
+    try:
+        return await conn.request(api_key, version, data, timeout=60)
+    finally:
+        conn.close()
+
+
+def _new_topic(name: str, partitions: int) -> dict:
+    return {"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [], "configs": []}
+
+
+async def test_hostile_create_topics_and_create_partitions_are_refused_whole(node, topic):
+    # (librdkafka refuses these sizes itself, so they are sent as raw requests)
+    rss_before = node.rss_mb()
+    for partitions in (2**31 - 1, 1_000_000, 10_001):
+        resp = await _admin_request(node, ApiKey.CREATE_TOPICS, 5, {
+            "topics": [_new_topic(f"{topic}-{partitions}", partitions), _new_topic(f"{topic}-small", 1)],
+            "timeout_ms": 30000, "validate_only": False})
+        assert [(t.error_code, t.error_message) for t in resp.topics] == [
+            (ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")] * 2
+    create_topic(node, topic, 1)
+    for count in (2**31 - 1, 1_000_000, 10_002):
+        resp = await _admin_request(node, ApiKey.CREATE_PARTITIONS, 1, {
+            "topics": [{"name": topic, "count": count, "assignments": None}], "timeout_ms": 30000,
+            "validate_only": False})
+        assert [(r.error_code, r.error_message) for r in resp.results] == [
+            (ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")]
+    # counts: more topics or names than one operation can take are refused whole, before any work
+    resp = await _admin_request(node, ApiKey.CREATE_TOPICS, 5, {
+        "topics": [_new_topic(f"{topic}-z{i}", 0) for i in range(10_001)], "timeout_ms": 30000,
+        "validate_only": False})
+    assert {(t.error_code, t.error_message) for t in resp.topics} == {
+        (ErrorCode.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")}
+    resp = await _admin_request(node, ApiKey.DELETE_TOPICS, 5, {
+        "topic_names": [topic] + [f"{topic}-d{i}" for i in range(10_000)], "timeout_ms": 30000})
+    assert {r.error_code for r in resp.responses} == {ErrorCode.POLICY_VIOLATION}
+    # a request within the limits but larger than gRPC's default 4 MiB reaches the controller
+    resp = await _admin_request(node, ApiKey.CREATE_TOPICS, 5, {
+        "topics": [{**_new_topic(f"{topic}-c{i}", 1), "configs": [{"name": "retention.ms", "value": "9" * 2000}]}
+                   for i in range(3000)], "timeout_ms": 30000, "validate_only": False})
+    assert {t.error_code for t in resp.topics} == {ErrorCode.INVALID_CONFIG}  # (not a 64-bit number)
+    # the node is alive, answers a canary, and nothing was created or grown
+    assert node.running
+    md = _admin(node).list_topics(timeout=10)
+    assert len(md.topics[topic].partitions) == 1
+    assert not [t for t in md.topics if t.startswith(f"{topic}-")]
+    assert node.rss_mb() < rss_before + 200, (rss_before, node.rss_mb())

@@ -13,7 +13,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 from conftest import MOCK, create_topic
-from krafty_node import KraftyNode, start_or_fail
+from krafty_node import KraftyNode, _recv_exact, start_or_fail
 
 pytestmark = pytest.mark.krafty_only
 
@@ -90,7 +90,7 @@ def _metadata_v1(port: int, topic: str, timeout: float = 5.0) -> tuple[list[int]
     with socket.create_connection(("127.0.0.1", port), timeout) as s:
         s.settimeout(timeout)
         s.sendall(struct.pack(">i", len(body)) + body)
-        buf = _recv(s, struct.unpack(">i", _recv(s, 4))[0])
+        buf = _recv_exact(s, struct.unpack(">i", _recv_exact(s, 4))[0])
     pos = 4  # correlation id
 
     def take(fmt: str):
@@ -123,16 +123,6 @@ def _metadata_v1(port: int, topic: str, timeout: float = 5.0) -> tuple[list[int]
                 count = take(">i")
                 pos += 4 * count
     return brokers, leaders
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return out
 
 
 def _accepting(port: int) -> bool:

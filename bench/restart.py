@@ -1,16 +1,16 @@
 """How long a restarted single node (broker+controller) is unavailable, and what clients see.
 
 For each trial the node (a topic of --partitions partitions, some records) is stopped with
-SIGTERM or killed with SIGKILL and spawned again; a prober connects every 2 ms and measures,
-from the spawn:
-  accept   the first TCP connection the client listener accepts;
-  full     the first raw Metadata v1 answer that lists the broker and a leader for every partition;
+SIGTERM or killed with SIGKILL and spawned again; a prober sends a raw Metadata v1 request
+every 2 ms (a new connection each) and measures, from the spawn:
+  answer   the first Metadata answer of any kind;
+  full     the first one that lists the broker and a leader for every partition;
   empty    how many Metadata answers came back incomplete before that (clients that bootstrap on
            one of those stalled for 20 s or more);
   produce  a confluent-kafka producer created at the moment of the spawn: its first acks=all
            delivery (what an application sees).
 The node log gives the split between the process start (interpreter and imports) and the node's
-own start-up: "start" is the time from the first log line to the listener accepting.
+own start-up: "start" is the time from the node's first log line to its listener accepting.
 
     .venv/bin/python bench/restart.py                      # 5 trials of each
     .venv/bin/python bench/restart.py --trials 3 --partitions 100
@@ -60,7 +60,7 @@ def trial(node: KraftyNode, mode: str, partitions: int) -> dict:
     p = Producer({"bootstrap.servers": node.bootstrap, "acks": "all", "message.timeout.ms": 120000})
     p.produce(TOPIC, b"x", partition=partitions - 1,
               on_delivery=lambda err, msg: delivered.append(time.monotonic() - t0 if err is None else -1))
-    accept = full = None
+    answer = full = None
     empty = 0
     while full is None and time.monotonic() - t0 < 120:
         p.poll(0)
@@ -69,13 +69,13 @@ def trial(node: KraftyNode, mode: str, partitions: int) -> dict:
         except OSError:
             time.sleep(0.002)
             continue
-        accept = accept or time.monotonic() - t0
+        answer = answer or time.monotonic() - t0
         if brokers == [node.node_id] and len(leaders) == partitions and all(x >= 0 for x in leaders.values()):
             full = time.monotonic() - t0
         else:
             empty += 1
     p.flush(120)
-    return {"accept": accept, "full": full, "empty": empty, "produce": delivered[0] if delivered else None,
+    return {"answer": answer, "full": full, "empty": empty, "produce": delivered[0] if delivered else None,
             "start": _log_start_to_listening(node)}
 
 
@@ -99,7 +99,7 @@ def main() -> int:
                 print(f"{mode:>4}: " + "  ".join(
                     f"{k} median {statistics.median(r[k] for r in rows):.3f}s "
                     f"[{min(r[k] for r in rows):.3f}-{max(r[k] for r in rows):.3f}]"
-                    for k in ("accept", "full", "produce", "start")) +
+                    for k in ("answer", "full", "produce", "start")) +
                       f"  incomplete Metadata answers: {sum(r['empty'] for r in rows)} in {len(rows)} restarts")
         finally:
             node.close()

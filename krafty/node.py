@@ -71,10 +71,12 @@ LOCK_FILE = ".lock"
 
 
 def lock_data_dirs(cfg: Config) -> list[int]:
-    """Locks every log dir and the metadata log dir (``<dir>/.lock``), as Kafka's LogManager does,
-    so two nodes never share a directory. Returns the lock files' descriptors (held until closed)."""
+    """Locks the metadata log dir and, on a broker, every log dir (``<dir>/.lock``), as Kafka's
+    LogManager and RaftManager do, so two nodes never share a directory (a controller-only node
+    leaves the default log.dirs alone). Returns the lock files' descriptors (held until closed)."""
     fds: list[int] = []
-    for d in dict.fromkeys([*cfg["log.dirs"], cfg["metadata.log.dir"]]):
+    log_dirs = cfg["log.dirs"] if "broker" in cfg["process.roles"] else []
+    for d in dict.fromkeys([*log_dirs, cfg["metadata.log.dir"]]):
         path = os.path.join(d, LOCK_FILE)
         try:
             os.makedirs(d, exist_ok=True)

@@ -15,6 +15,7 @@ from broker.apis.kafka_apis import KafkaApis
 from broker.log.manager import LogManager
 from broker.memory_pool import RequestMemoryPool
 from broker.replica.manager import ReplicaManager
+from broker.security import scram
 from broker.security.limits import ConnectionLimits
 from broker.security.sasl import inter_broker_security, listener_security
 from broker.security.scram import ScramCredential
@@ -48,6 +49,8 @@ class Broker:
         self._want_shutdown = False
         self._shutdown_ok = asyncio.Event()
         self._wake_heartbeat = asyncio.Event()
+        # the SCRAM credentials the decoy profiles were computed from, and the profile of each mechanism
+        self._decoy_profiles: tuple[dict, dict[str, scram.DecoyProfile]] = ({}, {})
         # TLS/SASL of each listener and of the connections to other brokers, checked now so that a bad
         # security config stops startup (ConfigError) before anything runs (broker/security)
         ctrl = set(config["controller.listener.names"])
@@ -76,8 +79,23 @@ class Broker:
         return (ep.host, ep.port) if ep else None
 
     def _scram_credential(self, user: str, mechanism: str):
-        rec = self.loader.image.scram_credentials.get((user, mechanism))
-        return None if rec is None else ScramCredential(rec.salt, rec.stored_key, rec.server_key, rec.iterations)
+        """The user's SCRAM credential, or for an unknown user a decoy that looks like most real
+        ones (broker/security/scram.py); None only before the controller wrote the decoy seed.
+        The decoy is derived for real users too, so that both answers take the same time."""
+        image = self.loader.image
+        rec = image.scram_credentials.get((user, mechanism))
+        real = None if rec is None else ScramCredential(rec.salt, rec.stored_key, rec.server_key, rec.iterations)
+        if image.scram_decoy_seed is None:
+            return real
+        creds, profiles = self._decoy_profiles
+        if creds is not image.scram_credentials:  # computed again only when the credentials change
+            creds, profiles = image.scram_credentials, {}
+            self._decoy_profiles = (creds, profiles)
+        if mechanism not in profiles:
+            profiles[mechanism] = scram.decoy_profile((c.salt, c.iterations) for (_, m), c in creds.items()
+                                                      if m == mechanism)
+        decoy = scram.decoy_credential(mechanism, user, image.scram_decoy_seed, profiles[mechanism])
+        return decoy if real is None else real
 
     def endpoints(self) -> list[r.Endpoint]:
         proto = self.config["listener.security.protocol.map"]
@@ -90,6 +108,11 @@ class Broker:
         return out
 
     async def start(self) -> None:
+        """Kafka's BrokerServer order: the client listeners' ports are taken first (a port in use
+        stops start-up at once, and registration needs them), but connections are accepted only
+        once the controller has unfenced us (we have caught up with the metadata log) and our own
+        image shows us registered and unfenced: before that a Metadata answer would list no
+        brokers and no leaders, and librdkafka clients that bootstrap then stall for ~20 s."""
         assert self.apis is not None
         ctrl = set(self.config["controller.listener.names"])
         for lst in self.config["listeners"]:
@@ -99,7 +122,7 @@ class Broker:
                             max_request_size=self.config["socket.request.max.bytes"],
                             security=self.listener_security[lst.name], scram_lookup=self._scram_credential,
                             limits=self.limits, memory_pool=self.memory_pool)
-            await s.start()
+            s.bind()
             self.servers.append(s)
         await self.replicas.start()
         await self.apis.group_coordinator.start()
@@ -107,6 +130,9 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_loop()))
         await self._unfenced.wait()
+        await self._wait_until_image_shows_us_unfenced()
+        for s in self.servers:
+            await s.start()
         log.info("broker %d is unfenced", self.node_id)
         self._tasks.append(loop.create_task(self._periodic(self.config["log.retention.check.interval.ms"],
                                                            self._retention_check)))
@@ -120,6 +146,26 @@ class Broker:
                                                                in_thread=True)))
         self._tasks.append(loop.create_task(self._periodic(self.config["log.cleaner.backoff.ms"], self._cleaner_check,
                                                            in_thread=True)))
+
+    def _unfenced_in_image(self) -> bool:
+        b = self.loader.image.brokers.get(self.node_id)
+        return b is not None and b.epoch == self.broker_epoch and not b.fenced
+
+    async def _wait_until_image_shows_us_unfenced(self) -> None:
+        """The controller has committed our unfencing; wait until our metadata image has it too
+        (the records reach this node's loader a fetch later)."""
+        if self._unfenced_in_image():
+            return
+        seen = asyncio.Event()
+
+        def on_metadata(_delta, _image) -> None:
+            if self._unfenced_in_image():
+                seen.set()
+        self.loader.add_publisher(on_metadata, catch_up=False)
+        try:
+            await seen.wait()
+        finally:
+            self.loader.remove_publisher(on_metadata)
 
     async def _register(self) -> None:
         while True:

@@ -15,8 +15,9 @@ import grpc
 
 from common.errors import ErrorCode, KafkaError
 from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_to_pb
-from metadata.controller_api import CreateTopicResult, HeartbeatResult, NewTopic
+from metadata.controller_api import TOO_MANY_RECORDS, CreateTopicResult, HeartbeatResult, NewTopic
 from metadata.image import PartitionRegistration
+from proto import MAX_GRPC_MESSAGE
 from proto import controller_pb2 as pb
 from proto import controller_pb2_grpc as pb_grpc
 
@@ -41,8 +42,10 @@ class ControllerChannel:
         ch = self._channels.get(vid)
         if ch is None:
             host, port = self.voters[vid]
-            channel = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials) if self.credentials is not None
-                       else grpc.aio.insecure_channel(f"{host}:{port}"))
+            opts = [("grpc.max_receive_message_length", MAX_GRPC_MESSAGE),
+                    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE)]
+            channel = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=opts)
+                       if self.credentials is not None else grpc.aio.insecure_channel(f"{host}:{port}", options=opts))
             ch = self._channels[vid] = (channel, pb_grpc.ControllerServiceStub(channel))
         return ch[1]
 
@@ -65,6 +68,8 @@ class ControllerChannel:
             try:
                 resp = await getattr(self._stub(vid), method)(request, timeout=min(left, 5.0))
             except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # too large to send: retrying cannot help
+                    raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS) from None
                 last_error = KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {vid} unreachable: {e.code().name}")
                 log.debug("%s to controller %d failed: %s", method, vid, e.code().name)
                 await asyncio.sleep(self.backoff)

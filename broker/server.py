@@ -420,15 +420,27 @@ class KafkaServer:
         self._conns: set[asyncio.Task] = set()
         self._next_id = 0
 
-    async def start(self) -> None:
+    def bind(self) -> None:
+        """Takes the listener's address without accepting connections yet (they are refused
+        until ``start()``), so that a port in use stops start-up at once."""
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         s = socket.socket(family, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((self.host or "0.0.0.0", self.port))
-        s.listen(1024)
-        s.setblocking(False)
+        try:
+            s.bind((self.host or "0.0.0.0", self.port))
+        except OSError as e:
+            s.close()
+            raise OSError(e.errno, f"cannot bind listener {self.listener_name} to {self.host}:{self.port}: "
+                                   f"{e.strerror}") from None
         self._sock = s
         self.port = s.getsockname()[1]
+
+    async def start(self) -> None:
+        if self._sock is None:
+            self.bind()
+        s = self._sock
+        s.listen(1024)
+        s.setblocking(False)
         self._accept_task = asyncio.get_running_loop().create_task(self._accept_loop())
         log.info("listening for %s on %s:%d", self.listener_name, self.host, self.port)
 

@@ -22,8 +22,19 @@ class ConfigError(ValueError):
 
 # --- value parsers -------------------------------------------------------------------
 
+_INT32_MAX = 2**31 - 1  # the upper bound of Kafka's INT-typed keys (e.g. segment.bytes)
+
+
 def _int(v: str) -> int:
-    return int(v.strip())
+    """Kafka's LONG (its INT keys also have max=_INT32_MAX): a longer number is refused, never
+    stored (a topic config of 10^2000 reached the log code as a Python int)."""
+    s = v.strip()
+    if len(s) > 20:
+        raise ValueError("not a 64-bit integer")
+    n = int(s)
+    if not -(2**63) <= n < 2**63:
+        raise ValueError("not a 64-bit integer")
+    return n
 
 
 def _bool(v: str) -> bool:
@@ -127,14 +138,15 @@ class Key:
     topic_key: str | None = None  # the per-topic config this broker key is the default of
 
     def convert(self, raw: str) -> Any:
+        shown = shown_value(self.name, raw)
         try:
             value = self.parse(raw)
         except (ValueError, TypeError) as e:
-            raise ConfigError(f"invalid value {raw!r} for configuration key '{self.name}': {e}") from None
+            raise ConfigError(f"invalid value {shown} for configuration key '{self.name}': {e}") from None
         if self.min is not None and isinstance(value, int) and value < self.min:
-            raise ConfigError(f"invalid value {raw!r} for configuration key '{self.name}': must be >= {self.min}")
+            raise ConfigError(f"invalid value {shown} for configuration key '{self.name}': must be >= {self.min}")
         if self.max is not None and isinstance(value, int) and value > self.max:
-            raise ConfigError(f"invalid value {raw!r} for configuration key '{self.name}': must be <= {self.max}")
+            raise ConfigError(f"invalid value {shown} for configuration key '{self.name}': must be <= {self.max}")
         return value
 
 
@@ -175,7 +187,7 @@ KEYS: dict[str, Key] = {
         # storage
         Key("log.dirs", _list, None),
         Key("log.dir", _str, "/tmp/kraft-combined-logs"),
-        Key("log.segment.bytes", _int, 1024 * 1024 * 1024, min=14, topic_key="segment.bytes"),
+        Key("log.segment.bytes", _int, 1024 * 1024 * 1024, min=14, max=_INT32_MAX, topic_key="segment.bytes"),
         Key("log.roll.ms", _int, None, min=1, topic_key="segment.ms"),
         Key("log.roll.hours", _int, 168, min=1),
         Key("log.retention.ms", _int, None, min=-1, topic_key="retention.ms"),
@@ -183,8 +195,9 @@ KEYS: dict[str, Key] = {
         Key("log.retention.hours", _int, 168, min=-1),
         Key("log.retention.bytes", _int, -1, min=-1, topic_key="retention.bytes"),
         Key("log.retention.check.interval.ms", _int, 300_000, min=1),
-        Key("log.index.interval.bytes", _int, 4096, min=0, topic_key="index.interval.bytes"),
-        Key("log.index.size.max.bytes", _int, 10 * 1024 * 1024, min=4, topic_key="segment.index.bytes"),
+        Key("log.index.interval.bytes", _int, 4096, min=0, max=_INT32_MAX, topic_key="index.interval.bytes"),
+        Key("log.index.size.max.bytes", _int, 10 * 1024 * 1024, min=4, max=_INT32_MAX,
+            topic_key="segment.index.bytes"),
         Key("log.flush.interval.messages", _int, 2**63 - 1, min=1, topic_key="flush.messages"),
         Key("log.flush.interval.ms", _int, None, min=0, topic_key="flush.ms"),
         Key("log.flush.scheduler.interval.ms", _int, 2**63 - 1, min=0),
@@ -197,10 +210,10 @@ KEYS: dict[str, Key] = {
         # record stamped further from the broker's clock is rejected with INVALID_TIMESTAMP
         Key("log.message.timestamp.before.max.ms", _int, 2**63 - 1, min=0, topic_key="message.timestamp.before.max.ms"),
         Key("log.message.timestamp.after.max.ms", _int, 3_600_000, min=0, topic_key="message.timestamp.after.max.ms"),
-        Key("message.max.bytes", _int, 1024 * 1024 + 12, min=0, topic_key="max.message.bytes"),
+        Key("message.max.bytes", _int, 1024 * 1024 + 12, min=0, max=_INT32_MAX, topic_key="max.message.bytes"),
         Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer",
             topic_key="compression.type"),
-        Key("min.insync.replicas", _int, 1, min=1, topic_key="min.insync.replicas"),
+        Key("min.insync.replicas", _int, 1, min=1, max=_INT32_MAX, topic_key="min.insync.replicas"),
         Key("unclean.leader.election.enable", _bool, False, topic_key="unclean.leader.election.enable"),
         # topics
         Key("num.partitions", _int, 1, min=1),
@@ -286,6 +299,28 @@ KEYS: dict[str, Key] = {
 }
 
 
+# Kafka's PASSWORD-type keys (SslConfigs, SaslConfigs): DescribeConfigs answers them with a null
+# value marked sensitive, and krafty never logs their values. A listener-prefixed variant
+# (listener.name.<l>.[<mechanism>.]<key>) is as secret as the key itself, and any other key named
+# like a password or a secret is taken for one (Kafka treats every key of unknown type so).
+PASSWORD_KEYS = frozenset({"sasl.jaas.config", "ssl.key.password", "ssl.keystore.password", "ssl.keystore.key",
+                           "ssl.keystore.certificate.chain", "ssl.truststore.password", "ssl.truststore.certificates"})
+_SENSITIVE_NAME = re.compile(r"(?:^|\.)(?:" + "|".join(re.escape(k) for k in PASSWORD_KEYS) +
+                             r")$|(?:password|secret|secret\.key|jaas\.config)$")
+
+
+def is_sensitive(name: str) -> bool:
+    """Whether a config key's value is a secret (never shown or logged)."""
+    return _SENSITIVE_NAME.search(name.lower()) is not None
+
+
+def shown_value(name: str, raw: str | None) -> str:
+    """``raw`` as it may appear in a log line or an error message (secrets hidden, long values cut)."""
+    if is_sensitive(name):
+        return "[hidden]"
+    return repr(raw) if raw is None or len(raw) <= 100 else repr(raw[:100]) + "..."
+
+
 def parse_properties(text: str) -> list[tuple[str, str, int]]:
     """Parse Java ``.properties`` text into ``(key, value, line_number)`` triples.
 
@@ -329,7 +364,8 @@ class Config(Mapping[str, Any]):
             if key is None:
                 self.unknown.append(name)
                 if warn_unknown:
-                    log.warning("unknown configuration key '%s' (value %r) is ignored", name, raw)
+                    # (its value is not logged: a misspelt password key would show the password)
+                    log.warning("unknown configuration key '%s' is ignored", name)
                 continue
             self._values[name] = key.convert(raw)
         self._derive()

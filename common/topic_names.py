@@ -7,7 +7,12 @@ import re
 from common.errors import ErrorCode, KafkaError
 
 MAX_NAME_LENGTH = 249
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# Kafka's Topic.INTERNAL_TOPICS: written by coordinators only; clients may neither create,
+# delete nor repartition them. The metadata log's name is reserved too (its directory sits in
+# the first log dir, where a partition log of that name would collide with it).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+RESERVED_TOPICS = INTERNAL_TOPICS | {CLUSTER_METADATA_TOPIC}
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 

@@ -45,6 +45,7 @@ class BrokerSession:
     metadata_offset: int = _NO_OFFSET  # last metadata offset the broker said it has applied
     controlled_shutdown_offset: int = _NO_OFFSET  # offset of its in-controlled-shutdown record
     shut_down: bool = False  # finished a controlled shutdown: its session ended with it
+    heard: bool = True  # False while the session is only the grace ``activate`` gave it
 
 
 class ClusterState:
@@ -59,13 +60,15 @@ class ClusterState:
         already fenced has no live session (Kafka's BrokerHeartbeatManager registers it as
         fenced), so a new incarnation of it registers at once: e.g. a combined node restarted
         after its controlled shutdown."""
-        self.sessions = {bid: BrokerSession(now_ms, shut_down=b.fenced) for bid, b in image.brokers.items()}
+        self.sessions = {bid: BrokerSession(now_ms, shut_down=b.fenced, heard=False)
+                         for bid, b in image.brokers.items()}
 
     def touch(self, broker_id: int, now_ms: int, metadata_offset: int | None = None) -> BrokerSession:
         s = self.sessions.get(broker_id)
         if s is None:
             s = self.sessions[broker_id] = BrokerSession(now_ms)
         s.last_contact_ms = max(s.last_contact_ms, now_ms)
+        s.heard = True
         if metadata_offset is not None:
             s.metadata_offset = metadata_offset
         return s
@@ -113,7 +116,7 @@ def _next_offset(image: MetadataImage, next_offset: int | None) -> int:
 def register_broker(image: MetadataImage, state: ClusterState, broker_id: int, incarnation_id: uuid.UUID,
                     endpoints: Sequence[r.Endpoint], rack: str | None, now_ms: int,
                     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS, *, next_offset: int | None = None,
-                    unclean_default: bool = False) -> tuple[list[Any], int]:
+                    unclean_default: bool = False, colocated_broker_id: int | None = None) -> tuple[list[Any], int]:
     """BrokerRegistration: returns the records and the broker's epoch.
 
     Another incarnation whose session is still live is refused with
@@ -121,7 +124,12 @@ def register_broker(image: MetadataImage, state: ClusterState, broker_id: int, i
     reply was lost) keeps its epoch and writes nothing, unless its endpoints or rack
     changed. A new registration starts fenced; the broker unfences by heartbeating once it
     has caught up with the metadata log. If the old incarnation still led partitions or
-    sat in ISRs, those move away first, as when it is fenced."""
+    sat in ISRs, those move away first, as when it is fenced.
+
+    ``colocated_broker_id`` is the broker of the controller's own process (combined mode). Its
+    previous incarnation cannot be alive if it has not heartbeated since this controller became
+    active (the process restarted, e.g. after kill -9): it may register again at once, instead of
+    waiting out the session that ``activate`` granted it."""
     endpoints = tuple(endpoints)
     existing = image.brokers.get(broker_id)
     offset = _next_offset(image, next_offset)
@@ -134,7 +142,8 @@ def register_broker(image: MetadataImage, state: ClusterState, broker_id: int, i
         else:
             if broker_id not in state.sessions:
                 state.touch(broker_id, now_ms)  # unknown to this controller: a fresh session, as activate gives
-            ended = existing.fenced and state.sessions[broker_id].shut_down
+            session = state.sessions[broker_id]
+            ended = (existing.fenced and session.shut_down) or (broker_id == colocated_broker_id and not session.heard)
             if not ended and state.has_valid_session(broker_id, now_ms, session_timeout_ms):
                 raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
                                  f"Another broker is registered with that broker id {broker_id}; retry after "

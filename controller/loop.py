@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import secrets
 import time
 import uuid
 from collections.abc import Callable
@@ -39,7 +40,8 @@ class QuorumController:
     def __init__(self, node_id: int, metadata_log, loader: MetadataLoader, *, cluster_id: str,
                  defaults: topic_ops.TopicDefaults, rng: random.Random | None = None,
                  session_timeout_ms: int = 9000, unclean_default: bool = False,
-                 auto_leader_rebalance: bool = True, rebalance_interval_s: int = 300):
+                 auto_leader_rebalance: bool = True, rebalance_interval_s: int = 300,
+                 colocated_broker_id: int | None = None):
         self.node_id = node_id
         self.log = metadata_log
         self.loader = loader
@@ -50,6 +52,7 @@ class QuorumController:
         self.unclean_default = unclean_default
         self.auto_leader_rebalance = auto_leader_rebalance
         self.rebalance_interval_s = rebalance_interval_s
+        self.colocated_broker_id = colocated_broker_id  # the broker of this process (combined mode), if any
         self.cluster = cluster_ops.ClusterState()
         self._applied = asyncio.Event()
         self._active_tasks: list[asyncio.Task] = []
@@ -117,13 +120,15 @@ class QuorumController:
                 log.debug("preferred leader election skipped: %s", e)
 
     async def _bootstrap(self) -> None:
-        """The first active controller writes the cluster id and metadata.version."""
+        """The first active controller writes the cluster id, metadata.version and the SCRAM decoy seed."""
         def op(image: MetadataImage):
             recs = []
             if image.cluster_id is None:
                 recs.append(r.ClusterIdRecord(self.cluster_id))
             if "metadata.version" not in image.features:
                 recs.append(r.FeatureLevelRecord("metadata.version", METADATA_VERSION))
+            if image.scram_decoy_seed is None:  # (also for a cluster made before the seed existed)
+                recs.append(r.ScramDecoySeedRecord(secrets.token_bytes(32)))
             return recs, None
         try:
             await self.write(op)
@@ -135,18 +140,25 @@ class QuorumController:
             self._applied.clear()
             await self._applied.wait()
 
-    async def write(self, op: Callable[[MetadataImage], tuple[list[Any], Any]]) -> Any:
+    async def write(self, op: Callable[[MetadataImage], tuple[list[Any], Any]], *,
+                    user_op: bool = False) -> Any:
         """Runs ``op`` on the latest image, committed or not, and proposes its records at once,
         so writes pipeline instead of each waiting for the previous commit (Kafka's
         QuorumController does the same). The caller is answered only when the records (or, for
         an op that writes nothing, everything proposed before it) are committed and applied.
-        Computing and proposing never await, so ops see each other's records in order."""
+        Computing and proposing never await, so ops see each other's records in order.
+
+        A ``user_op`` (one a client asked for) may write at most MAX_RECORDS_PER_USER_OP records,
+        else it fails whole with POLICY_VIOLATION, as in Kafka; the managers check their own
+        sizes before doing the work, this is the backstop for every operation."""
         leader = self.log.leader()
         if leader.leader_id != self.node_id or self._active_epoch != leader.epoch:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node is not the active controller")
         committed = self.loader.image
         spec = self._spec if self._spec is not None and self._spec.offset > committed.offset else None
         records, result = op(spec or committed)
+        if user_op:
+            topic_ops.check_records_room(0, len(records))
         fut = None
         if records:
             try:
@@ -177,29 +189,30 @@ class QuorumController:
         def op(image):
             recs, results = topic_ops.create_topics(image, new_topics, self.defaults, self.rng)
             return ([] if validate_only else recs), results
-        return await self.write(op)
+        return await self.write(op, user_op=True)
 
     async def delete_topics(self, names, ids):
-        return await self.write(lambda image: topic_ops.delete_topics(image, names, ids))
+        return await self.write(lambda image: topic_ops.delete_topics(image, names, ids), user_op=True)
 
     async def create_partitions(self, topic: str, count: int, assignments, validate_only: bool = False) -> None:
         def op(image):
             recs = topic_ops.create_partitions(image, topic, count, assignments, self.rng)
             return ([] if validate_only else recs), None
-        return await self.write(op)
+        return await self.write(op, user_op=True)
 
     async def alter_topic_configs(self, topic: str, ops, validate_only: bool = False) -> None:
         def op(image):
             recs = topic_ops.alter_topic_configs(image, topic, ops)
             return ([] if validate_only else recs), None
-        return await self.write(op)
+        return await self.write(op, user_op=True)
 
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, endpoints, rack: str | None
                               ) -> int:
         """Registers (or re-registers) a broker, fenced until it catches up; returns its epoch."""
         return await self.write(lambda image: cluster_ops.register_broker(
             image, self.cluster, broker_id, incarnation_id, tuple(endpoints), rack, _now_ms(),
-            self.session_timeout_ms, next_offset=self.log.next_offset(), unclean_default=self.unclean_default))
+            self.session_timeout_ms, next_offset=self.log.next_offset(), unclean_default=self.unclean_default,
+            colocated_broker_id=self.colocated_broker_id))
 
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, want_fence: bool,
                         want_shutdown: bool, timeout: float | None = None):
@@ -244,20 +257,20 @@ class QuorumController:
         return await self.write(op)
 
     async def create_acls(self, bindings) -> list:
-        return await self.write(lambda image: acl_ops.create_acls(image, bindings))
+        return await self.write(lambda image: acl_ops.create_acls(image, bindings), user_op=True)
 
     async def delete_acls(self, filters) -> list:
-        return await self.write(lambda image: acl_ops.delete_acls(image, filters))
+        return await self.write(lambda image: acl_ops.delete_acls(image, filters), user_op=True)
 
     async def alter_client_quotas(self, alterations, validate_only: bool = False) -> list:
         def op(image):
             recs, results = acl_ops.alter_client_quotas(image, alterations)
             return ([] if validate_only else recs), results
-        return await self.write(op)
+        return await self.write(op, user_op=True)
 
     async def alter_user_scram_credentials(self, changes) -> list:
         """changes: [metadata.controller_api.ScramChange]; returns [(user, error code, message)]."""
-        return await self.write(lambda image: scram_ops.alter_user_scram_credentials(image, changes))
+        return await self.write(lambda image: scram_ops.alter_user_scram_credentials(image, changes), user_op=True)
 
 
 def _now_ms() -> int:

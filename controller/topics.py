@@ -14,8 +14,29 @@ from common.errors import ErrorCode, KafkaError
 from common.topic_names import INTERNAL_TOPICS, collision_key, validate_topic_name  # noqa: F401
 from controller.placement import BrokerPlacement, RandomLike, assign_replicas, validate_manual_assignment
 from metadata import records as r
-from metadata.controller_api import CreateTopicResult, NewTopic
+from metadata.controller_api import (
+    MAX_PARTITIONS_PER_BATCH,
+    MAX_RECORDS_PER_USER_OP,
+    TOO_MANY_PARTITIONS,
+    TOO_MANY_RECORDS,
+    CreateTopicResult,
+    NewTopic,
+    too_many_partitions,
+)
 from metadata.image import MetadataImage
+
+
+def check_records_room(used: int, more: int) -> None:
+    """Raises POLICY_VIOLATION (for the whole request, as Kafka's BoundedList does) when an
+    operation would write more than MAX_RECORDS_PER_USER_OP records."""
+    if used + more > MAX_RECORDS_PER_USER_OP:
+        raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS)
+
+
+def validate_total_partitions(topics: Sequence[NewTopic], default_num_partitions: int) -> None:
+    """A CreateTopics that would make more than MAX_PARTITIONS_PER_BATCH partitions fails whole."""
+    if too_many_partitions(topics, default_num_partitions):
+        raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_PARTITIONS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +52,9 @@ def _placement_brokers(image: MetadataImage) -> list[BrokerPlacement]:
 
 def create_topics(image: MetadataImage, topics: Sequence[NewTopic], defaults: TopicDefaults, rng: RandomLike,
                   new_uuid=uuid.uuid4) -> tuple[list[Any], list[CreateTopicResult]]:
+    """Raises KafkaError(POLICY_VIOLATION) for a request too large to be one operation; every
+    other error is the topic's own."""
+    validate_total_partitions(topics, defaults.num_partitions)
     records: list[Any] = []
     results: list[CreateTopicResult] = []
     seen: dict[str, int] = {}
@@ -40,6 +64,9 @@ def create_topics(image: MetadataImage, topics: Sequence[NewTopic], defaults: To
     for t in topics:
         res = CreateTopicResult(t.name)
         results.append(res)
+        n_parts = len(t.assignments) if t.assignments else (
+            defaults.num_partitions if t.num_partitions == -1 else t.num_partitions)
+        check_records_room(len(records), 1 + len(t.configs) + max(n_parts, 0))  # before any work on the topic
         try:
             if seen[t.name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Duplicate topic name {t.name} in the request")
@@ -127,6 +154,8 @@ def create_partitions(image: MetadataImage, topic: str, count: int, assignments:
     if t is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic}' does not exist.")
     current = len(t.partitions)
+    if count - current > MAX_PARTITIONS_PER_BATCH:  # Kafka's limit for CreatePartitions too (KAFKA-19673)
+        raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_PARTITIONS)
     if count < current:
         raise KafkaError(ErrorCode.INVALID_PARTITIONS,
                          f"The topic {topic} currently has {current} partition(s); {count} would not be an increase.")

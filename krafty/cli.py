@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from common.config import Config, ConfigError
@@ -24,17 +25,36 @@ def _run(coro) -> int:
 
 
 def cmd_node(args) -> int:
+    """Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a bad configuration, 1 for any
+    other fatal error (a port in use, a data directory locked by another node, a metadata log
+    that cannot be read...). A fatal error ends the process at once: what started is stopped
+    (within seconds), then the process exits even if a worker thread would hold it."""
     try:
         cfg = Config.from_file(args.config, args.override or [])
     except ConfigError as e:
         print(f"krafty: {e}", file=sys.stderr)
         return 2
-    from krafty.node import run_node
+    from krafty.node import StartupError, run_node
     try:
         return _run(run_node(cfg))
-    except ConfigError as e:
+    except (ConfigError, StartupError) as e:
+        code = 2 if isinstance(e, ConfigError) else 1
+        logging.getLogger("krafty.node").error("fatal: %s; exiting with code %d", e, code)
         print(f"krafty: {e}", file=sys.stderr)
-        return 2
+        _exit_now(code)
+    except Exception as e:
+        logging.getLogger("krafty.node").exception("fatal error; exiting with code 1")
+        print(f"krafty: fatal error: {type(e).__name__}: {e}", file=sys.stderr)
+        _exit_now(1)
+
+
+def _exit_now(code: int) -> None:
+    """Exits without waiting for non-daemon threads (aiosqlite's, gRPC's) that a failed start
+    may leave behind: a node that cannot run must not linger."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def cmd_cluster_up(args) -> int:

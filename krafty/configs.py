@@ -63,7 +63,9 @@ def parse_add_config(text: str) -> tuple[list[tuple[str, int, str]], dict[str, f
         for item in value[1:-1].split(","):
             k, sep, v = item.partition("=")
             if not sep:
-                raise UsageError(f"--add-config: {item!r} is not key=value")
+                # (not echoed: it may be the tail of a password with a comma in it)
+                raise UsageError(f"--add-config: the options of {mech} must be key=value pairs separated by ',' "
+                                 "(a password cannot contain ',' or ']')")
             opts[k.strip()] = v
         if "password" not in opts:
             raise UsageError(f"--add-config: {mech} needs password=...")
@@ -76,9 +78,15 @@ def parse_add_config(text: str) -> tuple[list[tuple[str, int, str]], dict[str, f
             raise UsageError(f"--add-config: unknown option(s) {', '.join(sorted(unknown))} for {mech}")
         scrams.append((mech, iterations, opts["password"]))
     if pos != len(text) or not (scrams or quotas):
-        raise UsageError(f"--add-config {text!r} is not of the form 'SCRAM-SHA-256=[iterations=N,password=P],...' "
+        raise UsageError(f"--add-config {_hide_passwords(text)!r} is not of the form "
+                         "'SCRAM-SHA-256=[iterations=N,password=P],...' "
                          "or 'producer_byte_rate=N,consumer_byte_rate=N'")
     return scrams, quotas
+
+
+def _hide_passwords(text: str) -> str:
+    """``text`` for an error message: every password=... value blanked out."""
+    return re.sub(r"(password\s*=)[^,\]]*", r"\1[hidden]", text)
 
 
 def _quota_value(key: str, value: str) -> float:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import fcntl
 import logging
 import os
 import random
@@ -60,6 +62,46 @@ def ensure_meta_properties(cfg: Config) -> str:
     return cluster_id
 
 
+class StartupError(RuntimeError):
+    """A node cannot start (a port taken, a data directory in use, a broken metadata log...):
+    the process exits non-zero at once, so a supervisor can restart or report it."""
+
+
+LOCK_FILE = ".lock"
+
+
+def lock_data_dirs(cfg: Config) -> list[int]:
+    """Locks the metadata log dir and, on a broker, every log dir (``<dir>/.lock``), as Kafka's
+    LogManager and RaftManager do, so two nodes never share a directory (a controller-only node
+    leaves the default log.dirs alone). Returns the lock files' descriptors (held until closed)."""
+    fds: list[int] = []
+    log_dirs = cfg["log.dirs"] if "broker" in cfg["process.roles"] else []
+    for d in dict.fromkeys([*log_dirs, cfg["metadata.log.dir"]]):
+        path = os.path.join(d, LOCK_FILE)
+        try:
+            os.makedirs(d, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            unlock_data_dirs(fds)
+            raise StartupError(f"cannot use log directory {d}: {e.strerror}") from None
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            unlock_data_dirs(fds)
+            raise StartupError(f"Failed to acquire lock on file {LOCK_FILE} in {d}. A Kafka instance in another "
+                               "process or thread is using this directory.") from None
+        fds.append(fd)
+    return fds
+
+
+def unlock_data_dirs(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    fds.clear()
+
+
 def make_metadata_log(cfg: Config, loader: MetadataLoader):
     if not cfg["controller.quorum.voters"]:
         raise ConfigError("configuration key 'controller.quorum.voters' is empty: list the controllers as "
@@ -78,7 +120,12 @@ class Node:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.roles = cfg["process.roles"]
-        self.cluster_id = ensure_meta_properties(cfg)
+        self._locks = lock_data_dirs(cfg)
+        try:
+            self.cluster_id = ensure_meta_properties(cfg)
+        except BaseException:
+            unlock_data_dirs(self._locks)
+            raise
         self.loader = MetadataLoader()
         self.metadata_log = make_metadata_log(cfg, self.loader)
         from broker.security.ssl import controller_grpc_credentials
@@ -100,7 +147,8 @@ class Node:
                 rng=random.Random(), session_timeout_ms=cfg["broker.session.timeout.ms"],
                 unclean_default=cfg["unclean.leader.election.enable"],
                 auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],
-                rebalance_interval_s=cfg["leader.imbalance.check.interval.seconds"])
+                rebalance_interval_s=cfg["leader.imbalance.check.interval.seconds"],
+                colocated_broker_id=cfg["node.id"] if "broker" in self.roles else None)
             from controller.service import add_to_server
             self.metadata_log.servicers.append(lambda server: add_to_server(server, self.controller))
         if "broker" in self.roles:
@@ -125,23 +173,74 @@ class Node:
         log.info("node %d started (%s), cluster id %s", self.cfg["node.id"], ",".join(self.roles), self.cluster_id)
 
     async def stop(self) -> None:
+        """Stops whatever has started (also after a failed or interrupted start)."""
         log.info("node %d shutting down", self.cfg["node.id"])
-        if self.broker:
-            await self.broker.stop()
-        if self.channel:
-            await self.channel.close()
-        await self.metadata_log.close()
-        if self.stallwatch:
-            self.stallwatch.stop()
+        try:
+            if self.broker:
+                await self.broker.stop()
+            if self.channel:
+                await self.channel.close()
+            await self.metadata_log.close()
+            if self.stallwatch:
+                self.stallwatch.stop()
+        finally:
+            unlock_data_dirs(self._locks)
+
+    def failed(self) -> BaseException | None:
+        """The error that ended a part the node cannot run without (its metadata log), if any."""
+        return self.metadata_log.failure() if hasattr(self.metadata_log, "failure") else None
+
+
+STOP_TIMEOUT_S = 60.0  # a stop that has not finished by then is abandoned (the process exits anyway)
 
 
 async def run_node(cfg: Config) -> int:
+    """Runs a node until SIGINT/SIGTERM (exit code 0). A start that fails, or the loss of the
+    metadata log later, stops what was started and raises StartupError (or the ConfigError),
+    so that the process exits non-zero at once instead of lingering without listeners."""
     node = Node(cfg)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await node.start()
-    await stop.wait()
-    await node.stop()
+    starting = loop.create_task(node.start(), name="node-start")
+    stopping = loop.create_task(stop.wait(), name="node-stop-signal")
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # SIGTERM during start-up (e.g. while no controller answers): stop now
+            log.info("stop requested during start-up")
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await starting
+        elif starting.exception() is not None:
+            raise _fatal(starting.exception())
+        else:
+            while not stop.is_set():
+                failure = node.failed()
+                if failure is not None:
+                    raise _fatal(failure)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(stopping), 1.0)
+    except BaseException:
+        await _stop_within(node, 10.0)
+        raise
+    finally:
+        stopping.cancel()
+    await _stop_within(node, STOP_TIMEOUT_S)
     return 0
+
+
+def _fatal(e: BaseException) -> BaseException:
+    if isinstance(e, ConfigError | StartupError):
+        return e
+    if isinstance(e, OSError):  # the environment (a port in use, a directory not writable): no traceback
+        return StartupError(e.strerror or str(e))
+    log.error("fatal error in node start-up", exc_info=e)
+    return StartupError(f"{type(e).__name__}: {e}")
+
+
+async def _stop_within(node: Node, timeout_s: float) -> None:
+    try:
+        await asyncio.wait_for(node.stop(), timeout_s)
+    except Exception as e:  # noqa: BLE001 - a broken half-started part must not keep the process alive
+        log.warning("node stop incomplete: %r", e)

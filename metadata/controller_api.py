@@ -8,6 +8,28 @@ import uuid
 
 from common.errors import ErrorCode
 
+# Kafka's bounds on one controller operation (QuorumController.MAX_RECORDS_PER_USER_OP, its
+# batch size, and ReplicationControlManager.MAX_PARTITIONS_PER_BATCH), with Kafka's messages
+# (POLICY_VIOLATION). Checked before anything is placed or allocated: a CreateTopics of 2^31-1
+# partitions used to grow the node until it was killed, and one of 1,000,000 wrote 3 M records.
+MAX_RECORDS_PER_USER_OP = 10_000
+MAX_PARTITIONS_PER_BATCH = 10_000
+TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
+TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
+
+
+def too_many_partitions(topics, default_num_partitions: int) -> bool:
+    """Kafka's ReplicationControlManager.validateTotalNumberOfPartitions: would a CreateTopics
+    (its topics: ``num_partitions`` and ``assignments`` each) make more than
+    MAX_PARTITIONS_PER_BATCH partitions? Stops counting as soon as it would."""
+    total = 0
+    for t in topics:
+        n = t.num_partitions
+        total += len(t.assignments) if t.assignments else default_num_partitions if n == -1 else max(n, 0)
+        if total > MAX_PARTITIONS_PER_BATCH:
+            return True
+    return False
+
 
 @dataclasses.dataclass(frozen=True)
 class NewTopic:

@@ -55,6 +55,7 @@ class MetadataDelta:
         self.acls: dict[uuid.UUID, AclBinding | None] = {}  # None = removed
         self.client_quotas: dict[tuple, dict[str, float | None]] = {}  # None = removed
         self.scram_credentials: dict[tuple[str, str], r.UserScramCredentialRecord | None] = {}  # None = removed
+        self.scram_decoy_seed: bytes | None = None
         self.snapshot_loaded = False
 
     # --- lookups through the delta ---------------------------------------------------
@@ -142,6 +143,9 @@ class MetadataDelta:
     def _replay_RemoveUserScramCredential(self, rec: r.RemoveUserScramCredentialRecord) -> None:
         self.scram_credentials[(rec.name, rec.mechanism)] = None
 
+    def _replay_ScramDecoySeed(self, rec: r.ScramDecoySeedRecord) -> None:
+        self.scram_decoy_seed = rec.seed
+
     def _replay_AccessControlEntry(self, rec: r.AccessControlEntryRecord) -> None:
         self.acls[rec.acl_id] = acl_binding(rec)
 
@@ -193,6 +197,7 @@ class MetadataDelta:
             acls=acls,
             client_quotas=quotas,
             scram_credentials=scram_credentials,
+            scram_decoy_seed=self.scram_decoy_seed if self.scram_decoy_seed is not None else img.scram_decoy_seed,
         )
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:

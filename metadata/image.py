@@ -71,6 +71,7 @@ class MetadataImage:
         default_factory=dict)
     # (user, mechanism) -> salted SCRAM credential (broker/security/sasl.py authenticates with it)
     scram_credentials: dict[tuple[str, str], r.UserScramCredentialRecord] = dataclasses.field(default_factory=dict)
+    scram_decoy_seed: bytes | None = None  # ScramDecoySeedRecord: decoy salts for unknown SCRAM users
 
     def topic_config(self, name: str) -> dict[str, str]:
         return self.configs.get((r.RESOURCE_TOPIC, name), {})
@@ -105,6 +106,8 @@ class MetadataImage:
                 yield r.ClientQuotaRecord(entity, k, v)
         for _, cred in sorted(self.scram_credentials.items()):
             yield cred
+        if self.scram_decoy_seed is not None:
+            yield r.ScramDecoySeedRecord(self.scram_decoy_seed)
 
 
 EMPTY = MetadataImage(offset=-1, epoch=-1, cluster_id=None, features={}, brokers={}, topics_by_id={},

@@ -35,6 +35,9 @@ class MetadataLoader:
             d.snapshot_loaded = True
             publisher(d, self.image)
 
+    def remove_publisher(self, publisher: Publisher) -> None:
+        self._publishers.remove(publisher)
+
     def add_leader_listener(self, fn: Callable[[LeaderAndEpoch], None]) -> None:
         self._leader_listeners.append(fn)
 

@@ -182,6 +182,16 @@ class RemoveUserScramCredentialRecord:
     mechanism: str
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScramDecoySeedRecord:
+    """A random secret of the cluster, written once by the first active controller: brokers
+    derive from it the salt they show for a SCRAM user that does not exist, the same on every
+    broker and across restarts, so a client cannot tell such a user from a real one."""
+
+    TYPE: ClassVar[str] = "ScramDecoySeed"
+    seed: bytes
+
+
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
@@ -192,7 +202,7 @@ RECORD_TYPES: dict[str, type] = {
         RemoveTopicRecord, PartitionRecord, PartitionChangeRecord, ConfigRecord, ProducerIdsRecord,
         FeatureLevelRecord, ClusterIdRecord, NoOpRecord,
         AccessControlEntryRecord, RemoveAccessControlEntryRecord, ClientQuotaRecord,
-        UserScramCredentialRecord, RemoveUserScramCredentialRecord,
+        UserScramCredentialRecord, RemoveUserScramCredentialRecord, ScramDecoySeedRecord,
     )
 }
 
@@ -211,31 +221,74 @@ def _to_json(v: Any) -> Any:
     return v
 
 
+def _field_encoder(name: str):
+    if name in ("replicas", "isr"):
+        return list  # of ints
+    if name in ("incarnation_id", "topic_id", "acl_id"):
+        return lambda v: v.hex
+    if name in ("salt", "stored_key", "server_key", "seed"):
+        return lambda v: base64.b64encode(v).decode()
+    if name in ("entity", "endpoints"):
+        return _to_json
+    return None  # str, int, float, bool: as they are
+
+
+# per record type, its fields and how each goes to JSON (snapshots encode every record of the image)
+_ENCODERS: dict[type, tuple[tuple[str, Any], ...]] = {
+    cls: tuple((f.name, _field_encoder(f.name)) for f in dataclasses.fields(cls)) for cls in RECORD_TYPES.values()
+}
+_json_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def encode(record: Record) -> bytes:
     d = {"t": record.TYPE}
-    for f in dataclasses.fields(record):
-        v = getattr(record, f.name)
+    for name, conv in _ENCODERS[type(record)]:
+        v = getattr(record, name)
         if v is not None:
-            d[f.name] = _to_json(v)
-    return json.dumps(d, separators=(",", ":")).encode()
+            d[name] = v if conv is None else conv(v)
+    return _json_encode(d).encode()
 
 
-_UUID_FIELDS = {"incarnation_id", "topic_id", "acl_id"}
-_TUPLE_FIELDS = {"replicas", "isr"}
-_BYTES_FIELDS = {"salt", "stored_key", "server_key"}
+_uuids: dict[str, uuid.UUID] = {}  # the same topic ids come back in every record of a topic
+
+
+def _uuid(hex_: str) -> uuid.UUID:
+    u = _uuids.get(hex_)
+    if u is None:
+        if len(_uuids) >= 100_000:
+            _uuids.clear()
+        u = _uuids[hex_] = uuid.UUID(hex=hex_)
+    return u
+
+
+def _fields_decoder(name: str):
+    if name in ("incarnation_id", "topic_id", "acl_id"):
+        return _uuid
+    if name in ("replicas", "isr"):
+        return tuple
+    if name in ("salt", "stored_key", "server_key", "seed"):
+        return base64.b64decode
+    if name == "entity":
+        return lambda v: tuple(tuple(e) for e in v)
+    if name == "endpoints":
+        return lambda v: tuple(Endpoint(*e) for e in v)
+    return None
+
+
+# per record type, the fields whose JSON form needs converting: a restart replays every record
+# since the last snapshot (up to metadata.log.max.record.bytes.between.snapshots) through here
+_DECODERS: dict[type, tuple[tuple[str, Any], ...]] = {
+    cls: tuple((f.name, conv) for f in dataclasses.fields(cls) if (conv := _fields_decoder(f.name)) is not None)
+    for cls in RECORD_TYPES.values()
+}
+_json_decode = json.JSONDecoder().decode
 
 
 def decode(data: bytes) -> Record:
-    d = json.loads(data)
+    d = _json_decode(data.decode())
     cls = RECORD_TYPES[d.pop("t")]
-    for k in _UUID_FIELDS & d.keys():
-        d[k] = uuid.UUID(hex=d[k])
-    for k in _TUPLE_FIELDS & d.keys():
-        d[k] = tuple(d[k])
-    if "entity" in d:
-        d["entity"] = tuple(tuple(e) for e in d["entity"])
-    for k in _BYTES_FIELDS & d.keys():
-        d[k] = base64.b64decode(d[k])
-    if "endpoints" in d:
-        d["endpoints"] = tuple(Endpoint(*e) for e in d["endpoints"])
+    for k, conv in _DECODERS[cls]:
+        v = d.get(k)
+        if v is not None:
+            d[k] = conv(v)
     return cls(**d)

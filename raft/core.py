@@ -226,6 +226,8 @@ class RaftCore:
         if self.leader_id == self.id:
             # Restarted after leading: the in-memory leader state is gone, so resign the epoch.
             self._become_resigned(now_ms, send_end=False)
+            if self.voters == (self.id,):
+                self.deadline = now_ms  # a quorum of one has nobody to wait for (as KafkaRaftClient)
         elif self.leader_id is not None:
             self._become_follower(self.epoch, self.leader_id, now_ms)
         else:

@@ -10,6 +10,7 @@ the event loop thread and wake that task.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import random
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
+from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
 from raft.api import Batch, LeaderAndEpoch, Listener, NotLeaderError, Snapshot
@@ -149,21 +151,33 @@ class RaftMetadataLog:
         self.transport = GrpcTransport(self.node_id, peers, self._deliver, self._unreachable,
                                        self.timeouts.request_ms / 1000, credentials=self.channel_credentials)
         if self.is_voter and self.listen is not None:
-            self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
+                                                   ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE)])
             pb_grpc.add_RaftQuorumServicer_to_server(RaftServicer(self.transport, self.describe_pb), self.server)
             for add in self.servicers:
                 add(self.server)
             for add in self.servicers:
                 add(self.server)
             addr = f"{self.listen[0]}:{self.listen[1]}"
-            self.bound_port = (self.server.add_secure_port(addr, self.server_credentials) if self.server_credentials
-                               else self.server.add_insecure_port(addr))
+            try:  # (grpc raises RuntimeError, older versions return 0)
+                self.bound_port = (self.server.add_secure_port(addr, self.server_credentials)
+                                   if self.server_credentials else self.server.add_insecure_port(addr))
+            except RuntimeError:
+                self.bound_port = 0
             if self.bound_port == 0:
-                raise OSError(f"cannot bind the controller listener {self.listen[0]}:{self.listen[1]}")
+                raise OSError(errno.EADDRINUSE, f"cannot bind the controller listener to {addr}: the address is in "
+                                                "use or not available")
             await self.server.start()
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"raft-{self.node_id}")
         log.info("node %d: metadata quorum started (%s, epoch %d, log end %d)", self.node_id,
                  "voter" if self.is_voter else "observer", self.core.epoch, self.core.log_end)
+
+    def failure(self) -> BaseException | None:
+        """The error that ended the metadata log's loop, if it died (the node cannot go on)."""
+        t = self._task
+        if t is None or not t.done() or t.cancelled() or self._closing:
+            return None
+        return t.exception()
 
     async def close(self) -> None:
         if self._closing:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import grpc
 
+from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
 from raft import messages as m
@@ -26,8 +27,8 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 50),
     ("grpc.min_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 500),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE),
+    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE),
 ]
 
 

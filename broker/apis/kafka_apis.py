@@ -14,7 +14,7 @@ from typing import Any
 from broker.apis import wire
 from broker.apis.group_apis import GroupApis
 from broker.fetch_session import FetchContext, FetchSessionCache, PartitionData
-from broker.group.coordinator import GroupCoordinator
+from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.log.batch import validate_produce_batches
 from broker.log.validator import RecordValidationError
 from broker.protocol import codec
@@ -26,13 +26,20 @@ from broker.security.authorizer import ANONYMOUS, make_authorizer
 from broker.security.quotas import FETCH, PRODUCE, ClientQuotas, user_of
 from broker.security.scram_apis import ScramApis
 from broker.server import FileRegion, RequestContext
-from common.config import KEYS, TOPIC_KEYS, Config, ConfigError, topic_defaults
+from common.config import KEYS, TOPIC_KEYS, Config, ConfigError, is_sensitive, topic_defaults
 from common.errors import ErrorCode, KafkaError
-from common.topic_names import INTERNAL_TOPICS, validate_topic_name
+from common.topic_names import INTERNAL_TOPICS, RESERVED_TOPICS, validate_topic_name
 from metadata.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS
 from metadata.acl import AclOperation as Op
 from metadata.acl import ResourceType as RT
-from metadata.controller_api import NewTopic
+from metadata.controller_api import (
+    MAX_PARTITIONS_PER_BATCH,
+    MAX_RECORDS_PER_USER_OP,
+    TOO_MANY_PARTITIONS,
+    TOO_MANY_RECORDS,
+    NewTopic,
+    too_many_partitions,
+)
 from metadata.image import MetadataImage
 
 log = logging.getLogger("krafty.apis")
@@ -294,7 +301,10 @@ class KafkaApis:
                     if not (self.authorize_cluster(ctx, Op.CREATE) or self.authorize(ctx, Op.CREATE, RT.TOPIC, name)):
                         topics_out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name})
                         continue
-                    to_create.append(name)
+                    if name == OFFSETS_TOPIC:  # created with its own configs, as Kafka's AutoTopicCreationManager does
+                        await self.group_coordinator.ensure_offsets_topic()
+                    elif name not in RESERVED_TOPICS:  # other internal topics: only by their coordinators
+                        to_create.append(name)
                 topics_out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name})
             if to_create:
                 created = await self._auto_create(to_create)
@@ -705,11 +715,19 @@ class KafkaApis:
     # --- admin -------------------------------------------------------------------------------------
     async def create_topics(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
+        too_large = _too_large_create_topics(req.topics, self.config["num.partitions"])
+        if too_large:  # refused whole before any work, as the controller would (metadata/controller_api.py)
+            return {"throttle_time": 0, "topics": [{"name": t.name, "error_code": ErrorCode.POLICY_VIOLATION,
+                                                    "error_message": too_large} for t in req.topics]}
         new = []
         out = []
         # CREATE on the cluster allows every topic; otherwise CREATE on each topic is needed
         cluster_create = self.authorize_cluster(ctx, Op.CREATE)
         for t in req.topics:
+            if t.name in RESERVED_TOPICS:  # Kafka's answer for __cluster_metadata, for every internal topic
+                out.append({"name": t.name, "error_code": ErrorCode.INVALID_REQUEST,
+                            "error_message": f"Creation of internal topic {t.name} is prohibited."})
+                continue
             if not cluster_create and not self.authorize(ctx, Op.CREATE, RT.TOPIC, t.name):
                 out.append({"name": t.name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             "error_message": "Authorization failed."})
@@ -744,6 +762,10 @@ class KafkaApis:
         else:
             names = list(req.topic_names)
             ids = [None] * len(names)
+        if len(names) > MAX_RECORDS_PER_USER_OP:  # one record per topic: more cannot be one operation
+            return {"throttle_time": 0, "responses": [
+                {"name": n, "topic_id": i, "error_code": ErrorCode.POLICY_VIOLATION, "error_message": TOO_MANY_RECORDS}
+                for n, i in zip(names, ids, strict=True)]}
         if not self.config["delete.topic.enable"]:
             return {"throttle_time": 0, "responses": [
                 {"name": n, "topic_id": i, "error_code": ErrorCode.TOPIC_DELETION_DISABLED} for n, i in zip(names, ids,
@@ -766,6 +788,16 @@ class KafkaApis:
                 keep_names.append(n)
                 keep_ids.append(i)
             names, ids = keep_names, keep_ids
+        keep_names, keep_ids = [], []
+        for n, i in zip(names, ids, strict=True):
+            t = self.image.topics_by_name.get(n) if n is not None else self.image.topics_by_id.get(i)
+            if t is not None and t.name in INTERNAL_TOPICS:  # as Kafka's DeleteRecords on an internal topic
+                denied.append({"name": t.name, "topic_id": i, "error_code": ErrorCode.INVALID_TOPIC_EXCEPTION,
+                               "error_message": f"Cannot delete internal topic {t.name}"})
+                continue
+            keep_names.append(n)
+            keep_ids.append(i)
+        names, ids = keep_names, keep_ids
         try:
             recs_results = await self.controller.delete_topics(names, ids) if names else []
         except KafkaError as e:
@@ -776,6 +808,15 @@ class KafkaApis:
 
     async def create_partitions(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
+        image = self.image
+        added = sum(max(0, t.count - len(image.topics_by_name[t.name].partitions)) for t in req.topics
+                    if t.name in image.topics_by_name)
+        too_large = (TOO_MANY_PARTITIONS if added > MAX_PARTITIONS_PER_BATCH else  # as Kafka (KAFKA-19673)
+                     TOO_MANY_RECORDS if len(req.topics) > MAX_RECORDS_PER_USER_OP else None)
+        if too_large:  # the request as a whole
+            return {"throttle_time": 0, "results": [
+                {"name": t.name, "error_code": ErrorCode.POLICY_VIOLATION, "error_message": too_large}
+                for t in req.topics]}
         results = []
         for t in req.topics:
             res = {"name": t.name, "error_code": 0, "error_message": None}
@@ -783,6 +824,9 @@ class KafkaApis:
             try:
                 if not self.authorize(ctx, Op.ALTER, RT.TOPIC, t.name):
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                if t.name in INTERNAL_TOPICS:  # e.g. __consumer_offsets: a group's partition is hash % count
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                     f"Cannot change the number of partitions of internal topic {t.name}")
                 assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
                 await self.controller.create_partitions(t.name, t.count, assignments, req.validate_only)
             except KafkaError as e:
@@ -844,20 +888,30 @@ class KafkaApis:
                     entry["error_code"] = ErrorCode.INVALID_REQUEST
                     entry["error_message"] = f"unexpected broker id {res.resource_name}, expected {self.broker_id}"
                     continue
-                for k, key in sorted(KEYS.items()):
+                # every declared key, and the listener-prefixed ones that were set (as Kafka lists them)
+                listener_keys = [k for k in self.config.explicit if k.startswith("listener.name.")
+                                 and k not in KEYS and k not in self.config.unknown]
+                for k in sorted([*KEYS, *listener_keys]):
                     if wanted is not None and k not in wanted:
                         continue
-                    explicit = k in self.config.explicit
-                    v = _config_str(self.config[k])
-                    entry["configs"].append({"name": k, "value": v, "read_only": True,
-                                             "config_source": 4 if explicit else 5, "is_sensitive": False,
-                                             "synonyms": [{"name": k, "value": v, "source": 4 if explicit else 5}]
-                                             if req.include_synonyms else [],
-                                             "config_type": _config_type(key)})
+                    v = _config_str(self.config[k]) if k in KEYS else self.config.explicit[k]
+                    entry["configs"].append(self._broker_config_entry(
+                        k, v, _config_type(KEYS[k]) if k in KEYS else 2, req.include_synonyms))
             else:
                 entry["error_code"] = ErrorCode.INVALID_REQUEST
                 entry["error_message"] = f"unsupported resource type {res.resource_type}"
         return {"throttle_time": 0, "results": results}
+
+    def _broker_config_entry(self, name: str, value: str | None, config_type: int, synonyms: bool) -> dict:
+        """A DescribeConfigs entry of a static broker key. A secret (a PASSWORD-type key, or one
+        named like it) has a null value, also in its synonyms, and is marked sensitive, as in Kafka."""
+        source = 4 if name in self.config.explicit else 5
+        sensitive = is_sensitive(name)
+        if sensitive:
+            value, config_type = None, 9  # ConfigType PASSWORD
+        return {"name": name, "value": value, "read_only": True, "config_source": source, "is_sensitive": sensitive,
+                "synonyms": [{"name": name, "value": value, "source": source}] if synonyms else [],
+                "config_type": config_type}
 
     async def incremental_alter_configs(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
@@ -877,11 +931,14 @@ class KafkaApis:
 
     async def _alter_configs(self, req, ops_of, ctx=None) -> dict:
         out = []
+        too_many = len(req.resources) > MAX_RECORDS_PER_USER_OP  # one record per config at least
         for res in req.resources:
             entry = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
                      "resource_name": res.resource_name}
             out.append(entry)
             try:
+                if too_many or len(res.configs) > MAX_RECORDS_PER_USER_OP:
+                    raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS)
                 if ctx is not None and res.resource_type == 2 and not self.authorize(
                         ctx, Op.ALTER_CONFIGS, RT.TOPIC, res.resource_name):
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -908,6 +965,14 @@ class KafkaApis:
                 "brokers": alive, "cluster_authorized_operations": (
                     self.authorized_operations(ctx, RT.CLUSTER, CLUSTER_NAME) if req.include_cluster_authorized_operations
                     else -2147483648)}
+
+
+def _too_large_create_topics(topics, default_partitions: int) -> str | None:
+    """Kafka's message if a CreateTopics cannot be one controller operation: more than
+    MAX_PARTITIONS_PER_BATCH partitions in all (Kafka's check), or more topics than records."""
+    if too_many_partitions(topics, default_partitions):
+        return TOO_MANY_PARTITIONS
+    return TOO_MANY_RECORDS if len(topics) > MAX_RECORDS_PER_USER_OP else None
 
 
 def _config_str(v) -> str | None:

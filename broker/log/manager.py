@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from common.topic_names import CLUSTER_METADATA_TOPIC
+
 from .cleaner import compact
 from .leader_epoch import fsync_dir, read_checkpoint_file, write_checkpoint_file
 from .log import Log, LogConfig, parse_partition_dir_name
@@ -71,7 +73,7 @@ class LogManager:
             if not os.path.isdir(full) or name.endswith(("-delete", "-future", "-stray")):
                 continue
             tp = parse_partition_dir_name(name)
-            if tp is None:
+            if tp is None or tp[0] == CLUSTER_METADATA_TOPIC:  # the metadata log's own directory (raft/store.py)
                 continue
             if tp in self._logs:
                 log.error("partition %s-%d found in two log dirs; keeping %s", tp[0], tp[1], self._logs[tp].path)

@@ -65,7 +65,9 @@ def parse_jaas(text: str, key_name: str) -> tuple[str, dict[str, str]]:
         opts[om.group(1)] = re.sub(r"\\(.)", r"\1", value)
         pos = om.end()
     if text[pos:].strip() not in (";", ""):
-        raise ConfigError(f"configuration key '{key_name}': cannot parse {text[pos:].strip()[:40]!r}")
+        # (the text itself is not shown: it holds passwords)
+        raise ConfigError(f"configuration key '{key_name}': cannot parse the JAAS options at character {pos}; "
+                          'expected key="value" pairs and a closing \';\'')
     return m.group(1), opts
 
 

@@ -28,6 +28,9 @@ MECHANISM_BY_ID: dict[int, str] = {mid: name for name, (_, mid) in MECHANISMS.it
 MIN_ITERATIONS = 4096  # RFC 7677 minimum; Kafka's too
 MAX_ITERATIONS = 16384  # Kafka's upper bound for AlterUserScramCredentials
 MAX_MESSAGE = 4096  # a client message longer than this is not a SCRAM message
+DEFAULT_SALT_BYTES = 32  # what `krafty configs` makes (Kafka's own tools make ~26 base36 characters)
+DEFAULT_ITERATIONS = 4096  # kafka-configs.sh's default
+_BASE36 = b"0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 class ScramError(Exception):
@@ -41,6 +44,49 @@ class ScramCredential:
     stored_key: bytes
     server_key: bytes
     iterations: int
+    decoy: bool = False  # made up for a user that does not exist: the exchange runs, then fails
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DecoyProfile:
+    """What a decoy credential looks like: the shape most stored credentials of the mechanism have."""
+
+    salt_bytes: int = DEFAULT_SALT_BYTES
+    iterations: int = DEFAULT_ITERATIONS
+    base36_salt: bool = False  # salts made by Java's ScramFormatter are base36 text, not random bytes
+
+
+def decoy_profile(credentials) -> DecoyProfile:
+    """The most common shape among ``credentials`` (salt, iterations pairs of one mechanism), so
+    an unknown user's server-first message looks like most real users' (ties: the smaller
+    iterations, then the shorter salt); the defaults of krafty's tools when there are none."""
+    counts: dict[DecoyProfile, int] = {}
+    for salt, iterations in credentials:
+        p = DecoyProfile(len(salt), iterations, bool(salt) and all(b in _BASE36 for b in salt))
+        counts[p] = counts.get(p, 0) + 1
+    if not counts:
+        return DecoyProfile()
+    return min(counts, key=lambda p: (-counts[p], p.iterations, p.salt_bytes, p.base36_salt))
+
+
+def decoy_credential(mechanism: str, username: str, seed: bytes, profile: DecoyProfile) -> ScramCredential:
+    """The credential shown for a user that does not exist: derived from the cluster's decoy seed
+    and the name, so every probe of a name, on every broker and after restarts, gets the same
+    salt, as a real user does; salt length, alphabet and iterations follow ``profile``."""
+    h = _hash(mechanism)
+
+    def stream(label: str, n: int) -> bytes:
+        out, i = b"", 0
+        while len(out) < n:
+            out += hmac.digest(seed, f"{label}\x00{mechanism}\x00{i}\x00{username}".encode(), h)
+            i += 1
+        return out[:n]
+
+    salt = stream("salt", profile.salt_bytes)
+    if profile.base36_salt:
+        salt = bytes(_BASE36[b % 36] for b in salt)
+    key = stream("key", hashlib.new(h).digest_size)
+    return ScramCredential(salt, key, key, profile.iterations, decoy=True)
 
 
 def _hash(mechanism: str) -> str:
@@ -162,9 +208,10 @@ class ScramServer:
     """One server-side exchange: ``first(client_first)`` gives server-first, ``final(client_final)``
     gives server-final and sets ``username``, or raises ScramError.
 
-    ``credential`` is the stored credential of the user the client names, or ``None`` for an
-    unknown user: then a decoy credential (from ``decoy_key``) keeps the exchange going, so a
-    client cannot tell an unknown user from a wrong password."""
+    ``lookup`` gives the stored credential of the user the client names or, for an unknown
+    user, a decoy (``decoy_credential``) that keeps the exchange going and then fails it as a
+    wrong password does, so a client cannot tell the two apart. A lookup that returns None
+    gets a decoy from ``decoy_key`` with the default profile."""
 
     def __init__(self, mechanism: str, lookup, server_nonce: str, decoy_key: bytes = b""):
         self.mechanism = mechanism
@@ -187,10 +234,9 @@ class ScramServer:
         if cf.extensions.get("tokenauth", "false").lower() == "true":
             raise ScramError("delegation tokens are not supported")
         cred = self.lookup(cf.username)
-        self._real = cred is not None
         if cred is None:
-            fake = hmac.digest(self.decoy_key, cf.username.encode(), self.hash)
-            cred = ScramCredential(fake[:16], fake, fake, MIN_ITERATIONS)
+            cred = decoy_credential(self.mechanism, cf.username, self.decoy_key, DecoyProfile())
+        self._real = not cred.decoy
         self._cred = cred
         self._client_first = cf
         self._server_first = f"r={cf.nonce}{self.server_nonce},s={_b64(cred.salt)},i={cred.iterations}"

@@ -69,3 +69,21 @@ def test_record_encoding_round_trips():
 ])
 def test_protobuf_codec_round_trips_every_message(body):
     assert from_pb(to_pb(body)) == body
+
+
+async def test_a_gap_in_the_stored_log_is_refused_on_open(tmp_path):
+    import sqlite3
+
+    s = SqliteStore(str(tmp_path / "db"))
+    await s.open()
+    await s.apply([Append(0, entries(1, *[f"r{i}" for i in range(25_000)]))])  # more than one read chunk
+    await s.close()
+    s = SqliteStore(str(tmp_path / "db"))
+    assert len((await s.open())[2]) == 25_000
+    await s.close()
+    with sqlite3.connect(tmp_path / "db" / "raft.db") as db:
+        db.execute("DELETE FROM entries WHERE offset = 17000")
+    s = SqliteStore(str(tmp_path / "db"))
+    with pytest.raises(RuntimeError, match="gap"):
+        await s.open()
+    await s.close()

@@ -384,3 +384,27 @@ def test_fenced_but_not_shut_down_broker_still_blocks_a_duplicate():
     with pytest.raises(KafkaError) as e:
         _register(img, state, 1, gen=1, now=20)
     assert e.value.code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+
+
+def test_colocated_broker_of_a_restarted_combined_node_registers_at_once():
+    # kill -9 of a combined node: its controller activates with the old incarnation unfenced and
+    # gives it a grace session; the broker of the same process registers anew at once (its old
+    # incarnation cannot be alive), while any other broker still waits out its session
+    img, _ = _live((1, 2))
+    state = cc.ClusterState()
+    state.activate(img, 100)
+    img, epoch, recs = _register(img, state, 1, gen=1, now=110, colocated_broker_id=1)
+    assert img.brokers[1].incarnation_id == incarnation(1, 1) and img.brokers[1].fenced
+    with pytest.raises(KafkaError) as e:
+        _register(img, state, 2, gen=1, now=110, colocated_broker_id=1)
+    assert e.value.code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+
+
+def test_colocated_broker_heard_since_activation_still_blocks_a_duplicate():
+    img, _ = _live((1, 2))
+    state = cc.ClusterState()
+    state.activate(img, 100)
+    img, _, _ = _hb(img, state, 1, 105)  # the old incarnation is alive: it heartbeats this controller
+    with pytest.raises(KafkaError) as e:
+        _register(img, state, 1, gen=1, now=110, colocated_broker_id=1)
+    assert e.value.code == ErrorCode.DUPLICATE_BROKER_REGISTRATION

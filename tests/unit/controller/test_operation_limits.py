@@ -8,7 +8,6 @@ until it was killed."""
 from __future__ import annotations
 
 import random
-import time
 import tracemalloc
 
 import pytest
@@ -32,7 +31,6 @@ def _create(image, topics, defaults=DEFAULTS):
 
 def _policy_violation(fn, message: str, max_bytes: int = 1_000_000) -> None:
     tracemalloc.start()
-    t0 = time.monotonic()
     try:
         with pytest.raises(KafkaError) as e:
             fn()
@@ -42,7 +40,8 @@ def _policy_violation(fn, message: str, max_bytes: int = 1_000_000) -> None:
     assert (e.value.code, e.value.message) == (ErrorCode.POLICY_VIOLATION, message)
     # refused before anything was placed or allocated (or, for the record limit, once the records
     # already made reach it, as Kafka's BoundedList does: never more than one operation's worth)
-    assert time.monotonic() - t0 < 1.0 and peak < max_bytes, (time.monotonic() - t0, peak)
+    # (memory, not time: a wall-clock bound flakes on a loaded machine and under tracemalloc)
+    assert peak < max_bytes, peak
 
 
 @pytest.mark.parametrize("topics", [

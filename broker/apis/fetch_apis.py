@@ -1,0 +1,199 @@
+"""Handler of Fetch (consumers and follower replicas): fetch sessions (KIP-227), long polls,
+reads sent with sendfile, preferred read replicas (KIP-392)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from broker.apis import wire
+from broker.fetch_session import FetchContext, PartitionData
+from broker.replica.selector import candidates_for
+from broker.security.authorizer import ANONYMOUS
+from broker.security.quotas import FETCH, user_of
+from broker.server import FileRegion
+from common.errors import ErrorCode, KafkaError
+from metadata.acl import AclOperation as Op
+from metadata.acl import ResourceType as RT
+
+log = logging.getLogger("krafty.apis")
+
+
+class FetchApis:
+    """Mixin of KafkaApis (broker/apis/kafka_apis.py)."""
+
+    # --- Fetch ---------------------------------------------------------------------------------
+    async def fetch(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        image = self.image
+        replica_id = req.replica_state.replica_id if ver >= 15 else req.replica_id
+        max_wait = req.max_wait.total_seconds()
+        deadline = time.monotonic() + max_wait
+        # KIP-227: the request may name only what changed in a fetch session; the context
+        # gives every partition to read (keyed by topic id from v13, by name before)
+        requested = [((t.topic_id if ver >= 13 else t.topic, p.partition), PartitionData(
+            p.partition, p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1),
+            getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1)))
+            for t in req.topics for p in t.partitions]
+        if ver >= 7:
+            forgotten = [(t.topic_id if ver >= 13 else t.topic, int(pid))
+                         for t in req.forgotten_topics_data for pid in t.partitions]
+            fctx = self.fetch_sessions.context(req.session_id, req.session_epoch, requested, forgotten,
+                                               int(time.time() * 1000), replica_id >= 0)
+            if fctx.error:
+                return wire.encode_fetch_response(ver, [], error=fctx.error)
+        else:
+            fctx = FetchContext(parts=requested)
+        by_topic: dict = {}
+        for (tkey, _), pd in fctx.parts:
+            by_topic.setdefault(tkey, []).append(pd)
+        # resolve topics once
+        wanted = []
+        for tkey, parts in by_topic.items():
+            if ver >= 13:
+                timg = image.topics_by_id.get(tkey)
+                name = timg.name if timg else None
+                tid = tkey
+            else:
+                name = tkey
+                timg = image.topics_by_name.get(name)
+                tid = timg.topic_id if timg else None
+            wanted.append((name, tid, timg, parts))
+        # replicas need CLUSTER_ACTION on the cluster, consumers READ on each topic
+        denied: frozenset[str | None] = frozenset()
+        if self.authorizer is not None:
+            if replica_id >= 0:
+                if not self.authorize_cluster(ctx, Op.CLUSTER_ACTION):
+                    denied = frozenset(w[0] for w in wanted)
+            else:
+                denied = frozenset(w[0] for w in wanted if w[0] is not None
+                                   and not self.authorize(ctx, Op.READ, RT.TOPIC, w[0]))
+        quota_cap = None  # a consumer with a fetch quota gets at most its quota over the window per response
+        if replica_id < 0 and image.client_quotas:
+            self.quotas.update(image.client_quotas)
+            quota_cap = self.quotas.max_bytes_in_window(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)),
+                                                        ctx.header.client_id or "")
+        first_pass = True
+        while True:
+            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image, denied,
+                                                         quota_cap)
+            first_pass = False
+            left = deadline - time.monotonic()
+            if total >= req.min_bytes or errors or left <= 0 or not wanted:
+                break
+            if replica_id >= 0 and fctx.session is not None and any(
+                    fctx.has_news(((tid if ver >= 13 else name), r.index), r.high_watermark, r.log_start_offset)
+                    for name, tid, out in topics_out for r in out):
+                break  # a follower learns a new high watermark now, not a long poll later
+            await ctx.park(self.replicas.wait_for_data(
+                [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left, log_end=replica_id >= 0))
+        throttle = 0
+        if replica_id < 0 and self.image.client_quotas:
+            throttle = await self._throttle(ctx, FETCH, total, ver >= 8)
+            if throttle:  # over quota: an empty response (Kafka's getThrottledResponse)
+                self.quotas.unrecord(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)), ctx.header.client_id or "",
+                                     total, time.monotonic())
+                for _, _, parts in topics_out:
+                    for pr in parts:
+                        pr.records = None
+        if fctx.session is not None:
+            keyed = {((tid if ver >= 13 else name), r.index): r for name, tid, out in topics_out for r in out}
+            chosen = fctx.select({k: (r.error, r.high_watermark, r.log_start_offset, r.records is not None,
+                                      r.diverging_epoch is not None or r.preferred_read_replica >= 0
+                                      or r.current_leader is not None) for k, r in keyed.items()})
+            topics_out = [(name, tid, kept) for name, tid, out in topics_out
+                          if (kept := [r for r in out if ((tid if ver >= 13 else name), r.index) in chosen])]
+        return wire.encode_fetch_response(ver, topics_out, throttle_ms=throttle, session_id=fctx.session_id)
+
+    def _fetch_once(self, ver, wanted, req, replica_id, first_pass, image, denied=frozenset(), max_bytes_cap=None):
+        # KIP-392: consumers (Fetch v11+) may read from followers, up to their high watermark,
+        # and the leader may point a consumer with a rack at an in-sync replica in that rack
+        from_consumer = replica_id < 0
+        follower_reads = from_consumer and ver >= 11
+        client_rack = (req.rack_id or None) if follower_reads else None
+        selector = self.replica_selector if client_rack else None
+        remaining = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+        if max_bytes_cap is not None:
+            remaining = min(remaining, max_bytes_cap)
+        total = 0
+        errors = False
+        topics_out = []
+        for name, tid, timg, parts in wanted:
+            out = []
+            for p in parts:
+                r = wire.FetchPartitionResult(p.partition, 0, -1, -1, -1, None)
+                out.append(r)
+                try:
+                    if name in denied:
+                        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                    if timg is None or p.partition not in timg.partitions:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID if ver >= 13 else
+                                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    part = self.replicas.partitions.get((name, p.partition))
+                    if part is None or not (part.state.is_leader or (
+                            follower_reads and part.state.leader >= 0 and self.broker_id in part.state.replicas)):
+                        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                    st, lg = part.state, part.log
+                    if replica_id >= 0:
+                        v = st.validate_follower_fetch(
+                            p.current_leader_epoch if ver >= 9 else -1, p.fetch_offset,
+                            p.last_fetched_epoch if ver >= 12 else -1, lg.leader_epoch_cache, lg.log_start_offset,
+                            lg.log_end_offset)
+                        if v.error != ErrorCode.NONE:
+                            raise KafkaError(v.error)
+                        if v.diverging_epoch is not None:
+                            r.diverging_epoch = v.diverging_epoch
+                            r.high_watermark = r.last_stable_offset = st.high_watermark
+                            r.log_start_offset = lg.log_start_offset
+                            errors = True  # answer at once
+                            continue
+                        if first_pass:
+                            self.replicas.on_follower_fetch(part, replica_id, p.fetch_offset)
+                        max_offset = lg.log_end_offset
+                    else:
+                        if ver >= 9:
+                            bad = st.check_leader_epoch(p.current_leader_epoch)
+                            if bad:
+                                raise KafkaError(ErrorCode[bad])
+                        max_offset = min(st.high_watermark, lg.log_end_offset)
+                        if selector is not None and st.is_leader:
+                            preferred = self._preferred_read_replica(selector, client_rack, st, lg, image,
+                                                                     p.fetch_offset)
+                            if preferred is not None:
+                                r.preferred_read_replica = preferred
+                                r.high_watermark = r.last_stable_offset = st.high_watermark
+                                r.log_start_offset = lg.log_start_offset
+                                errors = True  # answer at once, without records
+                                continue
+                    r.high_watermark = st.high_watermark
+                    r.last_stable_offset = st.high_watermark
+                    r.log_start_offset = lg.log_start_offset
+                    if p.fetch_offset < lg.log_start_offset or p.fetch_offset > lg.log_end_offset:
+                        raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                    limit = min(p.partition_max_bytes, remaining)
+                    sl = lg.read(p.fetch_offset, limit, max_offset, min_one_batch=(total == 0))
+                    if sl is not None and sl.size > 0:
+                        r.records = FileRegion(sl.fd, sl.position, sl.size, sl.file)
+                        total += sl.size
+                        remaining -= sl.size
+                except KafkaError as e:
+                    r.error = e.code
+                    errors = True
+                    if e.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH) and timg:
+                        reg = timg.partitions.get(p.partition)
+                        if reg is not None:
+                            r.current_leader = (reg.leader, reg.leader_epoch)
+            topics_out.append((name or "", tid, out))
+        return topics_out, total, errors
+
+    def _preferred_read_replica(self, selector, client_rack, st, lg, image, fetch_offset) -> int | None:
+        """The in-sync replica the selector prefers for this consumer, if it is not us."""
+        racks = {b.id: b.rack for b in image.brokers.values() if not b.fenced}
+        leader, cands = candidates_for(fetch_offset, st.isr, st.follower_end_offsets, racks, self.broker_id,
+                                       lg.log_end_offset)
+        chosen = selector.select(client_rack, leader, cands)
+        if chosen == self.broker_id or chosen < 0:
+            return None
+        log.debug("%s-%d: consumer in rack %s at offset %d -> preferred read replica %d", st.topic, st.partition,
+                  client_rack, fetch_offset, chosen)
+        return chosen

@@ -1,0 +1,179 @@
+"""Handlers of ApiVersions, Metadata and DescribeCluster: what a client learns about the
+cluster before anything else (brokers, controller, topics and their leaders, versions)."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from broker.group.coordinator import OFFSETS_TOPIC
+from broker.protocol import codec
+from broker.protocol.apis import SUPPORTED, ApiKey
+from common.errors import ErrorCode, KafkaError
+from common.topic_names import INTERNAL_TOPICS, RESERVED_TOPICS, validate_topic_name
+from metadata.acl import CLUSTER_NAME
+from metadata.acl import AclOperation as Op
+from metadata.acl import ResourceType as RT
+from metadata.controller_api import (
+    NewTopic,
+)
+from metadata.image import MetadataImage
+
+log = logging.getLogger("krafty.apis")
+
+_SOFTWARE_RE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+class MetadataApis:
+    """Mixin of KafkaApis (broker/apis/kafka_apis.py): uses its image, config, controller, authorizer."""
+
+    # --- ApiVersions ------------------------------------------------------------------------
+    def _api_versions_body(self, ver: int, error: int = 0):
+        metadata_version = self.image.features.get("metadata.version", 0)
+        return codec.build_response(ApiKey.API_VERSIONS, ver, {
+            "error_code": error,
+            "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                         for k, (lo, hi) in sorted(SUPPORTED.items())],
+            "throttle_time": 0,
+            "supported_features": [{"name": "metadata.version", "min_version": 7, "max_version": 21}],
+            "finalized_features_epoch": self.image.offset if metadata_version else -1,
+            "finalized_features": [{"name": "metadata.version", "max_version_level": metadata_version,
+                                    "min_version_level": metadata_version}] if metadata_version else [],
+        })
+
+    async def api_versions(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        if ver >= 3 and not (_SOFTWARE_RE.fullmatch(req.client_software_name or "")
+                             and _SOFTWARE_RE.fullmatch(req.client_software_version or "")):
+            return self._api_versions_body(ver, ErrorCode.INVALID_REQUEST)
+        return self._api_versions_body(ver)
+
+    # --- Metadata -----------------------------------------------------------------------------
+    def _alive_brokers(self, image: MetadataImage, listener: str) -> list[dict]:
+        out = []
+        for b in sorted(image.brokers.values(), key=lambda b: b.id):
+            if b.fenced:
+                continue
+            ep = b.endpoint(listener)
+            if ep is not None:
+                out.append({"node_id": b.id, "broker_id": b.id, "host": ep.host, "port": ep.port, "rack": b.rack})
+        return out
+
+    def _controller_id(self, alive: list[dict]) -> int:
+        ids = [b["node_id"] for b in alive]
+        if self.broker_id in ids:
+            return self.broker_id
+        return self.rng.choice(ids) if ids else -1
+
+    def _topic_metadata(self, image: MetadataImage, t) -> dict:
+        parts = []
+        for pid in sorted(t.partitions):
+            p = t.partitions[pid]
+            offline = [r for r in p.replicas if r not in image.brokers or image.brokers[r].fenced]
+            leader_ok = p.leader >= 0 and p.leader in image.brokers and not image.brokers[p.leader].fenced
+            parts.append({
+                "error_code": ErrorCode.NONE if leader_ok else ErrorCode.LEADER_NOT_AVAILABLE,
+                "partition_index": pid, "leader_id": p.leader if leader_ok else -1,
+                "leader_epoch": p.leader_epoch, "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
+                "offline_replicas": offline,
+            })
+        return {"error_code": ErrorCode.NONE, "name": t.name, "topic_id": t.topic_id,
+                "is_internal": t.name in INTERNAL_TOPICS, "partitions": parts}
+
+    async def metadata(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        image = self.image
+        allow_auto = (req.allow_auto_topic_creation if ver >= 4 else True) and self.config["auto.create.topics.enable"]
+        topics_out = []
+        if req.topics is None or (ver == 0 and not req.topics):
+            # topics the principal may not describe are left out, as if they did not exist
+            topics_out = [self._topic_metadata(image, t) for t in sorted(image.topics_by_name.values(),
+                                                                          key=lambda t: t.name)
+                          if self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.name)]
+        else:
+            to_create = []
+            for rt in req.topics:
+                name = getattr(rt, "name", None)
+                tid = getattr(rt, "topic_id", None)
+                if name is None and tid is not None and tid.int != 0:
+                    t = image.topics_by_id.get(tid)
+                    if t is not None and not self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.name):
+                        topics_out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": None,
+                                           "topic_id": tid})
+                        continue
+                    topics_out.append(self._topic_metadata(image, t) if t else
+                                      {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": tid})
+                    continue
+                if not self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, name):
+                    # not even whether it exists is disclosed
+                    topics_out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name})
+                    continue
+                t = image.topics_by_name.get(name)
+                if t is not None:
+                    topics_out.append(self._topic_metadata(image, t))
+                    continue
+                try:
+                    validate_topic_name(name)
+                except KafkaError:
+                    topics_out.append({"error_code": ErrorCode.INVALID_TOPIC_EXCEPTION, "name": name})
+                    continue
+                if allow_auto:
+                    if not (self.authorize_cluster(ctx, Op.CREATE) or self.authorize(ctx, Op.CREATE, RT.TOPIC, name)):
+                        topics_out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name})
+                        continue
+                    if name == OFFSETS_TOPIC:  # created with its own configs, as Kafka's AutoTopicCreationManager does
+                        await self.group_coordinator.ensure_offsets_topic()
+                    elif name not in RESERVED_TOPICS:  # other internal topics: only by their coordinators
+                        to_create.append(name)
+                topics_out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name})
+            if to_create:
+                created = await self._auto_create(to_create)
+                image = self.image
+                for entry in topics_out:
+                    if entry.get("name") in created:
+                        code = created[entry["name"]]
+                        t = image.topics_by_name.get(entry["name"])
+                        if t is not None:
+                            entry.update(self._topic_metadata(image, t))
+                        else:
+                            entry["error_code"] = code
+        alive = self._alive_brokers(image, ctx.listener)
+        out = {"throttle_time": 0, "brokers": alive, "cluster_id": image.cluster_id,
+               "controller_id": self._controller_id(alive), "topics": topics_out}
+        if ver >= 8 and req.include_topic_authorized_operations:
+            for entry in topics_out:
+                if entry.get("error_code") == ErrorCode.NONE and entry.get("name"):
+                    entry["topic_authorized_operations"] = self.authorized_operations(ctx, RT.TOPIC, entry["name"])
+        if 8 <= ver <= 10 and req.include_cluster_authorized_operations:
+            out["cluster_authorized_operations"] = self.authorized_operations(ctx, RT.CLUSTER, CLUSTER_NAME)
+        return out
+
+    async def _auto_create(self, names: list[str]) -> dict[str, int]:
+        new = [NewTopic(n) for n in names]
+        try:
+            results = await self.controller.create_topics(new)
+        except KafkaError as e:
+            return {n: e.code for n in names}
+        out = {}
+        for res in results:
+            if res.error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                out[res.name] = ErrorCode.LEADER_NOT_AVAILABLE
+            else:
+                out[res.name] = res.error
+                log.info("auto-creating topic %s failed: %s", res.name, res.message)
+        return out
+
+
+    async def describe_cluster(self, ctx, body, ver):
+        req = self.decode(ctx, body, ver)
+        image = self.image
+        if ver >= 1 and req.endpoint_type not in (1,):
+            return {"throttle_time": 0, "error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                    "error_message": "only broker endpoints (1) are served", "endpoint_type": req.endpoint_type,
+                    "cluster_id": image.cluster_id or "", "controller_id": -1, "brokers": []}
+        alive = self._alive_brokers(image, ctx.listener)
+        return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
+                "cluster_id": image.cluster_id or "", "controller_id": self._controller_id(alive),
+                "brokers": alive, "cluster_authorized_operations": (
+                    self.authorized_operations(ctx, RT.CLUSTER, CLUSTER_NAME) if req.include_cluster_authorized_operations
+                    else -2147483648)}

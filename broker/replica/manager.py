@@ -96,6 +96,7 @@ class ReplicaManager:
         self._pending: dict[TopicPartition, tuple[uuid.UUID, PartitionRegistration, bool]] = {}
         self._creating: asyncio.Task | None = None
         self._image: MetadataImage | None = None
+        self.isr_shrinks = self.isr_expands = 0  # ISR changes committed for partitions we lead (metrics)
 
     async def start(self) -> None:
         self._alter_wake = asyncio.Event()
@@ -292,6 +293,7 @@ class ReplicaManager:
                 code, reg = by_key.get((req.topic_id, req.partition), (ErrorCode.UNKNOWN_SERVER_ERROR, None))
                 st = part.state
                 if code == ErrorCode.NONE and reg is not None:
+                    self._count_isr_change(len(st.isr), len(reg.isr))
                     if st.on_isr_committed(reg, part.log.log_end_offset, req):
                         self._wake((st.topic, st.partition))
                     log.info("%s-%d: ISR now %s (partition epoch %d)", st.topic, st.partition, list(st.isr),
@@ -302,6 +304,12 @@ class ReplicaManager:
             if resend:  # transient errors: the partition keeps its proposal; send it again shortly
                 await asyncio.sleep(0.1)
                 self._alter_wake.set()
+
+    def _count_isr_change(self, before: int, after: int) -> None:
+        if after < before:
+            self.isr_shrinks += 1
+        elif after > before:
+            self.isr_expands += 1
 
     # --- waiting -----------------------------------------------------------------------------------
     def wake_hw(self, tp: TopicPartition) -> None:

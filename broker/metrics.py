@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from broker.protocol.apis import ApiKey
 from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode
-from common.metrics import Histogram
+from common.metrics import Histogram, summary_samples
 
 # Kafka's histograms of RequestMetrics, in the order a request goes through them
 TIMES = ("RequestQueueTimeMs", "LocalTimeMs", "RemoteTimeMs", "ThrottleTimeMs", "ResponseSendTimeMs", "TotalTimeMs")
@@ -272,11 +272,8 @@ def summary(name: str, doc: str, series: list[tuple[dict[str, str], Histogram]],
     """A Prometheus summary with Kafka's percentiles (the JMX exporter's ``quantile="0.99"``
     series of a Yammer histogram), plus ``_count`` and ``_sum`` in milliseconds."""
     m = Metric(name, doc, "summary")
-    for labels, h in series:
-        for q, v in h.quantiles_ms(now):
-            m.add_sample(name, {**labels, "quantile": q}, v)
-        m.add_sample(name + "_count", labels, h.count)
-        m.add_sample(name + "_sum", labels, h.sum_ms)
+    for sample in summary_samples(name, series, now):
+        m.add_sample(*sample)
     return m
 
 

@@ -148,3 +148,16 @@ class WindowedStat:
         ws = self._windows(now)
         span = max(now - self.started + (self.window_s if self.prev is not None else 0.0), self.window_s)
         return sum(w[1] for w in ws) / span
+
+
+def summary_samples(name: str, series, now: float) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of a Prometheus summary with Kafka's percentiles (what the JMX exporter makes
+    of a Yammer histogram: ``name{quantile="0.99"}``), plus ``_count`` and ``_sum`` (ms), for
+    ``series``: [(labels, Histogram)]."""
+    out = []
+    for labels, h in series:
+        for q, v in h.quantiles_ms(now):
+            out.append((name, {**labels, "quantile": q}, v))
+        out.append((name + "_count", labels, h.count))
+        out.append((name + "_sum", labels, h.sum_ms))
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from broker.metrics import summary
+from common.metrics import summary_samples
 
 
 def collect(controller, out: list[Metric], now: float) -> None:
@@ -55,6 +55,8 @@ def collect(controller, out: list[Metric], now: float) -> None:
         out.append(GaugeMetricFamily("krafty_metadata_apply_lag_records",
                                      "Committed metadata records not yet applied to this node's image",
                                      value=max(0, core.hw - 1 - image.offset)))
-    out.append(summary("kafka_controller_controllereventmanager_eventqueueprocessingtimems",
-                       "Time the controller spent computing and proposing an operation, in ms",
-                       [({}, controller.processing_times)], now))
+    name = "kafka_controller_controllereventmanager_eventqueueprocessingtimems"
+    m = Metric(name, "Time the controller spent computing and proposing an operation, in ms", "summary")
+    for sample in summary_samples(name, [({}, controller.processing_times)], now):
+        m.add_sample(*sample)
+    out.append(m)

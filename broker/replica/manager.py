@@ -159,11 +159,12 @@ class ReplicaManager:
                 lg.abort_append()  # a write still in flight belongs to the old role or epoch
                 lg.leader_epoch_cache.assign(reg.leader_epoch, lg.log_end_offset)
                 log.info("%s-%d: leader in epoch %d at offset %d, ISR %s", tp[0], tp[1], reg.leader_epoch,
-                         lg.log_end_offset, list(reg.isr))
+                         lg.log_end_offset, list(reg.isr), extra={"topic": tp[0], "partition": tp[1]})
             self.fetchers.unfollow(tp)
         elif st.make_follower(reg):
             lg.abort_append()
-            log.info("%s-%d: following %d in epoch %d", tp[0], tp[1], reg.leader, reg.leader_epoch)
+            log.info("%s-%d: following %d in epoch %d", tp[0], tp[1], reg.leader, reg.leader_epoch,
+                     extra={"topic": tp[0], "partition": tp[1]})
             self.fetchers.follow(tp, reg.leader, reg.leader_epoch, st.high_watermark)
         self._wake(tp)
 
@@ -259,7 +260,8 @@ class ReplicaManager:
             proposed = False
             for tp, part in list(self.partitions.items()):
                 if part.state.is_leader and part.state.maybe_shrink_isr(part.log.log_end_offset, now):
-                    log.info("%s-%d: proposing ISR shrink to %s", tp[0], tp[1], list(part.state.pending_alter.new_isr))
+                    log.info("%s-%d: proposing ISR shrink to %s", tp[0], tp[1], list(part.state.pending_alter.new_isr),
+                             extra={"topic": tp[0], "partition": tp[1]})
                     proposed = True
             if proposed:
                 self._alter_wake.set()
@@ -297,7 +299,7 @@ class ReplicaManager:
                     if st.on_isr_committed(reg, part.log.log_end_offset, req):
                         self._wake((st.topic, st.partition))
                     log.info("%s-%d: ISR now %s (partition epoch %d)", st.topic, st.partition, list(st.isr),
-                             st.partition_epoch)
+                             st.partition_epoch, extra={"topic": st.topic, "partition": st.partition})
                 else:
                     resend |= bool(st.on_alter_partition_error(ErrorCode(code), req))
                     log.info("%s-%d: AlterPartition refused: %s", st.topic, st.partition, ErrorCode(code).name)

@@ -155,11 +155,14 @@ class ReplicaManager:
         part = self._partition(image, tp, tid)
         lg, st = part.log, part.state
         if leader:
+            isr_before = len(st.isr) if st.is_leader else None
             if st.make_leader(reg, lg.log_end_offset, now):
                 lg.abort_append()  # a write still in flight belongs to the old role or epoch
                 lg.leader_epoch_cache.assign(reg.leader_epoch, lg.log_end_offset)
                 log.info("%s-%d: leader in epoch %d at offset %d, ISR %s", tp[0], tp[1], reg.leader_epoch,
                          lg.log_end_offset, list(reg.isr), extra={"topic": tp[0], "partition": tp[1]})
+            elif isr_before is not None:  # still the leader: the controller changed the ISR (a fenced follower)
+                self._count_isr_change(isr_before, len(st.isr))
             self.fetchers.unfollow(tp)
         elif st.make_follower(reg):
             lg.abort_append()

@@ -27,7 +27,7 @@ def bucket_of(us: int) -> int:
     """The bucket of a duration in whole microseconds."""
     if us < _EXACT:
         return us if us > 0 else 0
-    b = us.bit_length()
+    b = us.bit_length()  # 8 buckets per power of two: the top 4 bits of the duration
     if b > _MAX_BITS:
         return NUM_BUCKETS - 1
     return _EXACT + (b - 5) * _SUB + ((us >> (b - 4)) & 7)

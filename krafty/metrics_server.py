@@ -110,6 +110,7 @@ class MetricsServer:
             collector(registry=self._process)
         self._server: asyncio.base_events.Server | None = None
         self.scrapes = 0
+        self.last_collect_s = self.last_render_s = 0.0  # the previous scrape's cost (on the loop / in a thread)
 
     async def start(self) -> None:
         try:
@@ -146,13 +147,21 @@ class MetricsServer:
             from raft.metrics import collect as raft_collect
             raft_collect(node.metadata_log, out)
         self.probe.collect(out, now, node.controller is not None)
+        out.append(GaugeMetricFamily("krafty_metrics_collect_seconds", "Time the previous scrape held the event loop "
+                                     "(reading the metrics)", value=self.last_collect_s))
+        out.append(GaugeMetricFamily("krafty_metrics_render_seconds", "Time the previous scrape took to render the "
+                                     "text format (in a thread)", value=self.last_render_s))
         out += self._process.collect()
         return out
 
     async def render(self) -> bytes:
+        t0 = self.clock.monotonic()
         families = self.collect()
+        t1 = self.clock.monotonic()
         self.scrapes += 1
-        return await asyncio.get_running_loop().run_in_executor(None, generate_latest, _Families(families))
+        text = await asyncio.get_running_loop().run_in_executor(None, generate_latest, _Families(families))
+        self.last_collect_s, self.last_render_s = t1 - t0, self.clock.monotonic() - t1
+        return text
 
     def health(self) -> tuple[bool, str]:
         failure = self.node.failed()

@@ -50,7 +50,8 @@ E = ErrorCode
 # client's or the cluster's normal life, not a broker failure)
 _EXPECTED_PRODUCE_ERRORS = frozenset({E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_LEADER_OR_FOLLOWER, E.MESSAGE_TOO_LARGE,
                                       E.RECORD_LIST_TOO_LARGE, E.CORRUPT_MESSAGE, E.KAFKA_STORAGE_ERROR})
-_NOT_PRODUCE_ATTEMPTS = frozenset({E.INVALID_REQUIRED_ACKS, E.INVALID_TOPIC_EXCEPTION})
+_NOT_PRODUCE_ATTEMPTS = frozenset({E.INVALID_REQUIRED_ACKS, E.INVALID_TOPIC_EXCEPTION, E.TOPIC_AUTHORIZATION_FAILED,
+                                   E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
 _REJECTED_BYTES = frozenset({E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE})
 _EXPECTED_FETCH_ERRORS = frozenset({E.UNKNOWN_TOPIC_OR_PARTITION, E.UNKNOWN_TOPIC_ID, E.NOT_LEADER_OR_FOLLOWER,
                                     E.UNKNOWN_LEADER_EPOCH, E.FENCED_LEADER_EPOCH, E.REPLICA_NOT_AVAILABLE,
@@ -69,12 +70,12 @@ class RequestStats:
         self.errors: dict[int, int] = {}  # ErrorsPerSec{error}
         self.hists = tuple(Histogram(window_s, now) for _ in TIMES)
 
-    def record(self, version: int, *times: float) -> None:
+    def record(self, version: int, times: tuple[float, ...]) -> None:
         """One request's times, in TIMES order (seconds). Histogram.record inlined: this runs
         for every request."""
         v = self.versions
         v[version] = v.get(version, 0) + 1
-        for h, t in zip(self.hists, times, strict=True):
+        for h, t in zip(self.hists, times):  # noqa: B905 - both have len(TIMES) items; strict costs per request
             h.count += 1
             h.sum += t
             us = int(t * 1_000_000)
@@ -123,6 +124,7 @@ class BrokerMetrics:
         self.topics: dict[str, TopicStats] = {}
         self.retired = TopicStats()  # counts of deleted topics: the all-topics totals never go down
         self.replication_bytes_out = 0
+        self.produce_errors = self.stats_of(ApiKey.PRODUCE).errors  # counted per partition by the produce hooks
         self.broker = None  # broker.broker.Broker, read when scraped
 
     # --- events (hot path) -----------------------------------------------------------------------
@@ -147,12 +149,12 @@ class BrokerMetrics:
         if st is None:
             st = self.stats_of(key)
         remote = ctx.parked
-        throttle = ctx.throttle_ms / 1000
-        args = (h.api_version, dispatched - start, max(handled - dispatched - remote, 0.0), remote, throttle,
-                sent - handled, sent - start)
-        st.record(*args)
+        local = handled - dispatched - remote
+        times = (dispatched - start, local if local > 0 else 0.0, remote, ctx.throttle_ms / 1000, sent - handled,
+                 sent - start)
+        st.record(h.api_version, times)
         if key == ApiKey.FETCH:  # Kafka times fetches twice: as Fetch and as FetchConsumer or FetchFollower
-            (self.fetch_follower if ctx.from_follower else self.fetch_consumer).record(*args)
+            (self.fetch_follower if ctx.from_follower else self.fetch_consumer).record(h.api_version, times)
 
     def count_errors(self, key: int, response) -> None:
         """ErrorsPerSec: every error code of a response (NONE included), as Kafka's errorCounts."""
@@ -160,6 +162,9 @@ class BrokerMetrics:
         _count_errors(response, errors)
 
     def produced(self, topic: str, nbytes: int, records: int) -> None:
+        """A partition of a produce request appended (its NONE counted here, not by count_errors)."""
+        errors = self.produce_errors
+        errors[0] = errors.get(0, 0) + 1
         ts = self.topics.get(topic) or self.topic(topic)
         ts.total_produce += 1
         ts.messages_in += records
@@ -168,7 +173,10 @@ class BrokerMetrics:
     def produce_failed(self, topic: str, nbytes: int, code: int) -> None:
         """A partition of a produce request refused. As in Kafka, FailedProduceRequests counts
         unexpected failures only (not a moved leader, an unknown partition, a batch too large...),
-        and requests refused before the append (bad acks, internal topic) count nowhere."""
+        and requests refused before the append (bad acks, internal topic, authorization) count
+        nowhere but in the response's error counts."""
+        errors = self.produce_errors
+        errors[code] = errors.get(code, 0) + 1
         if code in _NOT_PRODUCE_ATTEMPTS:
             return
         # an unknown topic counts in the all-topics totals only (no series per name a client invents)

@@ -159,8 +159,8 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
             return self._frame_obj(ctx, codec.error_response(key, ver, ErrorCode.UNKNOWN_SERVER_ERROR))
         if result is None:
             return None
-        if self.metrics is not None and not isinstance(result, list):
-            self.metrics.count_errors(key, result)
+        if self.metrics is not None and key != ApiKey.PRODUCE and not isinstance(result, list):
+            self.metrics.count_errors(key, result)  # (Produce and Fetch count theirs as they go)
         if isinstance(result, list):
             return [codec.response_header(key, ver, h.correlation_id), *result]
         return self._frame_obj(ctx, result if not isinstance(result, dict) else

@@ -72,7 +72,7 @@ class ProduceApis:
                         appended.append(((name, p.index), info.last_offset, min_isr, res))
                 except KafkaError as e:
                     any_error = True
-                    if self.metrics is not None and not auth_error:
+                    if self.metrics is not None:
                         self.metrics.produce_failed(name, len(p.records) if p.records is not None else 0, e.code)
                     res["error_code"] = e.code
                     res["error_message"] = e.message

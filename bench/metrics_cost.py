@@ -100,7 +100,9 @@ def scrape_cmd(args) -> None:
         try:
             node.start()
             admin = AdminClient({"bootstrap.servers": node.bootstrap})  # must outlive its futures
-            admin.create_topics([NewTopic("many", args.partitions, 1)], operation_timeout=120)["many"].result(180)
+            half = args.partitions // 2  # one operation writes at most 10,000 records (a topic + its partitions)
+            for name, n in (("many-a", half), ("many-b", args.partitions - half)):
+                admin.create_topics([NewTopic(name, n, 1)], operation_timeout=120)[name].result(180)
             url = f"http://127.0.0.1:{mport}/metrics"
 
             def logs() -> int:

@@ -219,7 +219,7 @@ class _Validator:
                 raise _TooMuchForTheLoop from None  # too large for the loop, or bad: the pool tells which
         else:
             data = _section(h, raw, self.limit)
-        scan = scan_records(data, h.records_count, fields=self.compact)
+        scan = scan_records(data, h.records_count, keys=self.compact)
         errors: list[tuple[int, str]] = []
         if self.compact and scan.null_keys:
             msg = f"Compacted topic cannot accept message without key in topic partition {self.tp}."

@@ -100,13 +100,19 @@ cdef inline int varint64(const unsigned char* d, Py_ssize_t* pos, Py_ssize_t lim
 
 
 cdef inline int field32(const unsigned char* d, Py_ssize_t* pos, Py_ssize_t limit, int32_t* out) noexcept nogil:
-    """``varint32`` with the one-byte case inline (most lengths and offset deltas)."""
+    """``varint32`` with the one- and two-byte cases inline (most lengths and offset deltas)."""
     cdef Py_ssize_t p = pos[0]
-    cdef uint32_t b
-    if p < limit:
+    cdef uint32_t b, c
+    if p + 1 < limit:
         b = d[p]
         if b < 0x80:
             pos[0] = p + 1
+            out[0] = <int32_t>((b >> 1) ^ (<uint32_t>0 - (b & 1)))
+            return 0
+        c = d[p + 1]
+        if c < 0x80:
+            b = (b & 0x7F) | (c << 7)
+            pos[0] = p + 2
             out[0] = <int32_t>((b >> 1) ^ (<uint32_t>0 - (b & 1)))
             return 0
     return varint32(d, pos, limit, out)
@@ -147,7 +153,12 @@ cdef int walk(const unsigned char* d, Py_ssize_t end, Py_ssize_t count, int32_t*
             return fail(w, LENGTH, length, end - pos)
         rend = pos + length
         p = pos + 1  # after the attributes
-        e = varint64(d, &p, rend, &ts)
+        if d[p] < 0x80:  # a one-byte timestampDelta (p < rend: the record has at least 6 bytes)
+            ts = <int64_t>((d[p] >> 1) ^ (0 - (d[p] & 1)))
+            p += 1
+            e = 0
+        else:
+            e = varint64(d, &p, rend, &ts)
         if e:
             return fail(w, VARINT, 10, 0) if e == TOO_LONG else fail(w, FIELD_PAST, length, 0)
         if ts < w.tmin:

@@ -33,6 +33,21 @@ def test_the_compiled_walker_is_built_and_used():
     assert scan_records is scan_records_compiled
 
 
+def test_without_the_extension_the_python_walker_is_used_and_says_why(monkeypatch):
+    import broker.log
+    monkeypatch.setitem(sys.modules, "broker.log._records", None)  # as if it were not built
+    monkeypatch.delattr(broker.log, "_records")
+    compiled, why = record_walk._load_compiled()
+    assert compiled is None and why.startswith("not built") and "pip install -e ." in why
+
+
+def test_a_stale_extension_is_not_used(monkeypatch):
+    from broker.log import _records
+    monkeypatch.setattr(_records, "VERSION", _records.VERSION + 1)
+    compiled, why = record_walk._load_compiled()
+    assert compiled is None and "rebuild it" in why
+
+
 def outcome(walker, data, count, keys):
     try:
         return walker(data, count, keys=keys)
@@ -126,7 +141,7 @@ def mutated(draw):
     return bytes(data), count
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sections(), st.booleans())
 def test_walkers_accept_valid_sections_and_report_what_they_hold(sec, keys):
     rs, data = sec
@@ -140,7 +155,7 @@ def test_walkers_accept_valid_sections_and_report_what_they_hold(sec, keys):
     assert timestamp_deltas(data, len(rs)) == [r["ts"] for r in rs]
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated(), st.booleans())
 def test_compiled_and_python_walkers_agree_on_mutated_sections(case, keys):
     data, count = case

@@ -6,7 +6,9 @@ install goes on without it and produce validation uses the Python walker
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-setup(ext_modules=cythonize(
-    [Extension("broker.log._records", ["broker/log/_records.pyx"], optional=True,
-               extra_compile_args=["-O2"])],
-    compiler_directives={"language_level": 3}))
+extensions = cythonize([Extension("broker.log._records", ["broker/log/_records.pyx"], extra_compile_args=["-O2"])],
+                       compiler_directives={"language_level": 3})
+for ext in extensions:
+    ext.optional = True  # (cythonize does not carry it over from the Extension it is given)
+
+setup(ext_modules=extensions)

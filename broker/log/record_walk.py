@@ -20,12 +20,10 @@ tests/unit/log/test_record_walk.py checks that with hypothesis.
 
 from __future__ import annotations
 
-import logging
+import importlib
 from dataclasses import dataclass
 
 from common.errors import ErrorCode, KafkaError
-
-log = logging.getLogger(__name__)
 
 MIN_RECORD_BODY = 6  # attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount
 MIN_RECORD_SIZE = 1 + MIN_RECORD_BODY  # with its length varint
@@ -291,10 +289,13 @@ _COMPILED_VERSION = 1  # the _records.VERSION this module's contract matches
 
 def _load_compiled():
     """The compiled module, or None with the reason it is not used."""
+    name = f"{__package__}._records"
     try:
-        from . import _records
+        _records = importlib.import_module(name)
     except ImportError as e:
-        return None, f"not built ({e}; `pip install -e .` builds it where a C compiler is present)"
+        if isinstance(e, ModuleNotFoundError) and e.name == name:
+            return None, "not built (`pip install -e .` builds it where a C compiler and Python's headers are)"
+        return None, f"not loadable ({e}): rebuild it with `pip install -e .`"
     if getattr(_records, "VERSION", None) != _COMPILED_VERSION:
         return None, (f"{_records.__file__} is version {getattr(_records, 'VERSION', None)}, not "
                       f"{_COMPILED_VERSION}: rebuild it with `pip install -e .`")

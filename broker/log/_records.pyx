@@ -49,54 +49,52 @@ cdef struct Walk:
     Py_ssize_t nnull
 
 
-cdef inline int varint32(const unsigned char* d, Py_ssize_t* pos, Py_ssize_t limit, int32_t* out) noexcept nogil:
-    """Kafka's ByteUtils.readVarint: at most 5 bytes, bits past the 32nd dropped, zig-zag."""
+ctypedef fused uint_t:
+    uint32_t
+    uint64_t
+
+
+cdef inline int uvarint(const unsigned char* d, Py_ssize_t* pos, Py_ssize_t limit, uint_t* out) noexcept nogil:
+    """Kafka's ByteUtils.readUnsignedVarint (uint32_t: at most 5 bytes) or readUnsignedVarlong
+    (uint64_t: at most 10), the bits of the last byte past the type's width dropped."""
+    cdef int last = 28 if uint_t is uint32_t else 63
     cdef Py_ssize_t p = pos[0]
-    cdef uint32_t raw = 0
-    cdef uint32_t b
+    cdef uint_t raw = 0
+    cdef uint_t b
     cdef int shift = 0
     while True:
         if p >= limit:
             return SHORT
         b = d[p]
         p += 1
-        if shift == 28:
+        if shift == last:
             if b & 0x80:
                 return TOO_LONG
-            raw |= b << 28
+            raw |= b << last
             break
         raw |= (b & 0x7F) << shift
         if b < 0x80:
             break
         shift += 7
     pos[0] = p
-    out[0] = <int32_t>((raw >> 1) ^ (<uint32_t>0 - (raw & 1)))
+    out[0] = raw
     return 0
+
+
+cdef inline int varint32(const unsigned char* d, Py_ssize_t* pos, Py_ssize_t limit, int32_t* out) noexcept nogil:
+    """Kafka's ByteUtils.readVarint: zig-zag of ``uvarint``."""
+    cdef uint32_t raw = 0
+    cdef int e = uvarint(d, pos, limit, &raw)
+    out[0] = <int32_t>((raw >> 1) ^ (<uint32_t>0 - (raw & 1)))
+    return e
 
 
 cdef inline int varint64(const unsigned char* d, Py_ssize_t* pos, Py_ssize_t limit, int64_t* out) noexcept nogil:
-    """Kafka's ByteUtils.readVarlong: at most 10 bytes, bits past the 64th dropped, zig-zag."""
-    cdef Py_ssize_t p = pos[0]
+    """Kafka's ByteUtils.readVarlong: zig-zag of ``uvarint``."""
     cdef uint64_t raw = 0
-    cdef uint64_t b
-    cdef int shift = 0
-    while True:
-        if p >= limit:
-            return SHORT
-        b = d[p]
-        p += 1
-        if shift == 63:
-            if b & 0x80:
-                return TOO_LONG
-            raw |= b << 63
-            break
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-    pos[0] = p
+    cdef int e = uvarint(d, pos, limit, &raw)
     out[0] = <int64_t>((raw >> 1) ^ (<uint64_t>0 - (raw & 1)))
-    return 0
+    return e
 
 
 cdef inline int field32(const unsigned char* d, Py_ssize_t* pos, Py_ssize_t limit, int32_t* out) noexcept nogil:

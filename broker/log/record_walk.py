@@ -93,8 +93,10 @@ class _TooLong(Exception):
     """A varint longer than Kafka reads (args: the most bytes allowed)."""
 
 
-def varint(buf, pos: int, limit: int) -> tuple[int, int]:
-    """The int32 varint at ``pos`` (at most 5 bytes, all before ``limit``) -> (value, next pos)."""
+def _zigzag(buf, pos: int, limit: int, bits: int) -> tuple[int, int]:
+    """The zig-zag varint of ``bits`` (32 or 64) at ``pos``, all of it before ``limit``: at most
+    (bits + 6) // 7 bytes, the bits of its last byte past ``bits`` dropped -> (value, next pos)."""
+    last = bits // 7 * 7  # the shift of the last byte allowed: 28 or 63
     raw = 0
     shift = 0
     while True:
@@ -102,43 +104,37 @@ def varint(buf, pos: int, limit: int) -> tuple[int, int]:
             raise _Short
         b = buf[pos]
         pos += 1
-        if shift == 28:
+        if shift == last:
             if b & 0x80:
-                raise _TooLong(5)
-            raw = (raw | (b << 28)) & 0xFFFFFFFF
+                raise _TooLong(last // 7 + 1)
+            raw = (raw | (b << last)) & ((1 << bits) - 1)
             break
         raw |= (b & 0x7F) << shift
         if b < 0x80:
             break
         shift += 7
     return (raw >> 1) ^ -(raw & 1), pos
+
+
+def varint(buf, pos: int, limit: int) -> tuple[int, int]:
+    """The int32 varint at ``pos`` (at most 5 bytes, all before ``limit``) -> (value, next pos)."""
+    if pos < limit:
+        b = buf[pos]
+        if b < 0x80:  # the common one-byte case first
+            return (b >> 1) ^ -(b & 1), pos + 1
+    return _zigzag(buf, pos, limit, 32)
 
 
 def varlong(buf, pos: int, limit: int) -> tuple[int, int]:
     """The int64 varlong at ``pos`` (at most 10 bytes, all before ``limit``) -> (value, next pos)."""
-    raw = 0
-    shift = 0
-    while True:
-        if pos >= limit:
-            raise _Short
-        b = buf[pos]
-        pos += 1
-        if shift == 63:
-            if b & 0x80:
-                raise _TooLong(10)
-            raw = (raw | (b << 63)) & 0xFFFFFFFFFFFFFFFF
-            break
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-    return (raw >> 1) ^ -(raw & 1), pos
+    return _zigzag(buf, pos, limit, 64)
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
-    """``varint`` bounded by the end of ``buf``: IndexError past it, INVALID_RECORD when too long."""
+def read_varint(buf, pos: int, bits: int = 32) -> tuple[int, int]:
+    """``varint`` (``varlong`` with ``bits=64``) bounded by the end of ``buf``: IndexError past it,
+    INVALID_RECORD when too long."""
     try:
-        return varint(buf, pos, len(buf))
+        return _zigzag(buf, pos, len(buf), bits)
     except _Short:
         raise IndexError(pos) from None
     except _TooLong as e:
@@ -146,13 +142,7 @@ def read_varint(buf, pos: int) -> tuple[int, int]:
 
 
 def read_varlong(buf, pos: int) -> tuple[int, int]:
-    """``varlong`` bounded by the end of ``buf``, as ``read_varint``."""
-    try:
-        return varlong(buf, pos, len(buf))
-    except _Short:
-        raise IndexError(pos) from None
-    except _TooLong as e:
-        raise KafkaError(ErrorCode.INVALID_RECORD, f"varlong longer than {e.args[0]} bytes in a record") from None
+    return read_varint(buf, pos, 64)
 
 
 # --- the Python reference walker ---------------------------------------------------------------
@@ -179,20 +169,7 @@ def scan_records_py(data, count: int, *, keys: bool = False) -> RecordScan:
     try:
         for i in range(count):
             length = -1
-            # One- and two-byte varints inline (the common lengths); a byte past the bound reads
-            # as 0x80, which sends the read to ``varint`` to be refused there.
-            b = data[pos] if pos < end else 0x80
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                c = data[pos + 1] if pos + 1 < end else 0x80
-                if c < 0x80:
-                    b = (b & 0x7F) | (c << 7)
-                    length = (b >> 1) ^ -(b & 1)
-                    pos += 2
-                else:
-                    length, pos = varint(data, pos, end)
+            length, pos = varint(data, pos, end)
             if length < MIN_RECORD_BODY or length > end - pos:
                 raise _Refused(LENGTH, length, end - pos)
             rend = pos + length
@@ -201,26 +178,10 @@ def scan_records_py(data, count: int, *, keys: bool = False) -> RecordScan:
                 tmin = ts
             if ts > tmax:
                 tmax = ts
-            b = data[p] if p < rend else 0x80
-            if b < 0x80:
-                off = (b >> 1) ^ -(b & 1)
-                p += 1
-            else:
-                off, p = varint(data, p, rend)
+            off, p = varint(data, p, rend)
             if off != i:
                 in_order = False
-            b = data[p] if p < rend else 0x80
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                p += 1
-            else:
-                c = data[p + 1] if p + 1 < rend else 0x80
-                if c < 0x80:
-                    b = (b & 0x7F) | (c << 7)
-                    n = (b >> 1) ^ -(b & 1)
-                    p += 2
-                else:
-                    n, p = varint(data, p, rend)
+            n, p = varint(data, p, rend)  # key
             if n < 0:
                 if keys:
                     null_keys.append(i)
@@ -228,18 +189,7 @@ def scan_records_py(data, count: int, *, keys: bool = False) -> RecordScan:
                 raise _Short
             else:
                 p += n
-            b = data[p] if p < rend else 0x80
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                p += 1
-            else:
-                c = data[p + 1] if p + 1 < rend else 0x80
-                if c < 0x80:
-                    b = (b & 0x7F) | (c << 7)
-                    n = (b >> 1) ^ -(b & 1)
-                    p += 2
-                else:
-                    n, p = varint(data, p, rend)
+            n, p = varint(data, p, rend)  # value
             if n >= 0:
                 if n > rend - p:
                     raise _Short

@@ -244,6 +244,7 @@ KEYS: dict[str, Key] = {
         Key("group.max.size", _int, 2**31 - 1, min=1),
         Key("transaction.state.log.replication.factor", _int, 3, min=1),
         Key("transaction.state.log.min.isr", _int, 2, min=1),
+        Key("transaction.partition.verification.enable", _bool, True),
         # network
         Key("socket.request.max.bytes", _int, 100 * 1024 * 1024, min=1),
         # bytes of all requests being read or handled (broker/memory_pool.py); <= 0: unbounded

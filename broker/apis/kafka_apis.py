@@ -16,6 +16,7 @@ from broker.apis.metadata_apis import MetadataApis
 from broker.apis.offset_apis import OffsetApis
 from broker.apis.produce_apis import CloseConnection, ProduceApis
 from broker.apis.producer_apis import ProducerApis, ProducerIdAllocator
+from broker.apis.txn_data_apis import TxnDataApis
 from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupCoordinator
 from broker.protocol import codec
@@ -75,6 +76,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         # the group coordinator (broker/group) and its handlers (broker/apis/group_apis.py)
         self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller)
         self.handlers.update(GroupApis(self, self.group_coordinator).handlers())
+        self.handlers.update(TxnDataApis(self).handlers())  # WriteTxnMarkers, DescribeProducers
         # authorization (authorizer.class.name; None = every request allowed) and the ACL/quota APIs
         self.authorizer = make_authorizer(config)
         if self.authorizer is not None:

@@ -20,7 +20,16 @@ import uuid
 from broker.group import records as rec
 from broker.group.shard import GroupShard
 from broker.group.state import Effects, GroupConfig, Write
-from broker.log.batch import CONTROL_BIT, Record, build_batch, decode_records, parse_batches, records_limit
+from broker.log.batch import (
+    Record,
+    build_batch,
+    build_end_txn_marker,
+    decode_records,
+    parse_batches,
+    read_end_txn_marker,
+    records_limit,
+)
+from broker.log.producer_state import COORDINATOR
 from common.errors import ErrorCode, KafkaError
 from metadata.controller_api import NewTopic
 
@@ -34,15 +43,19 @@ def now_ms() -> int:
 
 
 def _decode_batches(data: bytes, headers, limit: int, pid: int, file_position: int,
-                    segment: int) -> list[list[Record]]:
-    """The records of the batches read while loading; a batch that cannot be decoded is
-    skipped with an error naming where it is (the rest of the partition still loads)."""
-    out = []
+                    segment: int) -> list[tuple[object, list[Record] | object]]:
+    """(header, records) of the batches read while loading, (header, marker) of transaction
+    markers; a batch that cannot be decoded is skipped with an error naming where it is (the
+    rest of the partition still loads)."""
+    out: list = []
     for h in headers:
-        if h.attributes & CONTROL_BIT:
-            continue
         try:
-            out.append(decode_records(data[h.pos:h.pos + h.size], limit))
+            if h.is_control:
+                marker = read_end_txn_marker(data[h.pos:h.pos + h.size], limit)
+                if marker is not None:
+                    out.append((h, marker))
+                continue
+            out.append((h, decode_records(data[h.pos:h.pos + h.size], limit)))
         except KafkaError as e:
             log.error("%s-%d: skipping the undecodable record batch at offsets %d-%d (position %d of segment %d): %s",
                       OFFSETS_TOPIC, pid, h.base_offset, h.last_offset, file_position + h.pos, segment, e.message)
@@ -182,10 +195,14 @@ class GroupCoordinator:
                 batches = await asyncio.to_thread(_decode_batches, data, headers, records_limit(
                     lg.config.max_message_bytes), pid, sl.position, sl.segment_base_offset)
                 now = now_ms()
-                for records in batches:
+                for h, records in batches:
+                    if h.is_control:  # a transaction marker: its pending offsets commit or go
+                        shard.replay_end_txn(h.producer_id, records.commit, now)
+                        continue
+                    txn_pid = h.producer_id if h.is_transactional else -1
                     for r in records:
                         try:
-                            shard.replay(r.key, r.value, now)
+                            shard.replay(r.key, r.value, now, r.offset, txn_pid)
                             n += 1
                         except (rec.RecordFormatError, ValueError) as e:
                             bad += 1
@@ -264,7 +281,10 @@ class GroupCoordinator:
             part = self.replicas.leader_partition((OFFSETS_TOPIC, pid))
             if part.state.leader_epoch != slot.epoch:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            batch = build_batch([Record(i, now, k, v, []) for i, (k, v) in enumerate(w.records)], base_offset=0)
+            txn = w.producer_id >= 0
+            batch = build_batch([Record(i, now, k, v, []) for i, (k, v) in enumerate(w.records)], base_offset=0,
+                                producer_id=w.producer_id, producer_epoch=w.producer_epoch,
+                                base_sequence=0 if txn else -1, transactional=txn)
             if len(batch) > part.log.config.max_message_bytes:
                 raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE)
             headers = parse_batches(batch)
@@ -272,7 +292,13 @@ class GroupCoordinator:
             code = part.state.can_append_acks_all(min_isr)
             if code != ErrorCode.NONE:
                 raise KafkaError(code)
-            info = self.replicas.append(part, batch, headers)
+            if txn:  # the producer's epoch and its KIP-890 verification are checked by the log
+                info = self.replicas.append(part, batch, headers, origin=COORDINATOR,
+                                            verification_guard=w.verification_guard,
+                                            require_verification=self.replicas.verification_enabled)
+            else:
+                info = self.replicas.append(part, batch, headers)
+            w.base_offset = info.first_offset
         except KafkaError as e:
             err = map_append_error(e.code, offsets)
             log.info("%s-%d: group coordinator append failed: %s", OFFSETS_TOPIC, pid, ErrorCode(e.code).name)
@@ -290,29 +316,57 @@ class GroupCoordinator:
 
     async def _await_commit(self, pid: int, epoch: int, last_offset: int, min_isr: int, w: Write, offsets: bool,
                             done: asyncio.Future) -> None:
-        tp = (OFFSETS_TOPIC, pid)
-        deadline = time.monotonic() + self.commit_timeout_ms / 1000
-        err = ErrorCode.NONE
+        err = ErrorCode.UNKNOWN_SERVER_ERROR
         try:
-            while True:
-                part = self.replicas.partitions.get(tp)
-                if part is None or not part.state.is_leader or part.state.leader_epoch != epoch:
-                    err = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                    break
-                res = part.state.acks_all_result(last_offset, min_isr)
-                if res is not None:
-                    err = res
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    err = ErrorCode.REQUEST_TIMED_OUT
-                    break
-                await self.replicas.wait_for_data([tp], left)
+            err = await self._await_hw(pid, epoch, last_offset, min_isr, self.commit_timeout_ms)
         finally:
             err = map_append_error(err, offsets) if err else ErrorCode.NONE
             self._reply_all(w.replies, err)
             if not done.done():
                 done.set_result(err)
+
+    async def _await_hw(self, pid: int, epoch: int, last_offset: int, min_isr: int, timeout_ms: int) -> int:
+        """acks=all for our own append: NONE once the high watermark passes ``last_offset``."""
+        tp = (OFFSETS_TOPIC, pid)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            part = self.replicas.partitions.get(tp)
+            if part is None or not part.state.is_leader or part.state.leader_epoch != epoch:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            res = part.state.acks_all_result(last_offset, min_isr)
+            if res is not None:
+                return res
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return ErrorCode.REQUEST_TIMED_OUT
+            await self.replicas.wait_for_data([tp], left)
+
+    async def complete_transaction(self, pid: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                                   commit: bool, transaction_version: int, timeout_ms: int) -> int:
+        """WriteTxnMarkers for our partition ``pid``: the marker is written by the coordinator
+        itself, so that its pending transactional offsets commit or go in the same order as the
+        log (Kafka 4's GroupCoordinator.completeTransaction). Returns the partition's error
+        code; a partition not loaded here answers NOT_LEADER_OR_FOLLOWER (the transaction
+        coordinator retries)."""
+        slot = self.slots.get(pid)
+        if slot is None or slot.shard is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        try:
+            part = self.replicas.leader_partition((OFFSETS_TOPIC, pid))
+            if part.state.leader_epoch != slot.epoch:
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            min_isr = self.replicas.min_insync_replicas(self.loader.image, OFFSETS_TOPIC)
+            code = part.state.can_append_acks_all(min_isr)
+            if code != ErrorCode.NONE:
+                raise KafkaError(code)
+            batch = build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms())
+            info = self.replicas.append(part, batch, parse_batches(batch), origin=COORDINATOR,
+                                        transaction_version=transaction_version)
+        except KafkaError as e:
+            return e.code
+        slot.shard.replay_end_txn(producer_id, commit, now_ms())
+        self._kick()
+        return await self._await_hw(pid, slot.epoch, info.last_offset, min_isr, timeout_ms)
 
     @staticmethod
     def _reply_all(replies, err: int) -> None:

@@ -775,10 +775,11 @@ def build_batch(records: list[Record], *, base_offset: int | None = None, last_o
                 compression: int = 0, timestamp_type: int = 0, producer_id: int = NO_PRODUCER_ID,
                 producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE, transactional: bool = False,
                 control: bool = False, partition_leader_epoch: int = -1, base_timestamp: int | None = None,
-                max_timestamp: int | None = None) -> bytearray:
+                max_timestamp: int | None = None, delete_horizon: bool = False) -> bytearray:
     """Encode a v2 batch. Record offsets are absolute (gaps allowed, as after compaction);
     ``base_offset`` defaults to the first record's. With LogAppendTime pass the append
-    time as ``max_timestamp``."""
+    time as ``max_timestamp``. ``delete_horizon`` (KIP-534): ``base_timestamp`` is the time
+    after which the log cleaner may remove the batch's tombstones or marker."""
     if not records and (base_offset is None or last_offset_delta is None):
         raise ValueError("an empty batch needs base_offset and last_offset_delta")
     base = records[0].offset if base_offset is None else base_offset
@@ -789,7 +790,8 @@ def build_batch(records: list[Record], *, base_offset: int | None = None, last_o
     lod = (records[-1].offset - base) if last_offset_delta is None else last_offset_delta
     max_ts = max((r.timestamp for r in records), default=base_ts) if max_timestamp is None else max_timestamp
     attributes = (compression | (TIMESTAMP_TYPE_BIT if timestamp_type else 0)
-                  | (TRANSACTIONAL_BIT if transactional else 0) | (CONTROL_BIT if control else 0))
+                  | (TRANSACTIONAL_BIT if transactional else 0) | (CONTROL_BIT if control else 0)
+                  | (DELETE_HORIZON_BIT if delete_horizon else 0))
     return assemble_batch(base, partition_leader_epoch, attributes, lod, base_ts, max_ts, producer_id,
                           producer_epoch, base_sequence, len(records), body)
 

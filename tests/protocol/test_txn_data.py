@@ -251,3 +251,28 @@ async def test_txn_offset_commit_fencing_and_verification(node, coordinator):
     coordinator.errors[(TXN_ID, "__consumer_offsets", node.broker.apis.group_coordinator.partition_for(group))] = \
         ErrorCode.INVALID_TXN_STATE
     assert await _txn_commit(node, group, A, 0, 1) == ErrorCode.INVALID_TXN_STATE
+
+
+async def test_acls_of_the_data_plane_apis(tmp_path):
+    """Kafka's checks, with an authorizer and no ACLs (User:ANONYMOUS may do nothing):
+    ClusterAction for WriteTxnMarkers, Read on the topic for DescribeProducers, Write on the
+    transactional id for transactional Produce and TxnOffsetCommit."""
+    from tests.protocol.conftest import start_node
+
+    node = await start_node(tmp_path, authorizer_class_name="org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+    try:
+        await create_topic(node, "t", {})
+        assert await write_markers(node.port, [(A, 0, True, 0, [("t", 0)])]) == {
+            (A, "t", 0): ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+        c = await RawClient.connect(node.port)
+        try:
+            resp = await c.call(ApiKey.DESCRIBE_PRODUCERS, 0, codec.build(
+                codec.request_type(ApiKey.DESCRIBE_PRODUCERS, 0), {"topics": [{"name": "t", "partition_indexes": [0]}]}))
+        finally:
+            c.close()
+        assert int(resp.topics[0].partitions[0].error_code) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        r = await produce(node.port, "t", txn_batch(A, 0, 0, [b"a"]))
+        assert r.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert await _txn_commit(node, "g", A, 0, 1) == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    finally:
+        await node.stop()

@@ -379,6 +379,8 @@ def _swap(lg, seg: LogSegment, cleaned: str, txn_index: list[AbortedTxn]) -> Non
     new, _ = LogSegment.open(lg.path, seg.base_offset, recover=True, index_interval_bytes=seg.index_interval_bytes,
                              index_max_bytes=lg.config.segment_index_bytes, created_ms=seg.created_ms)
     new.txn_index.replace(txn_index)  # the aborted transactions whose markers it kept
+    if txn_index:
+        lg.any_aborted = True
     new.txn_stale = False
     segs = list(lg.segments)
     i = segs.index(seg)

@@ -284,6 +284,9 @@ class Log:
         self._turn: asyncio.Lock | None = None  # orders async appends
         self._damage: CorruptBatchError | None = None  # the lowest known batch that does not parse
         self.recovery_point_lowered = False  # a truncation moved it down: checkpoint it soon
+        # some segment may hold aborted transactions (set when one is indexed; cleared only by a
+        # new open): read_committed fetches of a log that never saw an abort skip the index scan
+        self.any_aborted = False
 
     # =====================================================================================
     # opening and recovery
@@ -329,6 +332,7 @@ class Log:
         log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
         log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
         log._rebuild_producer_state()
+        log.any_aborted = any(s.txn_index.entries for s in log.segments)
         log.last_flush_ms = now_ms
         return log
 
@@ -498,6 +502,7 @@ class Log:
         ps = self.producer_state
         try:
             if seg is not None and txn.aborted:
+                self.any_aborted = True
                 seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
                                                 ps.lso_for_completed(txn)))
         except OSError as e:  # the entry is kept in memory (reads use it) and written with the next one
@@ -911,7 +916,10 @@ class Log:
 
     def has_aborted_transactions(self, from_offset: int) -> bool:
         """Does any segment from the one holding ``from_offset`` on have aborted transactions?"""
-        return any(s.txn_index.entries for s in self.segments[self._segment_index_for(from_offset):])
+        if not self.any_aborted:
+            return False
+        segs = self.segments
+        return any(segs[i].txn_index.entries for i in range(self._segment_index_for(from_offset), len(segs)))
 
     def fetch_upper_bound(self, sl: ReadSlice) -> int:
         """An offset at or above every offset in the region ``sl``: the first offset index entry

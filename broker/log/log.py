@@ -896,8 +896,11 @@ class Log:
     # --- transactions ---------------------------------------------------------------------
     def last_stable_offset(self, high_watermark: int) -> int:
         """LSO: the first offset of the earliest transaction still open, or completed with its
-        marker not yet below ``high_watermark``; the high watermark when there is none."""
-        return self.producer_state.last_stable_offset(high_watermark)
+        marker not yet below ``high_watermark``; the high watermark when there is none. Never
+        below the log start (retention or DeleteRecords may have taken a transaction's start,
+        as in Kafka's maybeIncrementFirstUnstableOffset)."""
+        lso = self.producer_state.last_stable_offset(high_watermark)
+        return lso if lso >= self._log_start_offset else min(self._log_start_offset, high_watermark)
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [fetch_offset, upper_bound), from the transaction

@@ -281,3 +281,13 @@ def test_replicated_stale_marker_is_applied_not_refused(tmp_path):
         log.producer_state.check_client_batches([h], origin=COORDINATOR, marker_of=lambda _h: read_end_txn_marker(buf))
     assert log.producer_state.apply_batch(h, read_end_txn_marker(buf)) is not None
     assert log.producer_state.producers[A].current_txn_first_offset == -1
+
+
+def test_lso_is_never_below_the_log_start(tmp_path):
+    log = open_log(tmp_path, cfg(segment_bytes=200))
+    txn(log, A, 0)                      # 0: stays open
+    for _ in range(4):
+        plain(log)
+    assert log.last_stable_offset(5) == 0
+    log.delete_records_before(3)        # DeleteRecords past the transaction's start
+    assert log.last_stable_offset(5) == 3

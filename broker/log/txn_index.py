@@ -139,6 +139,7 @@ class TransactionIndex:
             self._exists = False
 
     def flush(self) -> None:
+        self._write_pending()  # entries an earlier write failed to store
         if self._exists:
             _fsync_path(self.path)
 

@@ -3,6 +3,7 @@
     .venv/bin/python bench/produce_consume.py                      # starts its own krafty node in a temp dir
     .venv/bin/python bench/produce_consume.py --bootstrap 127.0.0.1:9092   # an already running broker
     .venv/bin/python bench/produce_consume.py --records 200000 --max-seconds 20 --json /tmp/pc.json
+    .venv/bin/python bench/produce_consume.py --metrics            # krafty.metrics.port on, scraped every 5 s
 
 For each target (krafty, then the mock cluster as a reference), each value size (1 KiB, 100 B) and
 each acks setting (1, all) it produces --records records into a fresh single-partition topic
@@ -27,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from krafty_node import KraftyNode, MockCluster, wait_until  # noqa: E402
+from krafty_node import KraftyNode, MockCluster, free_port, wait_until  # noqa: E402
 
 
 @dataclass
@@ -258,6 +259,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-mock", action="store_true", help="skip the librdkafka mock-cluster reference")
     ap.add_argument("--no-krafty", action="store_true", help="only the mock-cluster reference")
     ap.add_argument("--json", help="also write the results (and the machine) to this JSON file")
+    ap.add_argument("--metrics", action="store_true",
+                    help="serve metrics on the krafty node (krafty.metrics.port) and scrape them every 5 s, as "
+                         "Prometheus would (bench/metrics_cost.py has the per-request CPU)")
     args = ap.parse_args(argv)
 
     import confluent_kafka
@@ -273,12 +277,22 @@ def main(argv=None) -> int:
             results += run_target("krafty", args.bootstrap, False, args)
         else:
             with tempfile.TemporaryDirectory(prefix="krafty-bench-") as d:
-                node = KraftyNode(d)
+                mport = free_port()
+                node = KraftyNode(d, overrides={"krafty.metrics.port": str(mport), "krafty.metrics.host": "127.0.0.1"}
+                                  if args.metrics else None)
+                scraper = None
                 try:
                     node.start()
-                    print(f"krafty node on {node.bootstrap} (data in {d})", flush=True)
-                    results += run_target("krafty", node.bootstrap, False, args)
+                    print(f"krafty node on {node.bootstrap} (data in {d})"
+                          + (f", metrics on :{mport} scraped every 5 s" if args.metrics else ""), flush=True)
+                    if args.metrics:
+                        from metrics_cost import Scraper
+                        scraper = Scraper(mport, 5.0)
+                        scraper.start()
+                    results += run_target("krafty+metrics" if args.metrics else "krafty", node.bootstrap, False, args)
                 finally:
+                    if scraper is not None:
+                        scraper.stop.set()
                     node.close()
     if not args.no_mock:
         mock = MockCluster().start()

@@ -68,7 +68,7 @@ class ProduceApis:
                     todo.append((name, p, res, part, headers))
                 except KafkaError as e:
                     any_error = True
-                    self._produce_error(image, name, p.index, res, e)
+                    self._produce_error(image, name, p, res, e)
         guards, unverified = await self._verify_transactional(req, ver, todo) if req.transactional_id else ({}, {})
         for name, p, res, part, headers in todo:
             tp = (name, p.index)
@@ -81,11 +81,13 @@ class ProduceApis:
                 res["base_offset"] = info.first_offset
                 res["log_append_time"] = info.log_append_time_ms
                 res["log_start_offset"] = info.log_start_offset
+                if self.metrics is not None:
+                    self.metrics.produced(name, len(p.records), info.last_offset - info.first_offset + 1)
                 if req.acks == -1:
                     appended.append((tp, info.last_offset, min_isr, res))
             except KafkaError as e:
                 any_error = True
-                self._produce_error(image, name, p.index, res, e)
+                self._produce_error(image, name, p, res, e)
         throttle = await self._throttle(ctx, PRODUCE, len(body), ver >= 6) if self.image.client_quotas else 0
         if req.acks == 0:
             if any_error:
@@ -96,8 +98,10 @@ class ProduceApis:
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in results.items()],
                 "throttle_time": throttle}
 
-    @staticmethod
-    def _produce_error(image, name: str, index: int, res: dict, e: KafkaError) -> None:
+    def _produce_error(self, image, name: str, p, res: dict, e: KafkaError) -> None:
+        if self.metrics is not None:
+            self.metrics.produce_failed(name, len(p.records) if p.records is not None else 0, e.code)
+        index = p.index
         res["error_code"] = e.code
         res["error_message"] = e.message
         if isinstance(e, RecordValidationError):  # KIP-467 (v8+)

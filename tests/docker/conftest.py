@@ -25,11 +25,13 @@ from tests.cluster.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "deploy" / "docker-compose.yml"
-BASE_TAG = "krafty-test-base:bookworm"
+BASE_TAG = "krafty-test-base:bookworm-prometheus"
 IMAGE_TAG = "krafty-test:latest"
+PROMETHEUS_TAG = "krafty-test-prometheus:latest"
 ROOTFS = ROOT / "build" / "docker-base" / "rootfs"
 WHEELHOUSE = ROOT / "build" / "docker-wheelhouse"
-BASE_PACKAGES = "python3,python3-venv,ca-certificates,kcat"
+# prometheus: Debian's package, for the compose file's prometheus service (deploy/prometheus/Dockerfile)
+BASE_PACKAGES = "python3,python3-venv,ca-certificates,kcat,prometheus"
 MIRROR = os.environ.get("KRAFTY_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
@@ -63,7 +65,7 @@ def _free_ports(n: int) -> list[int]:
 def ensure_base_image() -> None:
     if run(["docker", "image", "inspect", BASE_TAG], check=False).returncode == 0:
         return
-    if not (ROOTFS / "usr" / "bin" / "kcat").exists():
+    if not all((ROOTFS / "usr" / "bin" / b).exists() for b in ("kcat", "prometheus")):
         if ROOTFS.exists():
             shutil.rmtree(ROOTFS)
         ROOTFS.parent.mkdir(parents=True, exist_ok=True)
@@ -88,10 +90,12 @@ def ensure_wheelhouse() -> None:
 class ComposeCluster:
     def __init__(self):
         self.project = f"kraftytest{os.getpid()}"
-        ports = _free_ports(3)
+        ports = _free_ports(4)
         self.ports = {4: ports[0], 5: ports[1], 6: ports[2]}
+        self.prometheus_port = ports[3]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("KRAFTY_", "COMPOSE_"))}
-        self.env.update({"KRAFTY_IMAGE": IMAGE_TAG, "BASE_IMAGE": BASE_TAG,
+        self.env.update({"KRAFTY_IMAGE": IMAGE_TAG, "BASE_IMAGE": BASE_TAG, "KRAFTY_PROMETHEUS_IMAGE": PROMETHEUS_TAG,
+                         "KRAFTY_PROMETHEUS_PORT": str(self.prometheus_port),
                          **{f"KRAFTY_PORT_{n}": str(p) for n, p in self.ports.items()}})
         self.compose = [*compose_command(), "-p", self.project, "-f", str(COMPOSE_FILE)]
         self.services = ["controller-1", "controller-2", "controller-3", "broker-4", "broker-5", "broker-6"]

@@ -70,6 +70,7 @@ class Broker:
         self.replicas.fetchers.security = self.inter_broker_security  # TLS/SASL to other brokers
         # after the replica manager's publisher: a partition we now lead has its log when we load it
         self.loader.add_publisher(self.apis.group_coordinator.on_metadata, catch_up=False)
+        self.loader.add_publisher(self.apis.txn_coordinator.on_metadata, catch_up=False)
         log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), time.monotonic() - t0)
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
@@ -126,6 +127,7 @@ class Broker:
             self.servers.append(s)
         await self.replicas.start()
         await self.apis.group_coordinator.start()
+        await self.apis.txn_coordinator.start()
         await self._register()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_loop()))
@@ -252,6 +254,7 @@ class Broker:
         self.limits.close()
         if self.apis:
             await self.apis.group_coordinator.close()
+            await self.apis.txn_coordinator.close()
         if self.replicas:
             await self.replicas.close()
         if self.logs:

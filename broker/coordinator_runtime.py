@@ -73,7 +73,8 @@ def _decode_batches(topic: str, data: bytes, headers, limit: int, pid: int, file
 
 
 class CoordinatorHooks(Protocol):
-    def new_shard(self, partition: int, epoch: int) -> Any: ...
+    def new_shard(self, partition: int, epoch: int) -> Any:
+        """An empty shard for a partition whose loading starts now."""
 
     def replay(self, shard: Any, key: bytes | None, value: bytes | None) -> None:
         """Apply one record; raises ValueError (e.g. a RecordFormatError) when undecodable."""
@@ -155,7 +156,8 @@ class CoordinatorRuntime:
         for pid, epoch in led.items():
             if pid not in self.slots:
                 slot = self.slots[pid] = Slot(epoch)
-                slot.task = asyncio.get_running_loop().create_task(self._load(pid, epoch))
+                shard = self.hooks.new_shard(pid, epoch)  # loading starts now (COORDINATOR_LOAD_IN_PROGRESS)
+                slot.task = asyncio.get_running_loop().create_task(self._load(pid, epoch, shard))
 
     def _unload(self, pid: int) -> None:
         slot = self.slots.pop(pid, None)
@@ -170,9 +172,8 @@ class CoordinatorRuntime:
         slot = self.slots.get(pid)
         return slot is not None and slot.epoch == epoch
 
-    async def _load(self, pid: int, epoch: int) -> None:
+    async def _load(self, pid: int, epoch: int, shard: Any) -> None:
         t0 = self.clock.monotonic()
-        shard = self.hooks.new_shard(pid, epoch)
         tp = (self.topic, pid)
         n = bad = 0
         try:

@@ -26,7 +26,8 @@ from common.clock import SYSTEM, Clock
 log = logging.getLogger("krafty.txn.markers")
 
 WRITE_TXN_MARKERS_VERSION = 1
-BACKOFF_S = 0.1
+BACKOFF_S = 0.1  # before a marker is sent again after a retriable answer
+MAX_BACKOFF_S = 1.0  # a leader that keeps failing (down, unreachable) is tried ever less often, up to this
 
 Key = tuple[str, tuple[str, int]]  # (transactional id, partition)
 
@@ -45,7 +46,7 @@ class TxnMarkerSender:
         self.retry_at: dict[Key, float] = {}
         self.conns: dict[int, KafkaConnection] = {}
         self.sending: dict[int, asyncio.Task] = {}
-        self.failing: set[int] = set()  # leaders whose last request failed: logged once per outage
+        self.failing: dict[int, float] = {}  # leaders whose last request failed -> their backoff (s)
         self.sent = 0  # requests sent (for tests)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -158,15 +159,14 @@ class TxnMarkerSender:
                 for t in m.topics:
                     for p in t.partitions:
                         answers[(int(m.producer_id), t.name, int(p.partition_index))] = int(p.error_code)
-            if leader in self.failing:
-                self.failing.discard(leader)
+            if self.failing.pop(leader, None) is not None:
                 log.info("writing transaction markers to broker %d again", leader)
         except (ConnectionError, OSError, TimeoutError) as e:
             (log.debug if leader in self.failing else log.warning)(
                 "WriteTxnMarkers to broker %d failed (%s); retrying", leader, e)
-            self.failing.add(leader)
+            self.failing[leader] = min(self.failing.get(leader, BACKOFF_S / 2) * 2, MAX_BACKOFF_S)
         finally:
-            retry = self.clock.monotonic() + BACKOFF_S
+            retry = self.clock.monotonic() + self.failing.get(leader, BACKOFF_S)
             for job, tps in batch.items():
                 for tp in tps:
                     key = (job.transactional_id, tp)

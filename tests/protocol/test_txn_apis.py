@@ -10,7 +10,6 @@ connections, restarts and timeouts."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -23,6 +22,7 @@ from common.errors import ErrorCode as E
 from krafty.node import Node
 from tests.protocol.conftest import free_port
 from tests.protocol.fake_leader import FakeLeader, Marker, route_markers_to
+from tests.protocol.test_group_apis import retry as until
 
 TXN_PARTITIONS = 3
 
@@ -132,17 +132,6 @@ class Env:
 
     def leader_epoch(self, topic: str, p: int) -> int:
         return self.node.loader.image.topics_by_name[topic].partitions[p].leader_epoch
-
-
-async def until(fn, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        done, value = await fn()
-        if done:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}: last {value}")
-        await asyncio.sleep(0.05)
 
 
 async def wait_written(fake: FakeLeader, n: int, what: str = "markers") -> list[Marker]:

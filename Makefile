@@ -37,6 +37,7 @@ sim: $(BIN)/krafty
 	$(BIN)/python -m sim.replication.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.controller.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.txn_log.run --seeds $(SEEDS)
+	$(BIN)/python -m sim.txn.run --seeds $(SEEDS)
 
 # Long chaos runs, one per nemesis (CHAOS_TIME seconds each; netns needs root, else use
 # CHAOS_CLUSTER=local, where partitions need root too). Output in chaos-out/<nemesis>-<seed>.

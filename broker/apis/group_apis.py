@@ -111,33 +111,24 @@ class GroupApis:
             res["error_code"] = (ErrorCode.GROUP_AUTHORIZATION_FAILED if key_type == KEY_TYPE_GROUP
                                  else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             return res
-        if key_type == KEY_TYPE_TRANSACTION:
-            res["error_code"] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            res["error_message"] = "transactions are not supported by this broker"
-            return res
-        if key_type != KEY_TYPE_GROUP:
+        if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
             res["error_code"] = ErrorCode.INVALID_REQUEST
             res["error_message"] = f"unsupported coordinator key type {key_type}"
             return res
         if key is None:
             res["error_code"] = ErrorCode.INVALID_REQUEST
             return res
-        err = await self.coordinator.ensure_offsets_topic()
+        # __consumer_offsets or __transaction_state: created on the first FindCoordinator
+        runtime = (self.coordinator if key_type == KEY_TYPE_GROUP else self.apis.txn_coordinator).runtime
+        err = await runtime.ensure_topic()
         if err:
             res["error_code"] = err
             return res
-        image = self.apis.image
-        t = image.topics_by_name.get(OFFSETS_TOPIC)
-        if t is None or not t.partitions:
-            res["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        err, node, host, port = runtime.coordinator_endpoint(key, ctx.listener)
+        if err:
+            res["error_code"] = err
             return res
-        p = t.partitions.get(self.coordinator.partition_for(key))
-        b = image.brokers.get(p.leader) if p is not None and p.leader >= 0 else None
-        ep = b.endpoint(ctx.listener) if b is not None and not b.fenced else None
-        if ep is None:
-            res["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
-            return res
-        res.update(node_id=b.id, host=ep.host, port=ep.port)
+        res.update(node_id=node, host=host, port=port)
         return res
 
     # --- JoinGroup --------------------------------------------------------------------------

@@ -44,16 +44,23 @@ class Result:
     consume_s: float
     consume_rps: float
     consume_mbps: float
+    produce_broker_cpu_ms_per_mb: float | None = None  # the node's CPU (all threads) per MB produced
 
 
-def create_topic(bootstrap: str, topic: str, mock: bool) -> None:
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, all threads (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def create_topic(bootstrap: str, topic: str, mock: bool, config: dict[str, str] | None = None) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     if not mock:
         admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive its futures
         fs = admin.create_topics(
-            [NewTopic(topic, num_partitions=1, replication_factor=1)], operation_timeout=30
+            [NewTopic(topic, num_partitions=1, replication_factor=1, config=config or {})], operation_timeout=30
         )
         fs[topic].result(60)
     p = Producer({"bootstrap.servers": bootstrap})
@@ -71,7 +78,7 @@ def create_topic(bootstrap: str, topic: str, mock: bool) -> None:
 
 
 def produce(bootstrap: str, topic: str, n: int, size: int, acks: str, max_s: float,
-            compression: str = "none") -> tuple[int, float]:
+            compression: str = "none", keyed: bool = False) -> tuple[int, float]:
     from confluent_kafka import Producer
 
     p = Producer(
@@ -105,7 +112,10 @@ def produce(bootstrap: str, topic: str, n: int, size: int, acks: str, max_s: flo
     produce_ = p.produce
     while sent < n:
         try:
-            produce_(topic, value, partition=0, on_delivery=cb)
+            if keyed:
+                produce_(topic, value, key=b"%08d" % sent, partition=0, on_delivery=cb)
+            else:
+                produce_(topic, value, partition=0, on_delivery=cb)
             sent += 1
         except BufferError:
             p.poll(0.01)
@@ -172,13 +182,18 @@ def consume(bootstrap: str, topic: str, n: int, max_s: float,
     return got, nbytes, elapsed
 
 
-def run_target(name: str, bootstrap: str, mock: bool, args) -> list[Result]:
+def run_target(name: str, bootstrap: str, mock: bool, args, pid: int | None = None) -> list[Result]:
+    """``pid``: the broker process, whose CPU time per MB produced is reported (less sensitive to
+    other load on the machine than the rates)."""
     results = []
     for size in args.sizes:
         for acks in args.acks:
             topic = f"bench-{size}b-acks{acks}-{uuid.uuid4().hex[:6]}"
-            create_topic(bootstrap, topic, mock)
-            n, ps = produce(bootstrap, topic, args.records, size, acks, args.max_seconds, args.compression)
+            create_topic(bootstrap, topic, mock, {"cleanup.policy": "compact"} if args.compacted else None)
+            cpu0 = process_cpu_s(pid) if pid else 0.0
+            n, ps = produce(bootstrap, topic, args.records, size, acks, args.max_seconds, args.compression,
+                            keyed=args.compacted)
+            cpu_ms_per_mb = round((process_cpu_s(pid) - cpu0) * 1e3 / (n * size / 1e6), 2) if pid else None
             if mock:
                 # The mock cluster keeps only ~5 MB per partition: its consume rate is no reference.
                 got, nbytes, cs = 0, 0, 0.0
@@ -196,6 +211,7 @@ def run_target(name: str, bootstrap: str, mock: bool, args) -> list[Result]:
                 round(cs, 3),
                 round(got / cs) if cs else 0,
                 round(nbytes / cs / 1e6, 1) if cs else 0.0,
+                cpu_ms_per_mb,
             )
             cons = (
                 f"consume {r.consume_rps:>9,} rec/s {r.consume_mbps:>7} MB/s   ({n:,} produced, {got:,} consumed)"
@@ -204,7 +220,7 @@ def run_target(name: str, bootstrap: str, mock: bool, args) -> list[Result]:
             )
             print(
                 f"  {name:7} {size:>5} B  acks={acks:<3}  produce {r.produce_rps:>9,} rec/s {r.produce_mbps:>7} MB/s"
-                f"   {cons}",
+                f"   {cons}" + (f"   broker CPU {cpu_ms_per_mb} ms/MB produced" if pid else ""),
                 flush=True,
             )
             results.append(r)
@@ -253,6 +269,8 @@ def main(argv=None) -> int:
     ap.add_argument("--acks", type=lambda s: s.split(","), default=["1", "all"])
     ap.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"],
                     help="producer compression.type (random values: measures the broker's work, not the ratio)")
+    ap.add_argument("--compacted", action="store_true",
+                    help="cleanup.policy=compact topics, each record with its own 8-byte key (not counted in MB)")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="cap per produce / consume phase")
     ap.add_argument("--isolation", default="read_committed", choices=["read_committed", "read_uncommitted"],
                     help="the consumer's isolation.level (librdkafka's default: read_committed)")
@@ -289,7 +307,8 @@ def main(argv=None) -> int:
                         from metrics_cost import Scraper
                         scraper = Scraper(mport, 5.0)
                         scraper.start()
-                    results += run_target("krafty+metrics" if args.metrics else "krafty", node.bootstrap, False, args)
+                    results += run_target("krafty+metrics" if args.metrics else "krafty", node.bootstrap, False, args,
+                                          pid=node.proc.pid)
                 finally:
                     if scraper is not None:
                         scraper.stop.set()

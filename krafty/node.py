@@ -171,6 +171,8 @@ class Node:
             self.stallwatch = StallWatch(asyncio.get_running_loop(), self.cfg["krafty.loop.stall.warn.ms"])
             self.stallwatch.start()
         if self.broker:
+            from broker.log.record_walk import WALKER
+            log.info("produce validation walks every record with the %s", WALKER)
             self.broker.open_logs()
         await self.metadata_log.start()
         if self.broker:

@@ -35,7 +35,7 @@ def compose_command() -> list[str]:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KRAFTY_", "BASE_IMAGE", "COMPOSE_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KRAFTY_", "BASE_IMAGE", "BUILD_IMAGE", "COMPOSE_"))}
     env.update(extra)
     return env
 
@@ -157,6 +157,7 @@ def test_services_have_health_checks_restart_policies_and_named_volumes():
         assert source in named and target == "/var/lib/krafty", v
         assert cfg["log.dirs"][0].startswith("/var/lib/krafty/")
         assert s["build"]["dockerfile"] == "deploy/Dockerfile" and s["build"]["args"]["BASE_IMAGE"]
+        assert s["build"]["args"]["BUILD_IMAGE"]
     assert len(named) == 7  # six nodes and prometheus
 
 
@@ -174,13 +175,14 @@ def test_prometheus_scrapes_every_node_on_its_metrics_port():
     assert set(prom["depends_on"]) == set(services) - {"prometheus"}
 
 
-def test_dockerfile_takes_the_base_image_as_a_build_argument():
+def test_dockerfile_takes_the_base_and_build_images_as_build_arguments():
     text = (ROOT / "deploy" / "Dockerfile").read_text()
     assert text.count("ARG BASE_IMAGE=python:3.11-slim") == 1
+    assert text.count("ARG BUILD_IMAGE=python:3.11\n") == 1  # with a C compiler: the compiled record walker
     assert [ln for ln in text.splitlines() if ln.startswith("FROM ")] == [
-        "FROM ${BASE_IMAGE} AS build", "FROM ${BASE_IMAGE}"]
+        "FROM ${BUILD_IMAGE} AS build", "FROM ${BASE_IMAGE}"]
     # everything COPY takes must survive .dockerignore
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
-    for needed in ("pyproject.toml", "README.md", "deploy/config/", "deploy/prometheus/", "krafty/", "broker/",
+    for needed in ("pyproject.toml", "setup.py", "README.md", "deploy/config/", "deploy/prometheus/", "krafty/", "broker/",
                    "common/"):
         assert f"!{needed}" in ignore, needed

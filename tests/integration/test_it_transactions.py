@@ -1,14 +1,11 @@
 """Transactions with real clients (confluent-kafka, kafka-python, aiokafka) against one krafty node.
 
-The transaction coordinator alone (FindCoordinator TRANSACTION, InitProducerId, AddPartitionsToTxn,
-EndTxn) gives: init_transactions, a committed transaction acknowledged, a zombie producer fenced
-by a newer one with the same transactional id, a transaction left open past its timeout aborted
-by the coordinator (its producer is fenced).
-
-Everything after the first commit or abort of a transactional id also needs the partition
-leaders to write the COMMIT/ABORT markers (WriteTxnMarkers), and read_committed consumers need
-the last stable offset; those tests are marked xfail (not run) while this broker does not serve
-WriteTxnMarkers (the data-plane half of issue 19), and run strict once it does.
+The coordinator and the partition leaders together, as the clients use them: init_transactions,
+commit and abort across partitions of two topics, read_committed consumers of each client that see
+exactly the committed records (never an open or aborted one), a zombie producer fenced by a newer
+one with the same transactional id, a transaction left open past its timeout aborted by the
+coordinator, and a consume-transform-produce loop whose offsets commit with its output
+(send_offsets_to_transaction) and whose aborted transaction is consumed and written again.
 """
 
 from __future__ import annotations
@@ -20,14 +17,7 @@ import pytest
 from conftest import GROUP_PROPS, _start_node, create_topic
 from txn_clients import TxnFailure, make_producer, read_committed
 
-from broker.protocol.apis import SUPPORTED, ApiKey
-
 CLIENTS = ["confluent-kafka", "kafka-python", "aiokafka"]
-DATA_PLANE = ApiKey.WRITE_TXN_MARKERS in SUPPORTED
-needs_data_plane = pytest.mark.xfail(
-    not DATA_PLANE, run=False, strict=True,
-    reason="needs the transaction data plane (branch txn-data): WriteTxnMarkers on partition leaders, "
-           "read_committed Fetch, TxnOffsetCommit")
 
 pytestmark = pytest.mark.krafty_only
 
@@ -102,8 +92,6 @@ def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(
     assert e.value.kind in ("fenced", "abortable"), e.value
 
 
-# ------------------------------------------------------------------ with the data plane as well
-@needs_data_plane
 @pytest.mark.parametrize("client", CLIENTS)
 def test_commit_and_abort_read_committed_sees_only_committed(tnode, topic, producers, client):
     create_topic(tnode, topic, 3)
@@ -125,7 +113,6 @@ def test_commit_and_abort_read_committed_sees_only_committed(tnode, topic, produ
     assert sorted(got) == sorted(expected)  # nothing aborted, nothing twice
 
 
-@needs_data_plane
 @pytest.mark.parametrize("client", CLIENTS)
 def test_an_open_transaction_is_invisible_until_committed(tnode, topic, producers, client):
     create_topic(tnode, topic, 1)
@@ -138,7 +125,6 @@ def test_an_open_transaction_is_invisible_until_committed(tnode, topic, producer
     assert read_committed(client, tnode.bootstrap, [(topic, 0)], 1) == [b"pending"]
 
 
-@needs_data_plane
 @pytest.mark.parametrize("client", CLIENTS)
 def test_after_a_timeout_abort_a_new_producer_starts_clean(tnode, topic, producers, client):
     create_topic(tnode, topic, 1)
@@ -156,7 +142,6 @@ def test_after_a_timeout_abort_a_new_producer_starts_clean(tnode, topic, produce
     assert read_committed(client, tnode.bootstrap, [(topic, 0)], 1) == [b"after"]
 
 
-@needs_data_plane
 @pytest.mark.parametrize("client", CLIENTS)
 def test_consume_transform_produce_exactly_once(tnode, topic, producers, client):
     from confluent_kafka import Consumer, Producer, TopicPartition
@@ -172,24 +157,26 @@ def test_consume_transform_produce_exactly_once(tnode, topic, producers, client)
     c.assign([TopicPartition(src, 0)])
     p = producers(client, tnode.bootstrap, tid_for(client))
     p.init()
-    done, deadline = 0, time.monotonic() + 60
+    done, txns, aborted, deadline = 0, 0, 0, time.monotonic() + 60
     while done < 30 and time.monotonic() < deadline:
         batch = [m for m in c.consume(10, 1.0) if m.error() is None]
         if not batch:
             continue
+        assert batch[0].offset() == done, (batch[0].offset(), done)
         p.begin()
         for m in batch:
             p.send(dst, 0, b"x" + m.value())
         p.send_offsets({(src, 0): batch[-1].offset() + 1}, group, consumer=c)
-        if done == 10:  # one batch aborted: its records are consumed again
+        txns += 1
+        if txns == 2:  # the second transaction aborts: its input is consumed and transformed again
             p.abort()
+            aborted = len(batch)
             c.seek(TopicPartition(src, 0, done))
-            done = -1000
             continue
         p.commit()
-        done = batch[-1].offset() + 1 if done >= 0 else batch[-1].offset() + 1
+        done = batch[-1].offset() + 1
     c.close()
-    assert done == 30
+    assert done == 30 and aborted > 0
     out = read_committed(client, tnode.bootstrap, [(dst, 0)], 30)
     assert sorted(out) == sorted(b"x%d" % i for i in range(30))
     check = Consumer({"bootstrap.servers": tnode.bootstrap, "group.id": group})

@@ -39,20 +39,24 @@ def _config(tmp_path, port: int, cport: int, **extra) -> Config:
 
 
 class Env:
-    def __init__(self, tmp_path, **extra):
+    """One node; its coordinator's markers go to a fake leader, or with ``real_leader`` to the
+    node itself (tests/protocol/test_txn_e2e.py)."""
+
+    def __init__(self, tmp_path, real_leader: bool = False, **extra):
         self.tmp_path = tmp_path
         self.port, self.cport = free_port(), free_port()
         self.cfg = _config(tmp_path, self.port, self.cport, **extra)
         self.node: Node | None = None
-        self.fake = FakeLeader()
+        self.fake = None if real_leader else FakeLeader()
         self.conn: KafkaConnection | None = None
 
     async def start(self, create_topic: bool = True) -> Env:
-        if not self.fake.port:
+        if self.fake is not None and not self.fake.port:
             await self.fake.start()
         self.node = Node(self.cfg)
         await self.node.start()
-        route_markers_to(self.node, self.fake)
+        if self.fake is not None:
+            route_markers_to(self.node, self.fake)
         self.conn = KafkaConnection("127.0.0.1", self.port, client_id="txn-apis-test")
         if create_topic:
             r = await self.conn.request(ApiKey.CREATE_TOPICS, 5, {"topics": [
@@ -70,7 +74,8 @@ class Env:
 
     async def close(self) -> None:
         await self.stop()
-        await self.fake.stop()
+        if self.fake is not None:
+            await self.fake.stop()
 
     # --- requests ------------------------------------------------------------------------------
     async def find(self, tid: str) -> None:

@@ -106,3 +106,55 @@ def test_kill_9_of_the_transaction_coordinator(tcluster):
         wait_until(lambda: _describe(c, new, "tx-after")[1] == "CompleteCommit", 60, "CompleteCommit")
         got = read_committed("confluent-kafka", c.bootstrap, [(TOPIC, i) for i in range(3)], 60)
         assert sorted(got) == sorted([b"mid-%d" % i for i in range(30)] + [b"after-%d" % i for i in range(30)])
+
+
+def test_kill_9_of_a_partition_leader_mid_transaction(tcluster):
+    """The leader of a transactional partition dies with the transaction open (its records
+    acknowledged with acks=all); the producer goes on with the new leader and commits, a second
+    transaction aborts. After the failover every committed transaction is read in full and no
+    aborted one in part, by a read_committed consumer, and nothing is left open (LSO = HW)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.integration.txn_clients import read_committed
+    c = tcluster
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    topic = TOPIC + "-lk"
+    admin.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    wait_until(lambda: all(p.leader >= 0 and len(p.isrs) == 3 for p in
+                           admin.list_topics(topic, timeout=5).topics[topic].partitions.values()), 60, "ISR")
+    p = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "tx-leader-kill", "acks": "all",
+                  "message.timeout.ms": 120000})
+    p.init_transactions(60)
+    p.begin_transaction()
+    for i in range(30):
+        p.produce(topic, value=b"c1-%d" % i, partition=i % 3)
+    p.flush(30)
+    leader = admin.list_topics(topic, timeout=5).topics[topic].partitions[0].leader
+    c.kill(c.broker_name(leader))
+    for i in range(30, 60):  # the rest of the transaction goes to the new leader of partition 0
+        p.produce(topic, value=b"c1-%d" % i, partition=i % 3)
+    p.commit_transaction(120)
+    p.begin_transaction()
+    for i in range(30):
+        p.produce(topic, value=b"a-%d" % i, partition=i % 3)
+    p.flush(60)
+    p.abort_transaction(120)
+    c.start(c.broker_name(leader))
+    p.begin_transaction()
+    for i in range(30):
+        p.produce(topic, value=b"c2-%d" % i, partition=i % 3)
+    p.commit_transaction(120)
+    want = sorted([b"c1-%d" % i for i in range(60)] + [b"c2-%d" % i for i in range(30)])
+    got = read_committed("confluent-kafka", c.bootstrap, [(topic, i) for i in range(3)], len(want), timeout=60)
+    assert sorted(got) == want  # every committed record once, nothing of the aborted transaction
+    # nothing hangs: read_committed's end (LSO) is the end of every partition (HW)
+    rc, ru = (Consumer({"bootstrap.servers": c.bootstrap, "group.id": "lk-check", "isolation.level": iso})
+              for iso in ("read_committed", "read_uncommitted"))
+    try:
+        for i in range(3):
+            tp = TopicPartition(topic, i)
+            wait_until(lambda tp=tp: rc.get_watermark_offsets(tp, timeout=10)[1] ==
+                       ru.get_watermark_offsets(tp, timeout=10)[1], 30, f"LSO = HW on partition {i}")
+    finally:
+        rc.close()
+        ru.close()

@@ -123,7 +123,7 @@ def test_kill_9_of_a_partition_leader_mid_transaction(tcluster):
     wait_until(lambda: all(p.leader >= 0 and len(p.isrs) == 3 for p in
                            admin.list_topics(topic, timeout=5).topics[topic].partitions.values()), 60, "ISR")
     p = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "tx-leader-kill", "acks": "all",
-                  "message.timeout.ms": 120000})
+                  "message.timeout.ms": 60000, "transaction.timeout.ms": 120000})
     p.init_transactions(60)
     p.begin_transaction()
     for i in range(30):

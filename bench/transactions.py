@@ -78,7 +78,7 @@ def idempotent(bootstrap: str, topic: str, size: int, seconds: float) -> dict:
 
 def transactional(bootstrap: str, topic: str, size: int, seconds: float, per_txn: int) -> dict:
     from confluent_kafka import Producer
-    p = Producer(_conf(bootstrap, **{"transactional.id": f"bench-{uuid.uuid4().hex[:8]}"}))
+    p = Producer(_conf(bootstrap, **{"transactional.id": f"bench-{uuid.uuid4().hex[:8]}", "transaction.timeout.ms": 120000}))
     p.init_transactions(60)
     value, committed, commits, sent = os.urandom(size), 0, [], 0
     t0 = time.perf_counter()

@@ -15,7 +15,7 @@ import logging
 
 from broker.coordinator_runtime import CoordinatorRuntime, TopicSpec
 from broker.txn.markers import TxnMarkerSender
-from broker.txn.state import TV_0, Append, Effects, Now, TxnConfig, TxnCoordinatorCore, TxnShard
+from broker.txn.state import TV_0, Append, Effects, Now, TxnConfig, TxnCoordinatorCore, TxnShard, TxnState
 from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
 
@@ -23,6 +23,11 @@ log = logging.getLogger("krafty.txn")
 
 TXN_TOPIC = "__transaction_state"
 TV_FEATURE = "transaction.version"
+# An AddPartitionsToTxn/AddOffsetsToTxn that arrives while the previous transaction's markers are
+# still being written would get CONCURRENT_TRANSACTIONS, and the client would retry after its
+# backoff (librdkafka and the Java client: 20 ms or more, longer than the markers take here). It
+# waits this long at most for the transaction to complete instead, then is answered as a retry.
+CONCURRENT_WAIT_S = 0.1
 NO_ID = (ErrorCode.NONE, -1, -1)
 
 
@@ -53,6 +58,7 @@ class TransactionCoordinator:
                                        request_timeout_ms=config["request.timeout.ms"], clock=clock)
         self._tasks: list[asyncio.Task] = []
         self.active = False
+        self._changed: asyncio.Future | None = None  # resolved whenever effects ran (a state may have moved)
 
     def now(self) -> Now:
         return Now(self.clock.wall_ms(), self.clock.monotonic_ms())
@@ -106,6 +112,8 @@ class TransactionCoordinator:
 
     # --- effects -----------------------------------------------------------------------------------
     def _run(self, fx: Effects) -> None:
+        if self._changed is not None and not self._changed.done():
+            self._changed.set_result(None)
         for msg in fx.log:
             log.info("%s", msg)
         for waiter, resp in fx.replies:
@@ -144,9 +152,27 @@ class TransactionCoordinator:
         return res if not err else (err, -1, -1)
 
     async def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions, client_tv: int = TV_0) -> int:
-        _, res = await self._call(lambda w, _pid: self.core.add_partitions(w, tid, producer_id, epoch, partitions,
-                                                                           self.now(), client_tv), needs_pid=False)
-        return res
+        deadline = self.clock.monotonic() + CONCURRENT_WAIT_S
+        while True:
+            _, res = await self._call(lambda w, _pid: self.core.add_partitions(w, tid, producer_id, epoch, partitions,
+                                                                               self.now(), client_tv), needs_pid=False)
+            left = deadline - self.clock.monotonic()
+            if res != ErrorCode.CONCURRENT_TRANSACTIONS or left <= 0 or not self._completing(tid):
+                return res
+            await self._state_change(left)
+
+    def _completing(self, tid: str) -> bool:
+        """Is ``tid``'s last transaction decided, its markers still being written?"""
+        _err, _shard, md = self.core.lookup(tid)
+        return md is not None and md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+    async def _state_change(self, timeout_s: float) -> None:
+        if self._changed is None or self._changed.done():
+            self._changed = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._changed), timeout_s)
+        except TimeoutError:
+            pass
 
     def verify_partitions(self, tid: str, producer_id: int, epoch: int, partitions) -> dict:
         return self.core.verify_partitions(tid, producer_id, epoch, partitions)

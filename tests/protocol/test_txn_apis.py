@@ -229,6 +229,33 @@ async def test_commit_writes_markers_to_every_partition_then_complete_commit(env
     assert statuses == [0, 1, 1, 2, 4]  # Empty, Ongoing, Ongoing, PrepareCommit, CompleteCommit
 
 
+async def test_add_partitions_waits_for_the_markers_of_the_previous_transaction(env):
+    """The next transaction's AddPartitionsToTxn, while the last one's markers are still being
+    written, waits for them (up to 100 ms) instead of answering CONCURRENT_TRANSACTIONS at once:
+    clients back off 20 ms or more after that, longer than the markers take."""
+    import asyncio
+    await env.find("tx-w")
+    _, pid, epoch = await env.init("tx-w")
+    assert await env.add("tx-w", pid, epoch, {"t1": [0]}) == {("t1", 0): 0}
+    env.fake.hold = True  # the leader holds its answer: the commit stays in PrepareCommit
+    assert await env.end("tx-w", pid, epoch, True) == (0, -1, -1)
+    await wait_written(env.fake, 0)
+    t0 = time.monotonic()
+    add = asyncio.ensure_future(env.add("tx-w", pid, epoch, {"t1": [1]}))
+    await asyncio.sleep(0.03)
+    env.fake.hold = False  # the marker is acknowledged: CompleteCommit, then the add goes through
+    assert await add == {("t1", 1): 0}
+    assert time.monotonic() - t0 < 1
+    assert (await env.describe("tx-w")).transaction_state == "Ongoing"
+    # a leader that does not answer within the wait: CONCURRENT_TRANSACTIONS, as from Kafka
+    env.fake.hold = True
+    assert await env.end("tx-w", pid, epoch, False) == (0, -1, -1)
+    t0 = time.monotonic()
+    assert await env.add("tx-w", pid, epoch, {"t1": [2]}) == {("t1", 2): E.CONCURRENT_TRANSACTIONS}
+    assert 0.09 < time.monotonic() - t0 < 1
+    env.fake.hold = False
+
+
 async def test_add_partitions_errors_on_the_wire(env):
     await env.find("tx-e")
     _, pid, epoch = await env.init("tx-e")

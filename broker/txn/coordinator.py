@@ -27,7 +27,7 @@ TV_FEATURE = "transaction.version"
 # still being written would get CONCURRENT_TRANSACTIONS, and the client would retry after its
 # backoff (librdkafka and the Java client: 20 ms or more, longer than the markers take here). It
 # waits this long at most for the transaction to complete instead, then is answered as a retry.
-CONCURRENT_WAIT_S = 0.1
+CONCURRENT_WAIT_S = 0.5
 NO_ID = (ErrorCode.NONE, -1, -1)
 
 

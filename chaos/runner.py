@@ -28,7 +28,7 @@ from chaos import checker, report
 from chaos.cluster import FAKETIME_LIB, BaseCluster, make_cluster
 from chaos.history import History
 from chaos.nemesis import KINDS, Nemesis
-from chaos.txn_workload import TXN_TOPIC, TxnProducerWorker, TxnReaderWorker
+from chaos.txn_workload import TXN_TOPIC, TxnProducerWorker, txn_reader
 from chaos.txn_workload import final_read as txn_final_read
 from chaos.workload import (
     ConsumerWorker,
@@ -284,8 +284,8 @@ def run(opts: Options) -> int:
                 f"{opts.consumers} read_committed readers")
             txn_producers = [TxnProducerWorker(i, c.bootstrap, TXN_TOPIC, opts.partitions, hist, counter,
                                                random.Random(rng.random()), opts.rate) for i in range(opts.producers)]
-            txn_readers = [TxnReaderWorker(i, c.bootstrap, TXN_TOPIC, opts.partitions, hist,
-                                           random.Random(rng.random())) for i in range(opts.consumers)]
+            txn_readers = [txn_reader(i, c.bootstrap, TXN_TOPIC, opts.partitions, hist,
+                                       random.Random(rng.random())) for i in range(opts.consumers)]
         workers = [probe, *producers, *txn_producers, *consumers, *txn_readers, *members, *churn]
         for w in workers:
             w.start()

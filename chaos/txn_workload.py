@@ -13,7 +13,7 @@ import time
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from chaos.history import History
-from chaos.workload import Counter, Worker, _NullLogger
+from chaos.workload import ConsumerWorker, Counter, Worker, _NullLogger
 
 TXN_TOPIC = "chaos-txn"
 TXN_TIMEOUT_MS = 20000  # an instance that dies leaves its transaction open this long at most
@@ -127,39 +127,11 @@ class TxnProducerWorker(Worker):
         return False
 
 
-class TxnReaderWorker(Worker):
-    """A read_committed consumer of every partition, in sessions of 10-30 s (manual assignment,
-    each session from a little before where the last one got to)."""
-
-    def __init__(self, idx: int, bootstrap: str, topic: str, partitions: int, hist: History, rng: random.Random):
-        super().__init__(f"txn-reader-{idx}", hist)
-        self.idx, self.bootstrap, self.topic, self.partitions, self.rng = idx, bootstrap, topic, partitions, rng
-        self.polled = 0
-
-    def body(self) -> None:
-        proc = f"tc{self.idx}"
-        pos = dict.fromkeys(range(self.partitions), 0)
-        for session in itertools.count(1):
-            if self.stopping.is_set():
-                return
-            c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-txn-reader-{self.idx}",
-                          "enable.auto.commit": False, "isolation.level": "read_committed",
-                          "fetch.wait.max.ms": 200, "topic.metadata.refresh.interval.ms": 2000,
-                          "logger": _NullLogger()})
-            c.assign([TopicPartition(self.topic, p, max(0, pos[p] - self.rng.randint(0, 20)) if session > 1 else 0)
-                      for p in range(self.partitions)])
-            end = time.monotonic() + self.rng.uniform(10, 30)
-            try:
-                while not self.stopping.is_set() and time.monotonic() < end:
-                    got = [[f"{self.topic}/{m.partition()}", m.offset(), int(m.value())]
-                           for m in c.consume(500, 0.5) if m.error() is None]
-                    if got:
-                        self.hist.add("txn-poll", process=proc, session=session, msgs=got)
-                        self.polled += len(got)
-                        for tp, off, _v in got:
-                            pos[int(tp.rsplit("/", 1)[1])] = off + 1
-            finally:
-                c.close()
+def txn_reader(idx: int, bootstrap: str, topic: str, partitions: int, hist: History,
+               rng: random.Random) -> ConsumerWorker:
+    """A read_committed reader of every partition in sessions: ``txn-poll`` events (and
+    ``txn-assign``), which the plain checker leaves to chaos/txn_checker.py."""
+    return ConsumerWorker(idx, bootstrap, topic, partitions, hist, rng, isolation="read_committed", prefix="txn-")
 
 
 def final_read(bootstrap: str, hist: History, topic: str, partitions: int, t_heal: float, timeout: float) -> None:
@@ -205,4 +177,4 @@ def final_read(bootstrap: str, hist: History, topic: str, partitions: int, t_hea
         ru.close()
 
 
-__all__ = ["TXN_TOPIC", "TxnProducerWorker", "TxnReaderWorker", "final_read"]
+__all__ = ["TXN_TOPIC", "TxnProducerWorker", "txn_reader", "final_read"]

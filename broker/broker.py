@@ -78,6 +78,7 @@ class Broker:
         self.replicas.fetchers.security = self.inter_broker_security  # TLS/SASL to other brokers
         # after the replica manager's publisher: a partition we now lead has its log when we load it
         self.loader.add_publisher(self.apis.group_coordinator.on_metadata, catch_up=False)
+        self.loader.add_publisher(self.apis.txn_coordinator.on_metadata, catch_up=False)
         log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), time.monotonic() - t0)
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
@@ -139,6 +140,7 @@ class Broker:
             from broker.group.lag_monitor import ConsumerLagMonitor
             self.lag_monitor = ConsumerLagMonitor(self, self.config["krafty.metrics.consumer.lag.interval.ms"] / 1000)
             self.lag_monitor.start()
+        await self.apis.txn_coordinator.start()
         await self._register()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_loop()))
@@ -267,6 +269,7 @@ class Broker:
             await self.lag_monitor.close()
         if self.apis:
             await self.apis.group_coordinator.close()
+            await self.apis.txn_coordinator.close()
         if self.replicas:
             await self.replicas.close()
         if self.logs:

@@ -242,8 +242,17 @@ KEYS: dict[str, Key] = {
         Key("group.min.session.timeout.ms", _int, 6000, min=0),
         Key("group.max.session.timeout.ms", _int, 1_800_000, min=0),
         Key("group.max.size", _int, 2**31 - 1, min=1),
+        # transactions (broker/txn)
+        Key("transaction.state.log.num.partitions", _int, 50, min=1),
         Key("transaction.state.log.replication.factor", _int, 3, min=1),
         Key("transaction.state.log.min.isr", _int, 2, min=1),
+        Key("transaction.state.log.segment.bytes", _int, 100 * 1024 * 1024, min=1),
+        Key("transaction.state.log.load.buffer.size", _int, 5 * 1024 * 1024, min=1),
+        Key("transaction.max.timeout.ms", _int, 900_000, min=1),
+        Key("transactional.id.expiration.ms", _int, 604_800_000, min=1),
+        Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", _int, 10_000, min=1),
+        Key("transaction.remove.expired.transaction.cleanup.interval.ms", _int, 3_600_000, min=1),
+        Key("transaction.partition.verification.enable", _bool, True),
         # network
         Key("socket.request.max.bytes", _int, 100 * 1024 * 1024, min=1),
         # bytes of all requests being read or handled (broker/memory_pool.py); <= 0: unbounded

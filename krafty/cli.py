@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "consumer-groups":
         from krafty.consumer_groups import main as cg_main
         return cg_main(argv[1:])
+    if argv and argv[0] == "transactions":
+        from krafty.transactions import main as txn_main
+        return txn_main(argv[1:])
     if argv and argv[0] == "chaos":
         from chaos.runner import main as chaos_main
         return chaos_main(argv[1:])
@@ -96,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("metadata-quorum", help="describe the metadata quorum (see: krafty metadata-quorum --help)")
     sub.add_parser("consumer-groups", help="list, describe, delete consumer groups, reset offsets "
                    "(see: krafty consumer-groups --help)")
+    sub.add_parser("transactions", help="list, describe, find hanging and abort transactions "
+                   "(see: krafty transactions --help)")
     sub.add_parser("healthcheck", help="exit 0 when a broker answers ApiVersions / a controller is in the quorum "
                    "(see: krafty healthcheck --help)")
     sub.add_parser("acls", help="add, remove, list ACLs (see: krafty acls --help)")

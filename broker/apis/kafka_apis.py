@@ -16,6 +16,8 @@ from broker.apis.metadata_apis import MetadataApis
 from broker.apis.offset_apis import OffsetApis
 from broker.apis.produce_apis import CloseConnection, ProduceApis
 from broker.apis.producer_apis import ProducerApis, ProducerIdAllocator
+from broker.apis.txn_apis import TxnApis
+from broker.apis.txn_data_apis import TxnDataApis
 from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupCoordinator
 from broker.protocol import codec
@@ -27,6 +29,7 @@ from broker.security.authorizer import ANONYMOUS, make_authorizer
 from broker.security.quotas import ClientQuotas, user_of
 from broker.security.scram_apis import ScramApis
 from broker.server import RequestContext
+from broker.txn.coordinator import TransactionCoordinator
 from common.config import Config, ConfigError, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from metadata.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS
@@ -75,6 +78,11 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         # the group coordinator (broker/group) and its handlers (broker/apis/group_apis.py)
         self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller)
         self.handlers.update(GroupApis(self, self.group_coordinator).handlers())
+        self.handlers.update(TxnDataApis(self).handlers())  # WriteTxnMarkers, DescribeProducers
+        # the transaction coordinator (broker/txn) and its handlers (broker/apis/txn_apis.py)
+        self.txn_coordinator = TransactionCoordinator(config, broker_id, replicas, loader, controller, self.producer_ids)
+        self.txn_apis = TxnApis(self, self.txn_coordinator)
+        self.handlers.update(self.txn_apis.handlers())
         # authorization (authorizer.class.name; None = every request allowed) and the ACL/quota APIs
         self.authorizer = make_authorizer(config)
         if self.authorizer is not None:

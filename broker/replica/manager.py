@@ -18,8 +18,10 @@ from collections.abc import Callable, Iterable
 
 from broker.log.log import Log
 from broker.log.manager import LogManager
+from broker.log.producer_state import COORDINATOR
 from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.partition import PartitionState
+from broker.replica.txn_verifier import TxnVerifier
 from common.config import topic_defaults
 from common.errors import ErrorCode, KafkaError
 from metadata.delta import MetadataDelta
@@ -90,6 +92,10 @@ class ReplicaManager:
         self._hw_waiters = _Waiters()
         self._leo_waiters = _Waiters()
         self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of)
+        # KIP-890: transactional appends checked with the transaction coordinator first
+        self.txn_verifier = TxnVerifier(lambda: self._image, endpoint_of, lambda: self.fetchers.security,
+                                        timeout_s=config["request.timeout.ms"] / 1000)
+        self.verification_enabled: bool = config["transaction.partition.verification.enable"]
         self._alter_wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
         # partitions of a large delta whose logs are still to be made: tp -> (topic id, registration, leader?)
@@ -217,30 +223,68 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return part
 
-    def append(self, part: Partition, buf, headers):
+    def append(self, part: Partition, buf, headers, **producer_checks):
         """Append in the calling thread (the group coordinator's small writes to its own
-        internal partitions, which must be in the log before it goes on)."""
-        info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, now_ms())
+        internal partitions, which must be in the log before it goes on). ``producer_checks``:
+        see ``Log.append_as_leader``."""
+        info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, now_ms(), **producer_checks)
         self._appended(part)
         return info
 
-    async def append_async(self, part: Partition, buf, headers):
-        """Append produced batches after validating their records (Kafka's LogValidator, off the
-        event loop unless small), the write syscall in a log writer thread if there are any
-        (krafty.log.writer.threads), else on the loop; appends to one partition are
-        serialised, and each re-checks leadership when its turn comes."""
+    def _leader_epoch_of(self, part: Partition) -> Callable[[], int]:
         tp = (part.state.topic, part.state.partition)
 
         def leader_epoch() -> int:
             if self.partitions.get(tp) is not part or not part.state.is_leader:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             return part.state.leader_epoch
+        return leader_epoch
 
+    async def append_async(self, part: Partition, buf, headers, verification_guard: object = None):
+        """Append produced batches after validating their records (Kafka's LogValidator, off the
+        event loop unless small), the write syscall in a log writer thread if there are any
+        (krafty.log.writer.threads), else on the loop; appends to one partition are
+        serialised, and each re-checks leadership when its turn comes. A transactional batch
+        that starts a transaction must bring the guard of its verification (KIP-890)."""
         now = now_ms()
         buf, headers = await part.log.validate_client_batches(buf, headers, now)
-        info = await part.log.append_as_leader_async(buf, headers, leader_epoch, now, self.logs.writer)
+        info = await part.log.append_as_leader_async(
+            buf, headers, self._leader_epoch_of(part), now, self.logs.writer, verification_guard=verification_guard,
+            require_verification=self.verification_enabled)
         self._appended(part)
         return info
+
+    async def append_marker(self, part: Partition, buf, headers, transaction_version: int):
+        """Append a transaction marker (a control batch the WriteTxnMarkers handler built), in
+        turn with the other appends of the partition."""
+        info = await part.log.append_as_leader_async(
+            buf, headers, self._leader_epoch_of(part), now_ms(), self.logs.writer, origin=COORDINATOR,
+            transaction_version=transaction_version)
+        self._appended(part)
+        return info
+
+    async def verify_transaction(self, txn_id: str, producer_id: int, epoch: int, parts: list[Partition],
+                                 sequences: list[int], supports_epoch_bump: bool = False,
+                                 ) -> tuple[dict[TopicPartition, object], dict[TopicPartition, int]]:
+        """KIP-890 part 1 for the transactional batches of one request (one producer): the
+        partitions where the producer has no open transaction get a verification guard and are
+        checked with the coordinator in one AddPartitionsToTxn (``verify_only``; with
+        transaction version 2 the partitions are added instead). Returns ``(guards, errors)``:
+        the guard to append each verified partition with, and the coordinator's error for each
+        partition it did not confirm. Kafka's ReplicaManager.maybeStartTransactionVerification."""
+        guards: dict[TopicPartition, object] = {}
+        if not self.verification_enabled and not supports_epoch_bump:
+            return guards, {}
+        now = now_ms()
+        for part, seq in zip(parts, sequences, strict=True):
+            g = part.log.producer_state.maybe_start_verification(producer_id, seq, epoch, now, supports_epoch_bump)
+            if g is not None:
+                guards[(part.state.topic, part.state.partition)] = g
+        if not guards:
+            return guards, {}
+        errors = await self.txn_verifier.verify(txn_id, producer_id, epoch, list(guards),
+                                                verify_only=not supports_epoch_bump)
+        return {tp: g for tp, g in guards.items() if tp not in errors}, errors
 
     def _appended(self, part: Partition) -> None:
         tp = (part.state.topic, part.state.partition)
@@ -335,6 +379,7 @@ class ReplicaManager:
         for t in self._tasks + ([self._creating] if self._creating else []):
             t.cancel()
         await self.fetchers.close()
+        await self.txn_verifier.close()
         self._hw_waiters.wake_all()
         self._leo_waiters.wake_all()
 

@@ -126,9 +126,13 @@ def parse_bootstrap(value: str) -> list[tuple[str, int]]:
 class GroupAdmin:
     """The requests behind the tool, over KafkaConnection (one connection per broker)."""
 
-    def __init__(self, bootstrap: list[tuple[str, int]], timeout: float = 5.0):
+    def __init__(self, bootstrap: list[tuple[str, int]], timeout: float = 5.0, *, security=None,
+                 versions: dict[int, tuple[int, int]] | None = None, client_id: str = CLIENT_ID):
         self.bootstrap = bootstrap
         self.timeout = timeout
+        self.security = security  # broker.security.sasl.ClientSecurity (--command-config), None: PLAINTEXT
+        self.our_versions = {**OUR_VERSIONS, **(versions or {})}  # what the calling tool speaks
+        self.client_id = client_id
         self.brokers: dict[int, tuple[str, int]] = {}
         self._conns: dict[tuple[str, int], KafkaConnection] = {}
         self._versions: dict[int, tuple[int, int]] = {}
@@ -143,11 +147,12 @@ class GroupAdmin:
     def _conn(self, addr: tuple[str, int]) -> KafkaConnection:
         c = self._conns.get(addr)
         if c is None:
-            c = self._conns[addr] = KafkaConnection(addr[0], addr[1], client_id=CLIENT_ID)
+            c = self._conns[addr] = KafkaConnection(addr[0], addr[1], client_id=self.client_id,
+                                                    security=self.security)
         return c
 
     def version(self, api: int) -> int:
-        lo, hi = OUR_VERSIONS[api]
+        lo, hi = self.our_versions[api]
         blo, bhi = self._versions.get(api, (-1, -1))
         v = min(hi, bhi)
         if v < max(lo, blo):

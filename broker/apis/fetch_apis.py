@@ -150,7 +150,8 @@ class FetchApis:
                             errors = True  # answer at once
                             continue
                         if first_pass:
-                            self.replicas.on_follower_fetch(part, replica_id, p.fetch_offset)
+                            self.replicas.on_follower_fetch(part, replica_id, p.fetch_offset,
+                                                            p.log_start_offset if ver >= 5 else -1)
                         max_offset = lg.log_end_offset
                     else:
                         if ver >= 9:

@@ -23,6 +23,7 @@ from broker.replica.follower import (
     FetchAnswer,
     FetchRequest,
     FollowerFetchState,
+    IncrementLogStartOffset,
     OffsetsForLeaderEpochRequest,
     SetHighWatermark,
     Truncate,
@@ -311,6 +312,8 @@ class ReplicaFetcherManager:
             elif isinstance(e, SetHighWatermark):
                 part.state.set_follower_high_watermark(e.high_watermark)
                 self.rm.wake_hw(tp)
+            elif isinstance(e, IncrementLogStartOffset):
+                self.rm.advance_log_start(part, e.offset)
 
     async def close(self) -> None:
         for th in self.threads.values():

@@ -89,6 +89,7 @@ class ReplicaManager:
         self._lag_ms = config["replica.lag.time.max.ms"]
         self._hw_waiters = _Waiters()
         self._leo_waiters = _Waiters()
+        self._low_watermark_waiters = _Waiters()  # DeleteRecords waiting for followers' log starts
         self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of)
         self._alter_wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
@@ -248,12 +249,65 @@ class ReplicaManager:
         if part.state.maybe_advance_hw(part.log.log_end_offset):
             self._wake(tp)
 
-    def on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
+    def on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int,
+                          log_start_offset: int = -1) -> None:
         st = part.state
-        if st.on_follower_fetch(replica_id, fetch_offset, part.log.log_end_offset, now_ms()):
+        before = st.progress.get(replica_id)
+        start_before = before.log_start_offset if before is not None else -1
+        if st.on_follower_fetch(replica_id, fetch_offset, part.log.log_end_offset, now_ms(),
+                                log_start_offset=log_start_offset):
             self._wake((st.topic, st.partition))
+        if log_start_offset != start_before:
+            self._low_watermark_waiters.wake((st.topic, st.partition))
         if st.pending_alter is not None and self._alter_wake is not None:
             self._alter_wake.set()
+
+    # --- DeleteRecords -----------------------------------------------------------------------------
+    def advance_log_start(self, part: Partition, offset: int) -> int:
+        """Move the log start offset of a partition (a DeleteRecords on the leader, or the
+        leader's log start learnt by a follower); segments wholly below it are deleted."""
+        lg = part.log
+        before = lg.log_start_offset
+        start = lg.delete_records_before(offset)
+        if start != before:
+            self.logs.log_start_moved()
+            tp = (part.state.topic, part.state.partition)
+            self._wake(tp)  # followers' long polls carry the new log start at once
+            self._low_watermark_waiters.wake(tp)
+        return start
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """Kafka's ``Partition.deleteRecordsOnLeader``: moves the leader's log start to
+        ``offset`` (-1: the high watermark) and returns the offset requested. Errors:
+        NOT_LEADER_OR_FOLLOWER, POLICY_VIOLATION (cleanup.policy without delete),
+        OFFSET_OUT_OF_RANGE (negative, or beyond the high watermark)."""
+        part = self.leader_partition(tp)
+        lg, st = part.log, part.state
+        if not lg.config.delete_enabled:
+            raise KafkaError(ErrorCode.POLICY_VIOLATION,
+                             f"Records of partition {tp[0]}-{tp[1]} can not be deleted due to the configured policy")
+        if offset == -1:
+            offset = st.high_watermark
+        if offset < 0:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"The offset {offset} for partition {tp[0]}-{tp[1]} is not valid")
+        if offset > st.high_watermark:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"Cannot increment the log start offset to {offset} of partition {tp[0]}-{tp[1]} "
+                             f"since it is larger than the high watermark {st.high_watermark}")
+        self.advance_log_start(part, offset)
+        return offset
+
+    def low_watermark(self, tp: TopicPartition) -> int:
+        """The smallest log start offset over the live replicas (we must lead ``tp``)."""
+        part = self.leader_partition(tp)
+        image = self._image
+        alive = {b.id for b in image.brokers.values() if not b.fenced} if image is not None else set()
+        return part.state.low_watermark(part.log.log_start_offset, alive)
+
+    async def wait_for_low_watermark(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
+        """Until a follower reports a new log start for any of ``tps``, leadership changes, or the timeout."""
+        await self._low_watermark_waiters.wait(tps, timeout_s)
 
     async def _isr_shrink_loop(self) -> None:
         """Kafka checks every replica.lag.time.max.ms / 2 for followers that fell behind."""
@@ -325,6 +379,7 @@ class ReplicaManager:
         (a follower's ends if the watermark is news to it, see KafkaApis.fetch)."""
         self._hw_waiters.wake(tp)
         self._leo_waiters.wake(tp)
+        self._low_watermark_waiters.wake(tp)
 
     async def wait_for_data(self, tps: Iterable[TopicPartition], timeout_s: float, *, log_end: bool = False) -> None:
         """Until the high watermark (or, for followers' fetches, the log end) of any of the
@@ -337,6 +392,7 @@ class ReplicaManager:
         await self.fetchers.close()
         self._hw_waiters.wake_all()
         self._leo_waiters.wake_all()
+        self._low_watermark_waiters.wake_all()
 
 
 __all__ = ["ReplicaManager", "Partition", "PartitionRegistration"]

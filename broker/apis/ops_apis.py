@@ -1,0 +1,80 @@
+"""Handlers of the partition operations an operator runs: DeleteRecords (more to come:
+ElectLeaders, partition reassignments, log dirs)."""
+
+from __future__ import annotations
+
+import time
+
+from broker.protocol.apis import ApiKey
+from common.errors import ErrorCode, KafkaError
+from common.topic_names import INTERNAL_TOPICS
+from metadata.acl import AclOperation as Op
+from metadata.acl import ResourceType as RT
+
+INVALID_LOW_WATERMARK = -1
+
+
+class PartitionOpsApis:
+    def __init__(self, apis):
+        self.apis = apis  # KafkaApis: decode(), authorize(), the image and the replica manager
+
+    def handlers(self) -> dict:
+        return {ApiKey.DELETE_RECORDS: self.delete_records}
+
+    # --- DeleteRecords -----------------------------------------------------------------------
+    async def delete_records(self, ctx, body, ver):
+        """Kafka's handleDeleteRecordsRequest + ReplicaManager.deleteRecords: each partition's
+        leader moves its log start offset (offset -1: the high watermark), then the answer waits
+        (a purgatory, up to the request's timeout) until every live replica has moved its own,
+        which followers do when their fetches bring them the leader's log start. The answer's
+        low watermark is the smallest log start over the live replicas."""
+        apis = self.apis
+        req = apis.decode(ctx, body, ver)
+        image = apis.image
+        rm = apis.replicas
+        results: dict[tuple[str, int], dict] = {}
+        pending: dict[tuple[str, int], int] = {}  # waiting for the low watermark to reach the offset
+        for t in req.topics:
+            allowed = apis.authorize(ctx, Op.DELETE, RT.TOPIC, t.name)
+            timg = image.topics_by_name.get(t.name)
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                res = results[tp] = {"partition_index": p.partition_index, "low_watermark": INVALID_LOW_WATERMARK,
+                                     "error_code": ErrorCode.NONE}
+                pending.pop(tp, None)  # named twice: the last one counts, as in Kafka's map
+                try:
+                    if not allowed:
+                        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                    if timg is None or p.partition_index not in timg.partitions:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    if t.name in INTERNAL_TOPICS:
+                        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                         f"Cannot delete records of internal topic {t.name}")
+                    requested = rm.delete_records(tp, p.offset)
+                    res["low_watermark"] = rm.low_watermark(tp)
+                    if res["low_watermark"] < requested:
+                        pending[tp] = requested
+                except KafkaError as e:
+                    res["error_code"] = e.code
+        deadline = time.monotonic() + max(req.timeout.total_seconds(), 0)
+        while pending:
+            for tp, requested in list(pending.items()):
+                res = results[tp]
+                try:
+                    res["low_watermark"] = rm.low_watermark(tp)
+                except KafkaError as e:  # leadership moved meanwhile
+                    res["error_code"], res["low_watermark"] = e.code, INVALID_LOW_WATERMARK
+                if res["error_code"] or res["low_watermark"] >= requested:
+                    del pending[tp]
+            left = deadline - time.monotonic()
+            if not pending:
+                break
+            if left <= 0:
+                for tp in pending:
+                    results[tp]["error_code"] = ErrorCode.REQUEST_TIMED_OUT
+                break
+            await ctx.park(rm.wait_for_low_watermark(list(pending), left))
+        topics: dict[str, list] = {}
+        for (name, _), res in results.items():
+            topics.setdefault(name, []).append(res)
+        return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}

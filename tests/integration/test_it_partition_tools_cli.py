@@ -1,0 +1,71 @@
+"""The partition tools run as a Kafka user types them (subprocesses against a real node):
+``krafty delete-records`` (more verbs join as they land)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from clients import Confluent, Rec
+from conftest import create_topic
+from krafty_node import REPO, free_port, krafty_python
+
+pytestmark = pytest.mark.krafty_only
+
+
+def cli(verb: str, *args: str, check: int | None = 0) -> subprocess.CompletedProcess:
+    p = subprocess.run([krafty_python(), "-m", "krafty", verb, *args], cwd=str(REPO), capture_output=True,
+                       text=True, timeout=60)
+    if check is not None:
+        assert p.returncode == check, f"rc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p
+
+
+def test_delete_records_as_kafka_users_type_it(broker, topic, tmp_path):
+    create_topic(broker, topic, 2)
+    assert len(Confluent().produce(broker.bootstrap, topic, [Rec(b"k", b"v%d" % i) for i in range(10)],
+                                   partition=0)) == 10
+    spec = tmp_path / "offsets.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "offset": 4},
+                                               {"topic": topic, "partition": 1, "offset": 3},
+                                               {"topic": "no-such-topic", "partition": 0, "offset": 1}],
+                                "version": 1}))
+    out = cli("delete-records", "--bootstrap-server", broker.bootstrap, "--offset-json-file", str(spec)).stdout
+    assert out.splitlines() == [
+        "Executing records delete operation",
+        "Records delete operation completed:",
+        f"partition: {topic}-0\tlow_watermark: 4",
+        f"partition: {topic}-1\terror: OFFSET_OUT_OF_RANGE",  # partition 1 is empty: 3 is beyond its end
+        "partition: no-such-topic-0\terror: UNKNOWN_TOPIC_OR_PARTITION",
+    ]
+    assert Confluent().watermarks(broker.bootstrap, topic, 0) == (4, 10)
+    spec.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "offset": -1}]}))
+    out = cli("delete-records", "--bootstrap-server", broker.bootstrap, "--offset-json-file", str(spec)).stdout
+    assert f"partition: {topic}-0\tlow_watermark: 10" in out
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ({"partitions": [{"topic": "t", "partition": 0, "offset": 1}], "version": 2}, "Not supported version field value 2"),
+    ({"version": 1}, "Missing partitions field"),
+    ({"partitions": [{"topic": "t", "partition": 0, "offset": 1}, {"topic": "t", "partition": 0, "offset": 2}]},
+     "duplicate topic partitions: t-0"),
+    ({"partitions": [{"topic": "t", "partition": "0", "offset": 1}]}, "integers"),
+])
+def test_delete_records_bad_json_file(tmp_path, doc, needle):
+    spec = tmp_path / "offsets.json"
+    spec.write_text(json.dumps(doc))
+    p = cli("delete-records", "--bootstrap-server", "127.0.0.1:1", "--offset-json-file", str(spec), check=2)
+    assert needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_delete_records_unreachable_cluster_is_one_line_and_exit_1(tmp_path):
+    spec = tmp_path / "offsets.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": "t", "partition": 0, "offset": 1}]}))
+    p = cli("delete-records", "--bootstrap-server", f"127.0.0.1:{free_port()}", "--offset-json-file", str(spec),
+            check=1)
+    assert p.stderr.startswith("Error: cannot connect to any --bootstrap-server") and \
+        len(p.stderr.strip().splitlines()) == 1, p.stderr
+    p = cli("delete-records", "--bootstrap-server", "127.0.0.1:9092", "--offset-json-file", str(spec),
+            "--command-config", str(tmp_path / "missing.properties"), check=2)
+    assert "cannot read --command-config" in p.stderr

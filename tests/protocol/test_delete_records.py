@@ -1,0 +1,126 @@
+"""DeleteRecords against an in-process node: the log start moves, segments wholly below it leave
+the disk, the low watermark is answered, and bad input gets Kafka's error codes."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from broker.protocol import codec
+from common.errors import ErrorCode
+from metadata.controller_api import NewTopic
+from tests.protocol.conftest import RawClient, start_node
+from tests.protocol.test_bad_input import produce_body, produce_error
+from tests.unit.log.batch_builder import make_batch
+
+DELETE_RECORDS = 21
+
+
+async def make_topic(node, name: str, partitions: int = 1, **configs: str) -> None:
+    [res] = await node.controller.create_topics([NewTopic(name, partitions, 1, None, configs)])
+    assert res.error == 0, res
+
+
+async def produce(c: RawClient, topic: str, n: int, partition: int = 0, size: int = 100) -> None:
+    for i in range(n):
+        batch = make_batch([b"%05d" % i * size], keys=[b"k%d" % i], base_timestamp=int(time.time() * 1000))
+        err, _ = produce_error(await c.request(0, 8, produce_body(topic, partition, bytes(batch))))
+        assert err == 0
+
+
+async def delete_records(c: RawClient, offsets: dict[tuple[str, int], int], version: int = 2, timeout_ms: int = 5000):
+    topics: dict[str, list] = {}
+    for (t, p), off in offsets.items():
+        topics.setdefault(t, []).append({"partition_index": p, "offset": off})
+    req = codec.build(codec.request_type(DELETE_RECORDS, version),
+                      {"topics": [{"name": t, "partitions": ps} for t, ps in topics.items()], "timeout": timeout_ms})
+    resp = await c.call(DELETE_RECORDS, version, req)
+    return {(t.name, p.partition_index): (int(p.error_code), p.low_watermark) for t in resp.topics for p in t.partitions}
+
+
+def segment_files(node, topic: str, partition: int = 0) -> list[int]:
+    d = os.path.join(node.cfg["log.dirs"][0], f"{topic}-{partition}")
+    return sorted(int(f[:-4]) for f in os.listdir(d) if f.endswith(".log"))
+
+
+async def test_delete_records_moves_log_start_and_deletes_segments_below_it(tmp_path):
+    node = await start_node(tmp_path)
+    try:
+        await make_topic(node, "t", **{"segment.bytes": "2000", "retention.ms": "-1"})
+        c = await RawClient.connect(node.port)
+        await produce(c, "t", 40)  # ~600-byte batches: a few per segment
+        before = segment_files(node, "t")
+        assert len(before) > 5
+        cut = before[3] + 1  # inside the fourth segment: the first three are wholly below it
+        for version in (0, 1, 2):
+            assert await delete_records(c, {("t", 0): cut}, version) == {("t", 0): (0, cut)}
+        after = segment_files(node, "t")
+        assert after == before[3:], "segments wholly below the new log start stay on disk"
+        lg = node.broker.replicas.partitions[("t", 0)].log
+        assert lg.log_start_offset == cut
+        # an offset below the current log start changes nothing; -1 means the high watermark
+        assert await delete_records(c, {("t", 0): 2}) == {("t", 0): (0, cut)}
+        assert await delete_records(c, {("t", 0): -1}) == {("t", 0): (0, 40)}
+        assert segment_files(node, "t") == [after[-1]], "only the active segment is left"
+        c.close()
+    finally:
+        await node.stop()
+    # the log start survives a restart (log-start-offset-checkpoint), though its segment starts lower
+    node = await start_node(tmp_path)
+    try:
+        assert node.broker.logs.get("t", 0).log_start_offset == 40
+    finally:
+        await node.stop()
+
+
+async def test_delete_records_errors(tmp_path):
+    node = await start_node(tmp_path)
+    try:
+        await make_topic(node, "t", 2)
+        await make_topic(node, "compacted", **{"cleanup.policy": "compact"})
+        await make_topic(node, "both", **{"cleanup.policy": "compact,delete"})
+        c = await RawClient.connect(node.port)
+        await produce(c, "t", 5)
+        await produce(c, "both", 3)
+        # a consumer offset topic exists once a Metadata names it (as the coordinator makes it)
+        await node.controller.create_topics([NewTopic("__consumer_offsets", 1, 1)])
+        got = await delete_records(c, {("t", 0): 6, ("t", 1): -2, ("t", 2): 0, ("nope", 0): 0,
+                                       ("compacted", 0): 0, ("both", 0): 2, ("__consumer_offsets", 0): 0})
+        assert got == {
+            ("t", 0): (ErrorCode.OFFSET_OUT_OF_RANGE, -1),  # beyond the high watermark (5)
+            ("t", 1): (ErrorCode.OFFSET_OUT_OF_RANGE, -1),  # negative (only -1, the high watermark, is special)
+            ("t", 2): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1),
+            ("nope", 0): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1),
+            ("compacted", 0): (ErrorCode.POLICY_VIOLATION, -1),
+            ("both", 0): (0, 2),
+            ("__consumer_offsets", 0): (ErrorCode.INVALID_TOPIC_EXCEPTION, -1),
+        }
+        assert node.broker.replicas.partitions[("t", 0)].log.log_start_offset == 0
+        c.close()
+    finally:
+        await node.stop()
+
+
+async def test_fetch_and_list_offsets_see_the_new_log_start(tmp_path):
+    node = await start_node(tmp_path)
+    try:
+        await make_topic(node, "t")
+        c = await RawClient.connect(node.port)
+        await produce(c, "t", 10)
+        assert await delete_records(c, {("t", 0): 7}) == {("t", 0): (0, 7)}
+        lo = codec.build(codec.request_type(2, 7), {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -2}]}]})
+        resp = await c.call(2, 7, lo)
+        assert resp.topics[0].partitions[0].offset == 7
+        fetch = codec.build(codec.request_type(1, 11), {
+            "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 3,
+                                                      "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+        raw = await c.request(1, 11, codec.encode(fetch))
+        resp, _ = codec._reader(codec.response_type(1, 11))(raw, 4)
+        p = resp.responses[0].partitions[0]
+        assert (int(p.error_code), p.log_start_offset) == (ErrorCode.OFFSET_OUT_OF_RANGE, 7)
+        c.close()
+    finally:
+        await node.stop()

@@ -15,13 +15,23 @@ import grpc
 
 from common.errors import ErrorCode, KafkaError
 from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_to_pb
-from metadata.controller_api import TOO_MANY_RECORDS, CreateTopicResult, HeartbeatResult, NewTopic
+from metadata.controller_api import (
+    TOO_MANY_RECORDS,
+    CreateTopicResult,
+    ElectionResult,
+    HeartbeatResult,
+    NewTopic,
+)
 from metadata.image import PartitionRegistration
 from proto import MAX_GRPC_MESSAGE
 from proto import controller_pb2 as pb
 from proto import controller_pb2_grpc as pb_grpc
+from proto import partition_ops_pb2 as ops_pb
+from proto import partition_ops_pb2_grpc as ops_grpc
 
 log = logging.getLogger("krafty.broker.channel")
+_OPS_REQUESTS = (ops_pb.ElectLeadersRequest, ops_pb.AlterPartitionReassignmentsRequest,
+                 ops_pb.ListPartitionReassignmentsRequest, ops_pb.UnregisterBrokerRequest)
 
 _RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR}
 
@@ -36,6 +46,7 @@ class ControllerChannel:
         self.timeout = request_timeout_ms / 1000
         self.backoff = retry_backoff_ms / 1000
         self._channels: dict[int, tuple[grpc.aio.Channel, pb_grpc.ControllerServiceStub]] = {}
+        self._ops_stubs: dict[int, ops_grpc.PartitionOpsServiceStub] = {}  # proto/partition_ops.proto, same channel
         self._rr = 0
 
     def _stub(self, vid: int) -> pb_grpc.ControllerServiceStub:
@@ -65,8 +76,12 @@ class ControllerChannel:
             if left <= 0:
                 raise last_error or KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"controller did not answer {method}")
             vid = self._target()
+            stub = self._stub(vid)
+            if isinstance(request, _OPS_REQUESTS):
+                stub = self._ops_stubs.get(vid) or self._ops_stubs.setdefault(
+                    vid, ops_grpc.PartitionOpsServiceStub(self._channels[vid][0]))
             try:
-                resp = await getattr(self._stub(vid), method)(request, timeout=min(left, 5.0))
+                resp = await getattr(stub, method)(request, timeout=min(left, 5.0))
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # too large to send: retrying cannot help
                     raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS) from None
@@ -87,8 +102,18 @@ class ControllerChannel:
         for channel, _ in self._channels.values():
             await channel.close()
         self._channels.clear()
+        self._ops_stubs.clear()
 
     # --- operations (same signatures as controller.loop.QuorumController) -------------
+    async def elect_leaders(self, election_type: int, topic_partitions) -> list:
+        req = ops_pb.ElectLeadersRequest(election_type=election_type, all_partitions=topic_partitions is None)
+        for topic, pids in topic_partitions or ():
+            req.topics.add(topic=topic, partitions=pids)
+        resp = await self._call("ElectLeaders", req)
+        return [ElectionResult(t.topic, p.partition, ErrorCode(p.error_code),
+                               p.error_message if p.HasField("error_message") else None)
+                for t in resp.topics for p in t.partitions]
+
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, endpoints, rack) -> int:
         req = pb.RegisterBrokerRequest(broker_id=broker_id, incarnation_id=incarnation_id.bytes)
         for e in endpoints:

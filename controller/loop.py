@@ -211,6 +211,12 @@ class QuorumController:
             return ([] if validate_only else recs), None
         return await self.write(op, user_op=True)
 
+    async def elect_leaders(self, election_type: int, topic_partitions) -> list:
+        """ElectLeaders (PREFERRED 0, UNCLEAN 1) of ``[(topic, [partition, ...])]`` or of every
+        partition (None); returns [replication.ElectionResult], answered once committed."""
+        return await self.write(lambda image: replication_ops.elect_leaders(image, election_type, topic_partitions),
+                                user_op=True)
+
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, endpoints, rack: str | None
                               ) -> int:
         """Registers (or re-registers) a broker, fenced until it catches up; returns its epoch."""

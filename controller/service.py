@@ -9,11 +9,13 @@ import uuid
 import grpc
 
 from common.errors import ErrorCode, KafkaError
+from controller.ops_service import PartitionOpsService
 from metadata import records as r
 from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_from_pb
 from metadata.controller_api import NewTopic, ScramChange
 from proto import controller_pb2 as pb
 from proto import controller_pb2_grpc as pb_grpc
+from proto.partition_ops_pb2_grpc import add_PartitionOpsServiceServicer_to_server
 
 log = logging.getLogger("krafty.controller.service")
 
@@ -162,7 +164,9 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
 
 
 def add_to_server(server: grpc.aio.Server, controller) -> None:
-    pb_grpc.add_ControllerServiceServicer_to_server(ControllerService(controller), server)
+    service = ControllerService(controller)
+    pb_grpc.add_ControllerServiceServicer_to_server(service, server)
+    add_PartitionOpsServiceServicer_to_server(PartitionOpsService(controller, service._guard), server)
 
 
 def _acls_response(results) -> pb.AclsResponse:

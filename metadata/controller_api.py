@@ -70,3 +70,13 @@ class ScramChange:
     stored_key: bytes = b""
     server_key: bytes = b""
     iterations: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ElectionResult:
+    """One partition's result of an ElectLeaders."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str | None = None

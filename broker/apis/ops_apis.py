@@ -1,5 +1,5 @@
-"""Handlers of the partition operations an operator runs: DeleteRecords (more to come:
-ElectLeaders, partition reassignments, log dirs)."""
+"""Handlers of the partition operations an operator runs: DeleteRecords, ElectLeaders (more to
+come: partition reassignments, log dirs)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class PartitionOpsApis:
         self.apis = apis  # KafkaApis: decode(), authorize(), the image and the replica manager
 
     def handlers(self) -> dict:
-        return {ApiKey.DELETE_RECORDS: self.delete_records}
+        return {ApiKey.DELETE_RECORDS: self.delete_records, ApiKey.ELECT_LEADERS: self.elect_leaders}
 
     # --- DeleteRecords -----------------------------------------------------------------------
     async def delete_records(self, ctx, body, ver):
@@ -78,3 +78,33 @@ class PartitionOpsApis:
         for (name, _), res in results.items():
             topics.setdefault(name, []).append(res)
         return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+    # --- ElectLeaders --------------------------------------------------------------------------
+    async def elect_leaders(self, ctx, body, ver):
+        """Forwarded to the controller (KRaft's ControllerApis.handleElectLeaders); ALTER on the
+        cluster is required. Partitions named twice are answered once."""
+        apis = self.apis
+        req = apis.decode(ctx, body, ver)
+        tps = None if req.topic_partitions is None else [(t.topic, list(t.partitions)) for t in req.topic_partitions]
+        election_type = req.election_type if ver >= 1 else 0
+        try:
+            if not apis.authorize_cluster(ctx, Op.ALTER):
+                raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            results = await apis.controller.elect_leaders(election_type, tps)
+        except KafkaError as e:  # the request as a whole (ElectLeadersRequest.getErrorResponse)
+            out = {"throttle_time": 0, "replica_election_results": [
+                {"topic": t, "partition_result": [{"partition_id": p, "error_code": e.code,
+                                                   "error_message": e.message} for p in dict.fromkeys(ps)]}
+                for t, ps in tps or ()]}
+            if ver >= 1:
+                out["error_code"] = e.code
+            return out
+        by_topic: dict[str, list] = {}
+        for res in results:
+            by_topic.setdefault(res.topic, []).append(
+                {"partition_id": res.partition, "error_code": res.error, "error_message": res.message})
+        out = {"throttle_time": 0, "replica_election_results": [
+            {"topic": t, "partition_result": ps} for t, ps in by_topic.items()]}
+        if ver >= 1:
+            out["error_code"] = ErrorCode.NONE
+        return out

@@ -1,5 +1,6 @@
 """The partition tools run as a Kafka user types them (subprocesses against a real node):
-``krafty delete-records`` (more verbs join as they land)."""
+``krafty delete-records``, ``krafty leader-election`` (ElectLeaders on a 3-broker cluster:
+tests/cluster/test_elect_leaders.py)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,29 @@ def test_delete_records_unreachable_cluster_is_one_line_and_exit_1(tmp_path):
     p = cli("delete-records", "--bootstrap-server", "127.0.0.1:9092", "--offset-json-file", str(spec),
             "--command-config", str(tmp_path / "missing.properties"), check=2)
     assert "cannot read --command-config" in p.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--election-type", "preferred"], "One and only one of the following options is required"),
+    (["--election-type", "preferred", "--topic", "t", "--all-topic-partitions"], "One and only one"),
+    (["--election-type", "preferred", "--topic", "t"], "Missing required option(s) [partition]"),
+    (["--election-type", "preferred", "--all-topic-partitions", "--partition", "1"], "--partition only goes with"),
+    (["--election-type", "dirty", "--all-topic-partitions"], "invalid choice"),
+])
+def test_leader_election_bad_arguments(args, needle):
+    p = cli("leader-election", "--bootstrap-server", "127.0.0.1:1", *args, check=2)
+    assert needle in p.stderr, p.stderr
+
+
+def test_leader_election_unreachable_cluster_is_one_line_and_exit_1():
+    p = cli("leader-election", "--bootstrap-server", f"127.0.0.1:{free_port()}", "--election-type", "preferred",
+            "--all-topic-partitions", check=1)
+    assert p.stderr.startswith("Error: cannot connect to any --bootstrap-server") and \
+        len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_leader_election_on_a_single_node(broker, topic):
+    create_topic(broker, topic, 1)
+    p = cli("leader-election", "--bootstrap-server", broker.bootstrap, "--election-type", "preferred",
+            "--topic", topic, "--partition", "0")
+    assert p.stdout == f"Valid replica already elected for partitions {topic}-0\n"

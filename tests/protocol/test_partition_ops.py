@@ -1,5 +1,6 @@
-"""DeleteRecords against an in-process node: the log start moves, segments wholly below it leave
-the disk, the low watermark is answered, and bad input gets Kafka's error codes."""
+"""Partition operations against an in-process node. DeleteRecords: the log start moves, segments
+wholly below it leave the disk, the low watermark is answered. ElectLeaders through the broker to
+the controller, every version. Bad input gets Kafka's error codes."""
 
 from __future__ import annotations
 
@@ -121,6 +122,37 @@ async def test_fetch_and_list_offsets_see_the_new_log_start(tmp_path):
         resp, _ = codec._reader(codec.response_type(1, 11))(raw, 4)
         p = resp.responses[0].partitions[0]
         assert (int(p.error_code), p.log_start_offset) == (ErrorCode.OFFSET_OUT_OF_RANGE, 7)
+        c.close()
+    finally:
+        await node.stop()
+
+
+ELECT_LEADERS = 43
+
+
+async def test_elect_leaders_every_version(tmp_path):
+    node = await start_node(tmp_path)
+    try:
+        await make_topic(node, "t", 2)
+        c = await RawClient.connect(node.port)
+        for version in (0, 1, 2):
+            for election_type in ((0,) if version == 0 else (0, 1)):
+                data = {"topic_partitions": [{"topic": "t", "partitions": [0, 1, 9]}, {"topic": "nope", "partitions": [0]}],
+                        "timeout": 5000}
+                if version >= 1:
+                    data["election_type"] = election_type
+                resp = await c.call(ELECT_LEADERS, version, codec.build(codec.request_type(ELECT_LEADERS, version), data))
+                got = {(t.topic, p.partition_id): int(p.error_code) for t in resp.replica_election_results
+                       for p in t.partition_result}
+                assert got == {("t", 0): ErrorCode.ELECTION_NOT_NEEDED, ("t", 1): ErrorCode.ELECTION_NOT_NEEDED,
+                               ("t", 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                               ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}, (version, election_type)
+                if version >= 1:
+                    assert resp.error_code == 0
+        # null topic_partitions: every partition, and those needing nothing are left out
+        resp = await c.call(ELECT_LEADERS, 2, codec.build(codec.request_type(ELECT_LEADERS, 2), {
+            "election_type": 0, "topic_partitions": None, "timeout": 5000}))
+        assert resp.error_code == 0 and [p for t in resp.replica_election_results for p in t.partition_result] == []
         c.close()
     finally:
         await node.stop()

@@ -1,0 +1,30 @@
+"""The gRPC service of the operator requests brokers forward to the active controller
+(proto/partition_ops.proto): leader elections, partition reassignments, broker
+unregistration. Thin translation, as controller/service.py; Kafka errors travel as codes."""
+
+from __future__ import annotations
+
+from proto import partition_ops_pb2 as pb
+from proto import partition_ops_pb2_grpc as pb_grpc
+
+
+class PartitionOpsService(pb_grpc.PartitionOpsServiceServicer):
+    def __init__(self, controller, guard):
+        self.c = controller
+        self._guard = guard  # controller/service.py's: KafkaError -> error_code, bugs -> UNKNOWN_SERVER_ERROR
+
+    async def ElectLeaders(self, req, context):
+        async def run():
+            tps = None if req.all_partitions else [(t.topic, list(t.partitions)) for t in req.topics]
+            results = await self.c.elect_leaders(req.election_type, tps)
+            out = pb.PartitionErrorsResponse(error_code=0)
+            by_topic: dict[str, pb.TopicErrors] = {}
+            for res in results:
+                te = by_topic.get(res.topic)
+                if te is None:
+                    te = by_topic[res.topic] = out.topics.add(topic=res.topic)
+                pe = te.partitions.add(partition=res.partition, error_code=res.error)
+                if res.message:
+                    pe.error_message = res.message
+            return out
+        return await self._guard(run, pb.PartitionErrorsResponse())

@@ -18,9 +18,10 @@ from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_to_pb
 from metadata.controller_api import (
     TOO_MANY_RECORDS,
     CreateTopicResult,
-    ElectionResult,
     HeartbeatResult,
     NewTopic,
+    OngoingReassignment,
+    PartitionResult,
 )
 from metadata.image import PartitionRegistration
 from proto import MAX_GRPC_MESSAGE
@@ -109,10 +110,23 @@ class ControllerChannel:
         req = ops_pb.ElectLeadersRequest(election_type=election_type, all_partitions=topic_partitions is None)
         for topic, pids in topic_partitions or ():
             req.topics.add(topic=topic, partitions=pids)
-        resp = await self._call("ElectLeaders", req)
-        return [ElectionResult(t.topic, p.partition, ErrorCode(p.error_code),
-                               p.error_message if p.HasField("error_message") else None)
-                for t in resp.topics for p in t.partitions]
+        return _partition_results(await self._call("ElectLeaders", req))
+
+    async def alter_partition_reassignments(self, requests) -> list:
+        req = ops_pb.AlterPartitionReassignmentsRequest()
+        by_topic: dict[str, ops_pb.ReassignTopic] = {}
+        for topic, pid, target in requests:
+            t = by_topic.get(topic) or by_topic.setdefault(topic, req.topics.add(name=topic))
+            t.partitions.add(partition=pid, cancel=target is None, replicas=target or ())
+        return _partition_results(await self._call("AlterPartitionReassignments", req))
+
+    async def list_partition_reassignments(self, topics) -> list:
+        req = ops_pb.ListPartitionReassignmentsRequest(all=topics is None)
+        for topic, pids in topics or ():
+            req.topics.add(topic=topic, partitions=pids)
+        resp = await self._call("ListPartitionReassignments", req)
+        return [OngoingReassignment(o.topic, o.partition, tuple(o.replicas), tuple(o.adding), tuple(o.removing))
+                for o in resp.partitions]
 
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, endpoints, rack) -> int:
         req = pb.RegisterBrokerRequest(broker_id=broker_id, incarnation_id=incarnation_id.bytes)
@@ -224,3 +238,9 @@ class ControllerChannel:
         resp = await self._call("AlterUserScramCredentials", req)
         return [(u.user, ErrorCode(u.error_code), u.error_message if u.HasField("error_message") else None)
                 for u in resp.results]
+
+
+def _partition_results(resp) -> list[PartitionResult]:
+    return [PartitionResult(t.topic, p.partition, ErrorCode(p.error_code),
+                            p.error_message if p.HasField("error_message") else None)
+            for t in resp.topics for p in t.partitions]

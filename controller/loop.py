@@ -23,6 +23,7 @@ from common.errors import ErrorCode, KafkaError
 from common.metrics import Histogram
 from controller import acls as acl_ops
 from controller import cluster as cluster_ops
+from controller import reassignment as reassignment_ops
 from controller import replication as replication_ops
 from controller import scram as scram_ops
 from controller import topics as topic_ops
@@ -216,6 +217,16 @@ class QuorumController:
         partition (None); returns [replication.ElectionResult], answered once committed."""
         return await self.write(lambda image: replication_ops.elect_leaders(image, election_type, topic_partitions),
                                 user_op=True)
+
+    async def alter_partition_reassignments(self, requests) -> list:
+        """``[(topic, partition, target replicas | None to cancel)]``; returns
+        [reassignment.ReassignmentResult], answered once the changes are committed."""
+        return await self.write(lambda image: reassignment_ops.alter_partition_reassignments(
+            image, requests, replication_ops.acceptable_leaders(image)), user_op=True)
+
+    async def list_partition_reassignments(self, topics) -> list:
+        """The ongoing reassignments (of ``[(topic, [partition, ...])]`` or all, None)."""
+        return reassignment_ops.list_partition_reassignments(self.loader.image, topics)
 
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, endpoints, rack: str | None
                               ) -> int:

@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from common.errors import ErrorCode, KafkaError
+from controller.reassignment import partition_change
 from metadata import records as r
-from metadata.controller_api import ElectionResult
+from metadata.controller_api import PartitionResult as ElectionResult
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage
 
 NO_LEADER = r.NO_LEADER
@@ -240,7 +241,8 @@ def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int, top
                     "mismatch) and cannot join the ISR")
     if set(isr) == set(reg.isr):
         return [], AlterPartitionResult(ErrorCode.NONE, reg.leader, reg.isr, reg.leader_epoch, reg.partition_epoch)
-    rec = r.PartitionChangeRecord(topic_id, partition, isr=isr)
+    # the change that brings the last target replica of a reassignment in sync also completes it
+    rec = partition_change(topic_id, partition, reg, leader=reg.leader, isr=isr, is_acceptable=eligible)
     after = reg.merge(rec)
     return [rec], AlterPartitionResult(ErrorCode.NONE, after.leader, after.isr, after.leader_epoch,
                                        after.partition_epoch)

@@ -73,10 +73,21 @@ class ScramChange:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ElectionResult:
-    """One partition's result of an ElectLeaders."""
+class PartitionResult:
+    """One partition's result of an ElectLeaders or AlterPartitionReassignments."""
 
     topic: str
     partition: int
     error: ErrorCode
     message: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    """A partition being reassigned: its replicas (targets first) and those being added/removed."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]

@@ -1,5 +1,6 @@
-"""Handlers of the partition operations an operator runs: DeleteRecords, ElectLeaders (more to
-come: partition reassignments, log dirs)."""
+"""Handlers of the partition operations an operator runs: DeleteRecords, ElectLeaders,
+AlterPartitionReassignments and ListPartitionReassignments (the last three are forwarded to the
+active controller, as KRaft brokers do)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ class PartitionOpsApis:
         self.apis = apis  # KafkaApis: decode(), authorize(), the image and the replica manager
 
     def handlers(self) -> dict:
-        return {ApiKey.DELETE_RECORDS: self.delete_records, ApiKey.ELECT_LEADERS: self.elect_leaders}
+        return {ApiKey.DELETE_RECORDS: self.delete_records, ApiKey.ELECT_LEADERS: self.elect_leaders,
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+                ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments}
 
     # --- DeleteRecords -----------------------------------------------------------------------
     async def delete_records(self, ctx, body, ver):
@@ -108,3 +111,45 @@ class PartitionOpsApis:
         if ver >= 1:
             out["error_code"] = ErrorCode.NONE
         return out
+
+    # --- AlterPartitionReassignments / ListPartitionReassignments ---------------------------------
+    async def alter_partition_reassignments(self, ctx, body, ver):
+        """KIP-455: start (replicas), change or cancel (null replicas) reassignments; ALTER on the
+        cluster. Answered once the controller committed the changes, not when they complete."""
+        apis = self.apis
+        req = apis.decode(ctx, body, ver)
+        requests = [(t.name, p.partition_index, None if p.replicas is None else list(p.replicas))
+                    for t in req.topics for p in t.partitions]
+        try:
+            if not apis.authorize_cluster(ctx, Op.ALTER):
+                raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            results = await apis.controller.alter_partition_reassignments(requests)
+        except KafkaError as e:  # the request as a whole (AlterPartitionReassignmentsRequest.getErrorResponse)
+            return {"throttle_time": 0, "error_code": e.code, "error_message": e.message, "responses": [
+                {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": e.code,
+                                                 "error_message": e.message} for p in t.partitions]}
+                for t in req.topics]}
+        by_topic: dict[str, list] = {}
+        for res in results:
+            by_topic.setdefault(res.topic, []).append(
+                {"partition_index": res.partition, "error_code": res.error, "error_message": res.message})
+        return {"throttle_time": 0, "error_code": ErrorCode.NONE, "error_message": None,
+                "responses": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    async def list_partition_reassignments(self, ctx, body, ver):
+        apis = self.apis
+        req = apis.decode(ctx, body, ver)
+        topics = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
+        try:
+            if not apis.authorize_cluster(ctx, Op.DESCRIBE):
+                raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            ongoing = await apis.controller.list_partition_reassignments(topics)
+        except KafkaError as e:
+            return {"throttle_time": 0, "error_code": e.code, "error_message": e.message, "topics": []}
+        by_topic: dict[str, list] = {}
+        for o in ongoing:
+            by_topic.setdefault(o.topic, []).append({"partition_index": o.partition, "replicas": list(o.replicas),
+                                                     "adding_replicas": list(o.adding),
+                                                     "removing_replicas": list(o.removing)})
+        return {"throttle_time": 0, "error_code": ErrorCode.NONE, "error_message": None,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}

@@ -1,6 +1,6 @@
 """The partition tools run as a Kafka user types them (subprocesses against a real node):
-``krafty delete-records``, ``krafty leader-election`` (ElectLeaders on a 3-broker cluster:
-tests/cluster/test_elect_leaders.py)."""
+``krafty delete-records``, ``krafty leader-election``, ``krafty reassign-partitions`` (on 3-broker
+clusters: tests/cluster/test_elect_leaders.py, test_reassign_partitions.py)."""
 
 from __future__ import annotations
 
@@ -96,3 +96,49 @@ def test_leader_election_on_a_single_node(broker, topic):
     p = cli("leader-election", "--bootstrap-server", broker.bootstrap, "--election-type", "preferred",
             "--topic", topic, "--partition", "0")
     assert p.stdout == f"Valid replica already elected for partitions {topic}-0\n"
+
+
+def test_reassign_partitions_generate_and_list_on_a_single_node(broker, topic, tmp_path):
+    create_topic(broker, topic, 2)
+    spec = tmp_path / "topics.json"
+    spec.write_text(json.dumps({"topics": [{"topic": topic}], "version": 1}))
+    p = cli("reassign-partitions", "--bootstrap-server", broker.bootstrap, "--generate", "--topics-to-move-json-file",
+            str(spec), "--broker-list", "1")
+    lines = p.stdout.splitlines()
+    assert lines[0] == "Current partition replica assignment" and lines[3] == \
+        "Proposed partition reassignment configuration", p.stdout
+    current, proposed = json.loads(lines[1]), json.loads(lines[4])
+    assert current == proposed == {"version": 1, "partitions": [
+        {"topic": topic, "partition": i, "replicas": [1], "log_dirs": ["any"]} for i in range(2)]}
+    assert cli("reassign-partitions", "--bootstrap-server", broker.bootstrap, "--list").stdout == \
+        "No partition reassignments found.\n"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [7]}]}))
+    p = cli("reassign-partitions", "--bootstrap-server", broker.bootstrap, "--execute", "--reassignment-json-file",
+            str(plan), check=1)
+    assert p.stderr.strip() == "Error: INVALID_REPLICA_ASSIGNMENT: Unknown broker id(s) 7", p.stderr
+    p = cli("reassign-partitions", "--bootstrap-server", broker.bootstrap, "--generate", "--topics-to-move-json-file",
+            str(spec), "--broker-list", "1,2", check=1)
+    assert p.stderr.strip() == "Error: INVALID_REPLICA_ASSIGNMENT: Unknown broker id(s) 2", p.stderr
+
+
+@pytest.mark.parametrize("args, doc, needle", [
+    (["--execute"], None, "Missing required argument \"[reassignment-json-file]\" for --execute"),
+    (["--execute", "--verify", "--reassignment-json-file", "F"], {}, "exactly one action"),
+    (["--generate", "--broker-list", "1"], None, "--generate needs --topics-to-move-json-file and --broker-list"),
+    (["--verify", "--reassignment-json-file", "F"], {"version": 1, "partitions": []},
+     "Partition reassignment list cannot be empty"),
+    (["--execute", "--reassignment-json-file", "F"],
+     {"partitions": [{"topic": "t", "partition": 0, "replicas": [1, 1]}]},
+     "Partition replica lists may not contain duplicate entries: t-0 contains 1"),
+    (["--execute", "--reassignment-json-file", "F"],
+     {"partitions": [{"topic": "t", "partition": 0, "replicas": [1]}, {"topic": "t", "partition": 0, "replicas": [2]}]},
+     "Partition reassignment contains duplicate topic partitions: t-0"),
+])
+def test_reassign_partitions_bad_input(tmp_path, args, doc, needle):
+    f = tmp_path / "f.json"
+    if doc is not None:
+        f.write_text(json.dumps(doc))
+    args = [str(f) if a == "F" else a for a in args]
+    p = cli("reassign-partitions", "--bootstrap-server", f"127.0.0.1:{free_port()}", *args, check=2)
+    assert needle in p.stderr, p.stderr

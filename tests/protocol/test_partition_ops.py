@@ -156,3 +156,40 @@ async def test_elect_leaders_every_version(tmp_path):
         c.close()
     finally:
         await node.stop()
+
+
+ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
+
+
+async def test_partition_reassignment_apis_on_a_single_node(tmp_path):
+    node = await start_node(tmp_path)
+    try:
+        await make_topic(node, "t", 1)
+        c = await RawClient.connect(node.port)
+
+        async def alter(parts):
+            req = codec.build(codec.request_type(ALTER_REASSIGNMENTS, 0), {"timeout": 5000, "topics": [
+                {"name": t, "partitions": [{"partition_index": p, "replicas": rs}]} for t, p, rs in parts]})
+            resp = await c.call(ALTER_REASSIGNMENTS, 0, req)
+            assert resp.error_code == 0
+            return [(r.name, p.partition_index, int(p.error_code), p.error_message)
+                    for r in resp.responses for p in r.partitions]
+
+        assert await alter([("t", 0, [1]), ("t", 0, [2]), ("t", 0, [1, 1]), ("t", 0, None), ("t", 3, [1]),
+                            ("nope", 0, [1])]) == [
+            ("t", 0, 0, None),
+            ("t", 0, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+             "The manual partition assignment includes broker 2, but no such broker is registered."),
+            ("t", 0, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+             "The manual partition assignment includes the broker 1 more than once."),
+            ("t", 0, ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None),
+            ("t", 3, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find partition t:3."),
+            ("nope", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find partition nope:0."),
+        ]
+        for topics in (None, [{"name": "t", "partition_indexes": [0, 5]}]):
+            req = codec.build(codec.request_type(LIST_REASSIGNMENTS, 0), {"timeout": 5000, "topics": topics})
+            resp = await c.call(LIST_REASSIGNMENTS, 0, req)
+            assert (resp.error_code, list(resp.topics)) == (0, [])
+        c.close()
+    finally:
+        await node.stop()

@@ -120,6 +120,9 @@ class ControllerChannel:
             t.partitions.add(partition=pid, cancel=target is None, replicas=target or ())
         return _partition_results(await self._call("AlterPartitionReassignments", req))
 
+    async def unregister_broker(self, broker_id: int) -> None:
+        await self._call("UnregisterBroker", ops_pb.UnregisterBrokerRequest(broker_id=broker_id))
+
     async def list_partition_reassignments(self, topics) -> list:
         req = ops_pb.ListPartitionReassignmentsRequest(all=topics is None)
         for topic, pids in topics or ():

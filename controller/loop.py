@@ -228,6 +228,11 @@ class QuorumController:
         """The ongoing reassignments (of ``[(topic, [partition, ...])]`` or all, None)."""
         return reassignment_ops.list_partition_reassignments(self.loader.image, topics)
 
+    async def unregister_broker(self, broker_id: int) -> None:
+        """UnregisterBroker (an operator removing a drained broker): BROKER_ID_NOT_REGISTERED if unknown."""
+        return await self.write(lambda image: (cluster_ops.unregister_broker(
+            image, self.cluster, broker_id, self.unclean_default), None), user_op=True)
+
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, endpoints, rack: str | None
                               ) -> int:
         """Registers (or re-registers) a broker, fenced until it catches up; returns its epoch."""

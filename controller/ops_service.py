@@ -36,6 +36,12 @@ class PartitionOpsService(pb_grpc.PartitionOpsServiceServicer):
             return out
         return await self._guard(run, pb.ListPartitionReassignmentsResponse())
 
+    async def UnregisterBroker(self, req, context):
+        async def run():
+            await self.c.unregister_broker(req.broker_id)
+            return pb.OpErrorResponse(error_code=0)
+        return await self._guard(run, pb.OpErrorResponse())
+
 
 def _partition_errors(results) -> pb.PartitionErrorsResponse:
     """Per-partition results (anything with topic, partition, error, message) by topic, in order."""

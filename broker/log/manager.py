@@ -245,6 +245,10 @@ class LogManager:
         return n
 
     # --- checkpoints ---------------------------------------------------------------------------
+    def logs_by_dir(self) -> dict[str, list[Log]]:
+        """Every log dir (``log.dirs``, absolute) and the logs it holds (DescribeLogDirs)."""
+        return self._by_dir()
+
     def _by_dir(self) -> dict[str, list[Log]]:
         out: dict[str, list[Log]] = {d: [] for d in self.log_dirs}
         for lg in self._logs.values():

@@ -1,7 +1,7 @@
 """Partition reassignments on real clusters: a partition moved to other brokers under an acks=all
 idempotent stream (nothing acknowledged lost, no duplicate, the old replicas' logs removed),
-through `krafty reassign-partitions` as Kafka users type it; an RF change 1 -> 3 -> 1 and the
-error codes through kafka-python's AdminClient. A 3 controller + 6 broker variant
+through `krafty reassign-partitions` as Kafka users type it; an RF change 1 -> 3 -> 1, a cancel,
+the error codes through kafka-python's AdminClient, and a drained broker unregistered. A 3 controller + 6 broker variant
 ({4,5,6} -> {7,8,9}) is marked `cluster`."""
 
 from __future__ import annotations
@@ -130,7 +130,25 @@ def test_move_a_partition_from_three_brokers_to_three_others_3_controllers_6_bro
         move_under_stream(c, tmp_path, "moving", [4, 5, 6], [7, 8, 9])
 
 
-def test_rf_change_cancel_and_errors(tmp_path, request):
+def unregister(bootstrap: str, broker_id: int) -> tuple[int, str | None]:
+    """UnregisterBroker through krafty's admin client (no Python client has it)."""
+    import asyncio
+
+    from broker.protocol.apis import ApiKey
+    from krafty.consumer_groups import GroupAdmin, parse_bootstrap
+
+    async def run():
+        admin = GroupAdmin(parse_bootstrap(bootstrap), 10, versions={ApiKey.UNREGISTER_BROKER: (0, 0)})
+        try:
+            await admin.start()
+            r = await admin._send(admin._any, ApiKey.UNREGISTER_BROKER, {"broker_id": broker_id})
+            return int(r.error_code), r.error_message
+        finally:
+            admin.close()
+    return asyncio.run(run())
+
+
+def test_rf_change_cancel_unregister_and_errors(tmp_path, request):
     from kafka import KafkaAdminClient
     from kafka import TopicPartition as KTP
     with running_cluster(tmp_path, request, controllers=1, brokers=3, overrides=FAST) as c:
@@ -168,6 +186,8 @@ def test_rf_change_cancel_and_errors(tmp_path, request):
             # cancel: a reassignment to a broker that is down stays pending until cancelled
             c.stop("broker-3")
             wait_until(lambda: 3 not in admin.list_topics(timeout=5).brokers, 30, "broker 3 gone")
+            ka.close()  # kafka-python keeps the controller id it first saw (any broker, in KRaft): maybe 3
+            ka = KafkaAdminClient(bootstrap_servers=bs)
             assert ka.alter_partition_reassignments({tp: [4, 3]}) == {tp: None}
             ongoing = ka.list_partition_reassignments()
             assert list(ongoing.values())[0]["adding_replicas"] == [3], ongoing
@@ -183,5 +203,10 @@ def test_rf_change_cancel_and_errors(tmp_path, request):
             wait_until(lambda: replicas(admin, "rf") == (4, (4,), (4,)), 30, "back to RF 1")
             out = cli("--bootstrap-server", bs, "--cancel", "--reassignment-json-file", str(plan)).stdout
             assert out.strip() == "None of the specified partition reassignments are active."
+            # the drained, stopped broker 3 is unregistered: no reassignment may name it any more
+            assert unregister(bs, 3) == (0, None)
+            res = ka.alter_partition_reassignments({tp: [3]})
+            assert res[tp].errno == 39, res  # INVALID_REPLICA_ASSIGNMENT: no such broker is registered
+            assert unregister(bs, 3) == (102, "Broker ID 3 is not currently registered")  # BROKER_ID_NOT_REGISTERED
         finally:
             ka.close()

@@ -142,3 +142,51 @@ def test_reassign_partitions_bad_input(tmp_path, args, doc, needle):
     args = [str(f) if a == "F" else a for a in args]
     p = cli("reassign-partitions", "--bootstrap-server", f"127.0.0.1:{free_port()}", *args, check=2)
     assert needle in p.stderr, p.stderr
+
+
+def test_log_dirs_describe_as_kafka_users_type_it(broker, topic):
+    create_topic(broker, topic, 2)
+    assert len(Confluent().produce(broker.bootstrap, topic, [Rec(b"k", b"v" * 100)] * 5, partition=1)) == 5
+    p = cli("log-dirs", "--bootstrap-server", broker.bootstrap, "--describe", "--topic-list", topic)
+    lines = p.stdout.splitlines()
+    assert lines[:2] == ["Querying brokers for log directories information",
+                         "Received log directory information from brokers 1"], p.stdout
+    doc = json.loads(lines[2])
+    [b] = doc["brokers"]
+    [d] = b["logDirs"]
+    assert doc["version"] == 1 and b["broker"] == 1 and d["error"] is None and d["logDir"].startswith("/")
+    parts = {p["partition"]: p for p in d["partitions"]}
+    assert set(parts) == {f"{topic}-0", f"{topic}-1"}
+    assert parts[f"{topic}-0"]["size"] == 0 and parts[f"{topic}-1"]["size"] > 500
+    assert parts[f"{topic}-1"]["offsetLag"] == 0 and parts[f"{topic}-1"]["isFuture"] is False
+    p = cli("log-dirs", "--bootstrap-server", broker.bootstrap, "--describe", "--broker-list", "1,7", check=1)
+    assert p.stderr.strip() == "ERROR: The given brokers do not exist from --broker-list: 7. Current existent " \
+        "brokers: 1"
+    cli("log-dirs", "--bootstrap-server", broker.bootstrap, check=2)  # --describe is required
+    # kafka-python's AdminClient reads the same
+    from kafka import KafkaAdminClient
+    ka = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        res = ka.describe_log_dirs({topic: [1]})
+        text = str(res)
+        assert topic in text and d["logDir"] in text, text
+    finally:
+        ka.close()
+
+
+def test_describe_topic_partitions_through_kafka_python_pages_with_the_cursor(broker, topic):
+    from kafka import KafkaAdminClient
+    create_topic(broker, topic, 3)
+    ka = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        first = ka.describe_topic_partitions([topic], response_partition_limit=2)
+        assert [p["partition_index"] for p in first["topics"][0]["partitions"]] == [0, 1]
+        assert first["next_cursor"] == {"topic_name": topic, "partition_index": 2}
+        rest = ka.describe_topic_partitions([topic], response_partition_limit=2, cursor=first["next_cursor"])
+        [t] = rest["topics"]
+        assert [(p["partition_index"], p["leader_id"], p["replica_nodes"]) for p in t["partitions"]] == [(2, 1, [1])]
+        assert rest["next_cursor"] is None and t["error_code"] == 0 and not t["is_internal"]
+        missing = ka.describe_topic_partitions(["no-such-topic"])
+        assert missing["topics"][0]["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        ka.close()

@@ -193,3 +193,99 @@ async def test_partition_reassignment_apis_on_a_single_node(tmp_path):
         c.close()
     finally:
         await node.stop()
+
+
+DESCRIBE_LOG_DIRS = 35
+
+
+async def test_describe_log_dirs_every_version(tmp_path):
+    node = await start_node(tmp_path, log_dirs=f"{tmp_path}/d1,{tmp_path}/d2")
+    try:
+        await make_topic(node, "t", 2)
+        await make_topic(node, "u", 1)
+        c = await RawClient.connect(node.port)
+        await produce(c, "t", 3, partition=1)
+        for version in (1, 2, 3, 4):
+            for topics, want in ((None, {("t", 0), ("t", 1), ("u", 0)}),
+                                 ([{"topic": "t", "partitions": [1, 7]}], {("t", 1)})):
+                req = codec.build(codec.request_type(DESCRIBE_LOG_DIRS, version), {"topics": topics})
+                resp = await c.call(DESCRIBE_LOG_DIRS, version, req)
+                assert sorted(r.log_dir for r in resp.results) == [f"{tmp_path}/d1", f"{tmp_path}/d2"]
+                got = {(t.name, p.partition_index): (p.partition_size, p.offset_lag, p.is_future_key, r.log_dir)
+                       for r in resp.results for t in r.topics for p in t.partitions}
+                assert set(got) == want, version
+                if ("t", 1) in got:
+                    lg = node.broker.logs.get("t", 1)
+                    assert got[("t", 1)] == (lg.size_in_bytes, 0, False, os.path.dirname(lg.path)) and lg.size_in_bytes > 0
+                if version >= 4:
+                    assert all(r.total_bytes >= r.usable_bytes > 0 for r in resp.results)
+        # new partitions were spread over both dirs (the one with fewest partitions first)
+        dirs = {os.path.dirname(node.broker.logs.get(t, p).path) for t, p in (("t", 0), ("t", 1), ("u", 0))}
+        assert len(dirs) == 2
+        c.close()
+    finally:
+        await node.stop()
+
+
+DESCRIBE_TOPIC_PARTITIONS, UNREGISTER_BROKER = 75, 64
+
+
+async def test_describe_topic_partitions_pages_with_its_cursor(tmp_path):
+    node = await start_node(tmp_path)
+    try:
+        await make_topic(node, "a", 3)
+        await make_topic(node, "b", 2)
+        await make_topic(node, "c", 1)
+        c = await RawClient.connect(node.port)
+
+        async def describe(topics, limit=2000, cursor=None):
+            req = codec.build(codec.request_type(DESCRIBE_TOPIC_PARTITIONS, 0), {
+                "topics": [{"name": t} for t in topics], "response_partition_limit": limit, "cursor": cursor})
+            resp = await c.call(DESCRIBE_TOPIC_PARTITIONS, 0, req)
+            got = [(t.name, int(t.error_code), [p.partition_index for p in t.partitions]) for t in resp.topics]
+            nc = resp.next_cursor
+            return got, (nc.topic_name, nc.partition_index) if nc is not None else None
+
+        assert await describe([]) == ([("a", 0, [0, 1, 2]), ("b", 0, [0, 1]), ("c", 0, [0])], None)
+        # pages of 2 partitions: the cursor says where the next page starts
+        pages, cursor = [], None
+        while True:
+            got, nxt = await describe([], 2, cursor and {"topic_name": cursor[0], "partition_index": cursor[1]})
+            pages.append(got)
+            if nxt is None:
+                break
+            cursor = nxt
+        assert pages == [[("a", 0, [0, 1])], [("a", 0, [2]), ("b", 0, [0])], [("b", 0, [1]), ("c", 0, [0])]]
+        # named topics (sorted), unknown and invalid names, the cursor outside the list, a negative partition
+        got, _ = await describe(["bad/name"])
+        assert got == [("bad/name", ErrorCode.INVALID_TOPIC_EXCEPTION, [])]
+        got, nxt = await describe(["c", "nope", "a"], 3)
+        assert got == [("a", 0, [0, 1, 2])] and nxt == ("c", 0)
+        got, nxt = await describe(["c", "nope"], 3)
+        assert got == [("c", 0, [0]), ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])] and nxt is None
+        got, _ = await describe(["a"], cursor={"topic_name": "b", "partition_index": 0})
+        assert got == [("a", ErrorCode.INVALID_REQUEST, [])]
+        got, _ = await describe(["a"], cursor={"topic_name": "a", "partition_index": -1})
+        assert got == [("a", ErrorCode.INVALID_REQUEST, [])]
+        # the partitions carry what Metadata says
+        req = codec.build(codec.request_type(DESCRIBE_TOPIC_PARTITIONS, 0), {
+            "topics": [{"name": "b"}], "response_partition_limit": 10, "cursor": None})
+        [t] = (await c.call(DESCRIBE_TOPIC_PARTITIONS, 0, req)).topics
+        assert t.topic_id == node.broker.loader.image.topics_by_name["b"].topic_id and not t.is_internal
+        assert [(p.leader_id, list(p.replica_nodes), list(p.isr_nodes)) for p in t.partitions] == [(1, [1], [1])] * 2
+        c.close()
+    finally:
+        await node.stop()
+
+
+async def test_unregister_broker(tmp_path):
+    node = await start_node(tmp_path)
+    try:
+        c = await RawClient.connect(node.port)
+        req = codec.build(codec.request_type(UNREGISTER_BROKER, 0), {"broker_id": 7})
+        resp = await c.call(UNREGISTER_BROKER, 0, req)
+        assert resp.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED
+        assert resp.error_message == "Broker ID 7 is not currently registered"
+        c.close()
+    finally:
+        await node.stop()

@@ -9,13 +9,14 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 
 from common.errors import ErrorCode, KafkaError
 from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_to_pb
 from metadata.controller_api import (
+    METADATA_OFFSET_KEY,
     TOO_MANY_RECORDS,
     CreateTopicResult,
     HeartbeatResult,
@@ -48,6 +49,9 @@ class ControllerChannel:
         self.backoff = retry_backoff_ms / 1000
         self._channels: dict[int, tuple[grpc.aio.Channel, pb_grpc.ControllerServiceStub]] = {}
         self._ops_stubs: dict[int, ops_grpc.PartitionOpsServiceStub] = {}  # proto/partition_ops.proto, same channel
+        # read your writes: ``(offset, timeout_s)`` -> waits until this node's metadata image has
+        # reached ``offset`` (set by the broker); admin answers carry the offset to wait for
+        self.wait_for_offset: Callable[[int, float], Awaitable[None]] | None = None
         self._rr = 0
 
     def _stub(self, vid: int) -> pb_grpc.ControllerServiceStub:
@@ -82,7 +86,8 @@ class ControllerChannel:
                 stub = self._ops_stubs.get(vid) or self._ops_stubs.setdefault(
                     vid, ops_grpc.PartitionOpsServiceStub(self._channels[vid][0]))
             try:
-                resp = await getattr(stub, method)(request, timeout=min(left, 5.0))
+                call = getattr(stub, method)(request, timeout=min(left, 5.0))
+                resp = await call
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # too large to send: retrying cannot help
                     raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS) from None
@@ -97,6 +102,10 @@ class ControllerChannel:
                 continue
             if code != ErrorCode.NONE:
                 raise KafkaError(code, getattr(resp, "error_message", None) or None)
+            if self.wait_for_offset is not None:
+                offset = _metadata_offset(await call.trailing_metadata())
+                if offset is not None:  # an admin operation: answer once our own image shows it
+                    await self.wait_for_offset(offset, max(deadline - time.monotonic(), 0.0))
             return resp
 
     async def close(self) -> None:
@@ -247,3 +256,14 @@ def _partition_results(resp) -> list[PartitionResult]:
     return [PartitionResult(t.topic, p.partition, ErrorCode(p.error_code),
                             p.error_message if p.HasField("error_message") else None)
             for t in resp.topics for p in t.partitions]
+
+
+def _metadata_offset(trailing) -> int | None:
+    """The controller's applied metadata offset in an admin answer's trailing metadata."""
+    for key, value in trailing or ():
+        if key == METADATA_OFFSET_KEY:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

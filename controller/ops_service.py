@@ -17,14 +17,14 @@ class PartitionOpsService(pb_grpc.PartitionOpsServiceServicer):
         async def run():
             tps = None if req.all_partitions else [(t.topic, list(t.partitions)) for t in req.topics]
             return _partition_errors(await self.c.elect_leaders(req.election_type, tps))
-        return await self._guard(run, pb.PartitionErrorsResponse())
+        return await self._guard(run, pb.PartitionErrorsResponse(), context)
 
     async def AlterPartitionReassignments(self, req, context):
         async def run():
             requests = [(t.name, p.partition, None if p.cancel else list(p.replicas))
                         for t in req.topics for p in t.partitions]
             return _partition_errors(await self.c.alter_partition_reassignments(requests))
-        return await self._guard(run, pb.PartitionErrorsResponse())
+        return await self._guard(run, pb.PartitionErrorsResponse(), context)
 
     async def ListPartitionReassignments(self, req, context):
         async def run():
@@ -40,7 +40,7 @@ class PartitionOpsService(pb_grpc.PartitionOpsServiceServicer):
         async def run():
             await self.c.unregister_broker(req.broker_id)
             return pb.OpErrorResponse(error_code=0)
-        return await self._guard(run, pb.OpErrorResponse())
+        return await self._guard(run, pb.OpErrorResponse(), context)
 
 
 def _partition_errors(results) -> pb.PartitionErrorsResponse:

@@ -13,7 +13,10 @@ Files as Kafka's: topics to move ``{"topics": [{"topic": "t"}], "version": 1}``;
 (``log_dirs``, if given, must be "any": replicas are not placed on given log dirs). --generate
 places replicas with Kafka's (rack-aware) algorithm; --execute sends AlterPartitionReassignments,
 --cancel the same with null replicas, --verify and --list read ListPartitionReassignments and the
-metadata. Output lines are Kafka's tool's.
+metadata. ``--execute --throttle B`` sets the topics' leader/follower.replication.throttled.replicas
+to the moving replicas and the brokers' leader/follower.replication.throttled.rate (a dynamic broker
+config: until brokers take those, set the rate in their configs); --verify removes the topic
+throttles once nothing moves. Output lines are Kafka's tool's.
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ from krafty.admin_tool import (
     run_tool,
 )
 
-VERSIONS = {ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0), ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0)}
+VERSIONS = {ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0), ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKey.DESCRIBE_CONFIGS: (1, 4)}
+LEADER_THROTTLED, FOLLOWER_THROTTLED = "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"
+LEADER_RATE, FOLLOWER_RATE = "leader.replication.throttled.rate", "follower.replication.throttled.rate"
 ACTIONS = ("generate", "execute", "verify", "cancel", "list")
 TP = tuple[str, int]
 
@@ -164,6 +170,60 @@ class ReassignTool:
         return {(t.name, int(p.partition_index)): (int(p.error_code), p.error_message)
                 for t in r.responses for p in t.partitions}
 
+    async def topic_configs(self, topic: str) -> dict[str, str]:
+        r = await self.admin._send(self.admin._any, ApiKey.DESCRIBE_CONFIGS, {"resources": [
+            {"resource_type": 2, "resource_name": topic, "configuration_keys": [LEADER_THROTTLED, FOLLOWER_THROTTLED]}],
+            "include_synonyms": False, "include_documentation": False})
+        res = r.results[0]
+        if int(res.error_code) != 0:
+            raise KafkaError(ErrorCode(int(res.error_code)), res.error_message)
+        return {c.name: c.value or "" for c in res.configs}
+
+    async def set_topic_configs(self, topic: str, values: dict[str, str | None]) -> None:
+        """IncrementalAlterConfigs SET (or DELETE for None) of a topic's keys."""
+        r = await self.admin._send(self.admin._any, ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [
+            {"resource_type": 2, "resource_name": topic, "configs": [
+                {"name": k, "config_operation": 1 if v is None else 0, "value": v} for k, v in values.items()]}],
+            "validate_only": False})
+        res = r.responses[0]
+        if int(res.error_code) != 0:
+            raise KafkaError(ErrorCode(int(res.error_code)), res.error_message)
+
+    async def set_throttles(self, current: dict[TP, list[int]], wanted: dict[TP, list[int]], rate: int) -> None:
+        """Kafka's modifyReassignmentThrottle: each moving partition's current replicas are throttled
+        on the leader side, its new replicas on the follower side (merged into the topics' lists),
+        and the brokers involved get the rate (a dynamic broker config)."""
+        for topic in sorted({t for t, _ in wanted}):
+            moving = {p: (current[(t, p)], rs) for (t, p), rs in wanted.items() if t == topic and current[(t, p)] != rs}
+            if not moving:
+                continue
+            have = await self.topic_configs(topic)
+            leader = [x for x in have.get(LEADER_THROTTLED, "").split(",") if x]
+            follower = [x for x in have.get(FOLLOWER_THROTTLED, "").split(",") if x]
+            for p, (cur, target) in sorted(moving.items()):
+                leader += [f"{p}:{b}" for b in cur if f"{p}:{b}" not in leader]
+                follower += [f"{p}:{b}" for b in target if b not in cur and f"{p}:{b}" not in follower]
+            await self.set_topic_configs(topic, {LEADER_THROTTLED: ",".join(leader),
+                                                 FOLLOWER_THROTTLED: ",".join(follower)})
+        brokers = sorted({b for tp, rs in wanted.items() for b in (*current[tp], *rs)})
+        r = await self.admin._send(self.admin._any, ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [
+            {"resource_type": 4, "resource_name": str(b), "configs": [
+                {"name": k, "config_operation": 0, "value": str(rate)} for k in (LEADER_RATE, FOLLOWER_RATE)]}
+            for b in brokers], "validate_only": False})
+        refused = [(x.resource_name, x.error_code, x.error_message) for x in r.responses if int(x.error_code) != 0]
+        if refused:
+            b, code, msg = refused[0]
+            print(f"Warning: broker {b} refused the throttle rate ({error_text(code, msg)}): set {LEADER_RATE} and "
+                  f"{FOLLOWER_RATE} in the brokers' configs; the throttled replicas are set on the topics",
+                  file=sys.stderr)
+        else:
+            print(f"The inter-broker throttle limit was set to {rate} B/s")
+
+    async def clear_throttles(self, topics: list[str]) -> None:
+        for topic in topics:
+            await self.set_topic_configs(topic, {LEADER_THROTTLED: None, FOLLOWER_THROTTLED: None})
+            print(f"Clearing topic-level throttles on topic {topic}")
+
     # ---- actions
     async def do_generate(self) -> int:
         a = self.args
@@ -205,6 +265,10 @@ class ReassignTool:
         print(assignment_json({tp: current[tp] for tp in wanted}))
         print()
         print("Save this to use as the --reassignment-json-file option during rollback")
+        if a.throttle is not None:
+            print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
+                  "throttle is removed.")
+            await self.set_throttles(current, wanted, a.throttle)
         results = await self.alter(dict(wanted))
         failed = {tp: res for tp, res in results.items() if res[0] != ErrorCode.NONE}
         if failed:
@@ -229,6 +293,9 @@ class ReassignTool:
                 have = ",".join(map(str, current.get((t, p), [])))
                 print(f"There is no active reassignment of partition {t}-{p}, but replica set is {have} rather "
                       f"than {','.join(map(str, target))}.")
+        if not ongoing and not self.args.preserve_throttles:  # as Kafka: throttles go once nothing moves
+            print()
+            await self.clear_throttles(sorted({t for t, _ in wanted}))
         return 0
 
     async def do_cancel(self) -> int:
@@ -284,7 +351,9 @@ def build_parser() -> Parser:
     p.add_argument("--broker-list", metavar="ID,ID,...")
     p.add_argument("--disable-rack-aware", action="store_true")
     p.add_argument("--additional", action="store_true", help="--execute while other reassignments are ongoing")
-    p.add_argument("--preserve-throttles", action="store_true", help="(accepted; throttles are not set by this tool)")
+    p.add_argument("--throttle", type=int, metavar="BYTES/S",
+                   help="with --execute: throttle the moving replicas' replication to this rate")
+    p.add_argument("--preserve-throttles", action="store_true", help="--verify/--cancel leave the throttles")
     return p
 
 
@@ -301,6 +370,8 @@ def validate(args) -> None:
         raise UsageError("--topics-to-move-json-file, --broker-list and --disable-rack-aware only go with --generate")
     if args.additional and action != "execute":
         raise UsageError("--additional only goes with --execute")
+    if args.throttle is not None and (action != "execute" or args.throttle < 0):
+        raise UsageError("--throttle takes a rate in bytes/s >= 0 and only goes with --execute")
     # the files are read before connecting: a bad file is a usage error whether or not a broker answers
     args.plan = (parse_reassignment(read_json_file(args.reassignment_json_file, "--reassignment-json-file"))
                  if action in ("execute", "verify", "cancel") else None)

@@ -20,6 +20,7 @@ from broker.log.log import Log
 from broker.log.manager import LogManager
 from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.partition import PartitionState
+from broker.replica.throttle import ReplicationQuota
 from common.config import topic_defaults
 from common.errors import ErrorCode, KafkaError
 from metadata.delta import MetadataDelta
@@ -98,6 +99,12 @@ class ReplicaManager:
         self._creating: asyncio.Task | None = None
         self._image: MetadataImage | None = None
         self.isr_shrinks = self.isr_expands = 0  # ISR changes committed for partitions we lead (metrics)
+        # replication throttles (broker/replica/throttle.py): the leader's sends, our fetches as follower
+        wn, ws = config["replication.quota.window.num"], config["replication.quota.window.size.seconds"]
+        self.leader_quota = ReplicationQuota(broker_id, "leader.replication.throttled.replicas",
+                                             config["leader.replication.throttled.rate"], wn, ws)
+        self.follower_quota = ReplicationQuota(broker_id, "follower.replication.throttled.replicas",
+                                               config["follower.replication.throttled.rate"], wn, ws)
 
     async def start(self) -> None:
         self._alter_wake = asyncio.Event()
@@ -261,6 +268,15 @@ class ReplicaManager:
             self._low_watermark_waiters.wake((st.topic, st.partition))
         if st.pending_alter is not None and self._alter_wake is not None:
             self._alter_wake.set()
+
+    # --- replication throttles ------------------------------------------------------------------------
+    def throttled(self, quota: ReplicationQuota, tp: TopicPartition, in_sync: bool) -> bool:
+        """Whether replication of ``tp`` counts against ``quota``: the quota is set, the replica is
+        not in sync and the topic lists ``tp`` on this broker (Kafka's shouldLeaderThrottle /
+        shouldFollowerThrottle, before the quota-exceeded test)."""
+        if not quota.enabled or in_sync or self._image is None:
+            return False
+        return quota.is_throttled(self._image.topic_config(tp[0]), tp[1])
 
     # --- DeleteRecords -----------------------------------------------------------------------------
     def advance_log_start(self, part: Partition, offset: int) -> int:

@@ -190,3 +190,23 @@ def test_describe_topic_partitions_through_kafka_python_pages_with_the_cursor(br
         assert missing["topics"][0]["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
     finally:
         ka.close()
+
+
+def test_delete_records_through_aiokafka(broker, topic):
+    import asyncio
+
+    from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+    from aiokafka.structs import TopicPartition as ATP
+    create_topic(broker, topic, 1)
+    assert len(Confluent().produce(broker.bootstrap, topic, [Rec(b"k", b"v%d" % i) for i in range(8)],
+                                   partition=0)) == 8
+
+    async def run():
+        a = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await a.start()
+        try:
+            return await a.delete_records({ATP(topic, 0): RecordsToDelete(before_offset=5)})
+        finally:
+            await a.close()
+    assert asyncio.run(run()) == {ATP(topic, 0): 5}
+    assert Confluent().watermarks(broker.bootstrap, topic, 0) == (5, 8)

@@ -96,3 +96,13 @@ def test_reassignment_survives_a_snapshot():
     from metadata.delta import image_from_records
     again = image_from_records([r.decode(r.encode(x)) for x in img.to_records()], img.offset, img.epoch)
     assert part(again, "t") == part(img, "t")
+
+
+def test_reordering_replicas_keeps_the_leader_until_a_preferred_election():
+    # how an operator moves leadership off a broker (e.g. one whose copy is damaged)
+    img = with_topic(cluster((1, 2, 3)), "t", {0: (1, 2, 3)})
+    img, errs, _ = reassign(img, ("t", 0, [2, 1, 3]))
+    p = part(img, "t")
+    assert errs == {("t", 0): ErrorCode.NONE} and (p.replicas, p.leader, p.is_reassigning) == ((2, 1, 3), 1, False)
+    recs, res = rep.elect_leaders(img, rep.PREFERRED_ELECTION, [("t", [0])])
+    assert part(apply(img, recs), "t").leader == 2

@@ -289,3 +289,36 @@ async def test_unregister_broker(tmp_path):
         c.close()
     finally:
         await node.stop()
+
+
+async def test_authorization_of_the_partition_operations(tmp_path):
+    # an authorizer that allows nothing without an ACL: the anonymous client gets Kafka's errors
+    node = await start_node(tmp_path, **{"authorizer.class.name":
+                                         "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
+    try:
+        await make_topic(node, "t", 1)
+        c = await RawClient.connect(node.port)
+        assert await delete_records(c, {("t", 0): 0}) == {("t", 0): (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1)}
+        req = codec.build(codec.request_type(ELECT_LEADERS, 2), {
+            "election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0]}], "timeout": 5000})
+        resp = await c.call(ELECT_LEADERS, 2, req)
+        assert resp.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert [int(p.error_code) for t in resp.replica_election_results for p in t.partition_result] == [
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+        req = codec.build(codec.request_type(ALTER_REASSIGNMENTS, 0), {"timeout": 5000, "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "replicas": [1]}]}]})
+        assert (await c.call(ALTER_REASSIGNMENTS, 0, req)).error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        req = codec.build(codec.request_type(LIST_REASSIGNMENTS, 0), {"timeout": 5000, "topics": None})
+        assert (await c.call(LIST_REASSIGNMENTS, 0, req)).error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        req = codec.build(codec.request_type(DESCRIBE_LOG_DIRS, 4), {"topics": None})
+        resp = await c.call(DESCRIBE_LOG_DIRS, 4, req)
+        assert (resp.error_code, list(resp.results)) == (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, [])
+        req = codec.build(codec.request_type(UNREGISTER_BROKER, 0), {"broker_id": 1})
+        assert (await c.call(UNREGISTER_BROKER, 0, req)).error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        req = codec.build(codec.request_type(DESCRIBE_TOPIC_PARTITIONS, 0), {
+            "topics": [{"name": "t"}], "response_partition_limit": 10, "cursor": None})
+        [t] = (await c.call(DESCRIBE_TOPIC_PARTITIONS, 0, req)).topics
+        assert (t.name, t.error_code, t.topic_id) == ("t", ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)  # zero uuid
+        c.close()
+    finally:
+        await node.stop()

@@ -35,6 +35,8 @@ class Broker:
         self.node_id: int = config["node.id"]
         self.loader = loader
         self.controller = controller
+        if hasattr(controller, "wait_for_offset"):  # the ControllerChannel: admin answers wait for our image
+            controller.wait_for_offset = self.wait_for_metadata_offset
         self.incarnation_id = uuid.uuid4()
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
@@ -161,6 +163,26 @@ class Broker:
                                                                in_thread=True)))
         self._tasks.append(loop.create_task(self._periodic(self.config["log.cleaner.backoff.ms"], self._cleaner_check,
                                                            in_thread=True)))
+
+    async def wait_for_metadata_offset(self, offset: int, timeout_s: float) -> None:
+        """Read your writes: until this node's metadata image has applied ``offset`` (the
+        controller committed an admin operation there), at most ``timeout_s``. The client's
+        next request to this broker then sees the change (Metadata, DescribeConfigs, ...)."""
+        if self.loader.image.offset >= offset:
+            return
+        reached = asyncio.Event()
+
+        def on_metadata(_delta, image) -> None:
+            if image.offset >= offset:
+                reached.set()
+        self.loader.add_publisher(on_metadata, catch_up=False)
+        try:
+            await asyncio.wait_for(reached.wait(), timeout_s)
+        except TimeoutError:
+            log.warning("metadata offset %d not applied within %.1fs (at %d): answering anyway", offset, timeout_s,
+                        self.loader.image.offset)
+        finally:
+            self.loader.remove_publisher(on_metadata)
 
     def _unfenced_in_image(self) -> bool:
         b = self.loader.image.brokers.get(self.node_id)

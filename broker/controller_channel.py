@@ -9,19 +9,31 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 
 from common.errors import ErrorCode, KafkaError
 from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_to_pb
-from metadata.controller_api import TOO_MANY_RECORDS, CreateTopicResult, HeartbeatResult, NewTopic
+from metadata.controller_api import (
+    METADATA_OFFSET_KEY,
+    TOO_MANY_RECORDS,
+    CreateTopicResult,
+    HeartbeatResult,
+    NewTopic,
+    OngoingReassignment,
+    PartitionResult,
+)
 from metadata.image import PartitionRegistration
 from proto import MAX_GRPC_MESSAGE
 from proto import controller_pb2 as pb
 from proto import controller_pb2_grpc as pb_grpc
+from proto import partition_ops_pb2 as ops_pb
+from proto import partition_ops_pb2_grpc as ops_grpc
 
 log = logging.getLogger("krafty.broker.channel")
+_OPS_REQUESTS = (ops_pb.ElectLeadersRequest, ops_pb.AlterPartitionReassignmentsRequest,
+                 ops_pb.ListPartitionReassignmentsRequest, ops_pb.UnregisterBrokerRequest)
 
 _RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR}
 
@@ -36,6 +48,10 @@ class ControllerChannel:
         self.timeout = request_timeout_ms / 1000
         self.backoff = retry_backoff_ms / 1000
         self._channels: dict[int, tuple[grpc.aio.Channel, pb_grpc.ControllerServiceStub]] = {}
+        self._ops_stubs: dict[int, ops_grpc.PartitionOpsServiceStub] = {}  # proto/partition_ops.proto, same channel
+        # read your writes: ``(offset, timeout_s)`` -> waits until this node's metadata image has
+        # reached ``offset`` (set by the broker); admin answers carry the offset to wait for
+        self.wait_for_offset: Callable[[int, float], Awaitable[None]] | None = None
         self._rr = 0
 
     def _stub(self, vid: int) -> pb_grpc.ControllerServiceStub:
@@ -65,8 +81,13 @@ class ControllerChannel:
             if left <= 0:
                 raise last_error or KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"controller did not answer {method}")
             vid = self._target()
+            stub = self._stub(vid)
+            if isinstance(request, _OPS_REQUESTS):
+                stub = self._ops_stubs.get(vid) or self._ops_stubs.setdefault(
+                    vid, ops_grpc.PartitionOpsServiceStub(self._channels[vid][0]))
             try:
-                resp = await getattr(self._stub(vid), method)(request, timeout=min(left, 5.0))
+                call = getattr(stub, method)(request, timeout=min(left, 5.0))
+                resp = await call
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # too large to send: retrying cannot help
                     raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS) from None
@@ -81,14 +102,44 @@ class ControllerChannel:
                 continue
             if code != ErrorCode.NONE:
                 raise KafkaError(code, getattr(resp, "error_message", None) or None)
+            if self.wait_for_offset is not None:
+                offset = _metadata_offset(await call.trailing_metadata())
+                if offset is not None:  # an admin operation: answer once our own image shows it
+                    await self.wait_for_offset(offset, max(deadline - time.monotonic(), 0.0))
             return resp
 
     async def close(self) -> None:
         for channel, _ in self._channels.values():
             await channel.close()
         self._channels.clear()
+        self._ops_stubs.clear()
 
     # --- operations (same signatures as controller.loop.QuorumController) -------------
+    async def elect_leaders(self, election_type: int, topic_partitions) -> list:
+        req = ops_pb.ElectLeadersRequest(election_type=election_type, all_partitions=topic_partitions is None)
+        for topic, pids in topic_partitions or ():
+            req.topics.add(topic=topic, partitions=pids)
+        return _partition_results(await self._call("ElectLeaders", req))
+
+    async def alter_partition_reassignments(self, requests) -> list:
+        req = ops_pb.AlterPartitionReassignmentsRequest()
+        by_topic: dict[str, ops_pb.ReassignTopic] = {}
+        for topic, pid, target in requests:
+            t = by_topic.get(topic) or by_topic.setdefault(topic, req.topics.add(name=topic))
+            t.partitions.add(partition=pid, cancel=target is None, replicas=target or ())
+        return _partition_results(await self._call("AlterPartitionReassignments", req))
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        await self._call("UnregisterBroker", ops_pb.UnregisterBrokerRequest(broker_id=broker_id))
+
+    async def list_partition_reassignments(self, topics) -> list:
+        req = ops_pb.ListPartitionReassignmentsRequest(all=topics is None)
+        for topic, pids in topics or ():
+            req.topics.add(topic=topic, partitions=pids)
+        resp = await self._call("ListPartitionReassignments", req)
+        return [OngoingReassignment(o.topic, o.partition, tuple(o.replicas), tuple(o.adding), tuple(o.removing))
+                for o in resp.partitions]
+
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, endpoints, rack) -> int:
         req = pb.RegisterBrokerRequest(broker_id=broker_id, incarnation_id=incarnation_id.bytes)
         for e in endpoints:
@@ -199,3 +250,20 @@ class ControllerChannel:
         resp = await self._call("AlterUserScramCredentials", req)
         return [(u.user, ErrorCode(u.error_code), u.error_message if u.HasField("error_message") else None)
                 for u in resp.results]
+
+
+def _partition_results(resp) -> list[PartitionResult]:
+    return [PartitionResult(t.topic, p.partition, ErrorCode(p.error_code),
+                            p.error_message if p.HasField("error_message") else None)
+            for t in resp.topics for p in t.partitions]
+
+
+def _metadata_offset(trailing) -> int | None:
+    """The controller's applied metadata offset in an admin answer's trailing metadata."""
+    for key, value in trailing or ():
+        if key == METADATA_OFFSET_KEY:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

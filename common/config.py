@@ -227,6 +227,7 @@ KEYS: dict[str, Key] = {
         Key("replica.fetch.min.bytes", _int, 1, min=1),
         Key("replica.fetch.response.max.bytes", _int, 10 * 1024 * 1024, min=0),
         Key("max.incremental.fetch.session.cache.slots", _int, 1000, min=0),
+        Key("max.request.partition.size.limit", _int, 2000, min=1),  # DescribeTopicPartitions (KIP-966)
         Key("replica.selector.class", _str, None),
         Key("num.replica.fetchers", _int, 1, min=1),
         # groups and offsets
@@ -295,6 +296,12 @@ KEYS: dict[str, Key] = {
         Key("max.connections.per.ip.overrides", _str, ""),
         Key("quota.window.num", _int, 11, min=1),
         Key("quota.window.size.seconds", _int, 1, min=1),
+        # replication throttles (bytes/s; Kafka's dynamic broker configs, read here as static ones), applied
+        # to the replicas the topics' leader/follower.replication.throttled.replicas list
+        Key("leader.replication.throttled.rate", _int, 2**63 - 1, min=0),
+        Key("follower.replication.throttled.rate", _int, 2**63 - 1, min=0),
+        Key("replication.quota.window.num", _int, 11, min=1),
+        Key("replication.quota.window.size.seconds", _int, 1, min=1),
         # krafty's own
         Key("krafty.log.writeback.bytes", _int, 1024 * 1024, "start the kernel's writeback of an active segment "
             "every this many appended bytes (checked every 100 ms, off the event loop; 0: leave it to the kernel)",
@@ -532,6 +539,24 @@ TOPIC_KEYS["message.timestamp.type"] = dataclasses.replace(
         _choice("createtime", "logappendtime")(v)])
 
 
+def _throttled_replicas(v: str) -> str:
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker,...`` (or empty)."""
+    v = v.strip()
+    if v == "*" or not v:
+        return v
+    items = [x.strip() for x in v.split(",")]
+    if not all(re.fullmatch(r"[0-9]+:[0-9]+", x) for x in items):
+        raise ValueError("must be the literal '*' or a list of replicas in the following format: "
+                         "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+    return ",".join(items)
+
+
+# topic keys with no broker default (Kafka's replication throttles: the replicas throttled on the
+# leader's sends and on the followers' fetches during a reassignment)
+for _k in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
+    TOPIC_KEYS[_k] = Key(_k, _throttled_replicas, "")
+
+
 def topic_defaults(cfg: Config) -> dict[str, Any]:
     """The effective default of each topic config on this broker (from the broker keys)."""
     out = {}
@@ -543,6 +568,8 @@ def topic_defaults(cfg: Config) -> dict[str, Any]:
             if val is None:
                 val = TOPIC_KEYS[bkey.topic_key].default
             out[bkey.topic_key] = val
+    for name, key in TOPIC_KEYS.items():
+        out.setdefault(name, key.default)
     return out
 
 

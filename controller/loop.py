@@ -23,6 +23,7 @@ from common.errors import ErrorCode, KafkaError
 from common.metrics import Histogram
 from controller import acls as acl_ops
 from controller import cluster as cluster_ops
+from controller import reassignment as reassignment_ops
 from controller import replication as replication_ops
 from controller import scram as scram_ops
 from controller import topics as topic_ops
@@ -210,6 +211,27 @@ class QuorumController:
             recs = topic_ops.alter_topic_configs(image, topic, ops)
             return ([] if validate_only else recs), None
         return await self.write(op, user_op=True)
+
+    async def elect_leaders(self, election_type: int, topic_partitions) -> list:
+        """ElectLeaders (PREFERRED 0, UNCLEAN 1) of ``[(topic, [partition, ...])]`` or of every
+        partition (None); returns [replication.ElectionResult], answered once committed."""
+        return await self.write(lambda image: replication_ops.elect_leaders(image, election_type, topic_partitions),
+                                user_op=True)
+
+    async def alter_partition_reassignments(self, requests) -> list:
+        """``[(topic, partition, target replicas | None to cancel)]``; returns
+        [reassignment.ReassignmentResult], answered once the changes are committed."""
+        return await self.write(lambda image: reassignment_ops.alter_partition_reassignments(
+            image, requests, replication_ops.acceptable_leaders(image)), user_op=True)
+
+    async def list_partition_reassignments(self, topics) -> list:
+        """The ongoing reassignments (of ``[(topic, [partition, ...])]`` or all, None)."""
+        return reassignment_ops.list_partition_reassignments(self.loader.image, topics)
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        """UnregisterBroker (an operator removing a drained broker): BROKER_ID_NOT_REGISTERED if unknown."""
+        return await self.write(lambda image: (cluster_ops.unregister_broker(
+            image, self.cluster, broker_id, self.unclean_default), None), user_op=True)
 
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, endpoints, rack: str | None
                               ) -> int:

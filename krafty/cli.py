@@ -86,6 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "configs":
         from krafty.configs import main as configs_main
         return configs_main(argv[1:])
+    if argv and argv[0] == "delete-records":
+        from krafty.delete_records import main as dr_main
+        return dr_main(argv[1:])
+    if argv and argv[0] == "leader-election":
+        from krafty.leader_election import main as le_main
+        return le_main(argv[1:])
+    if argv and argv[0] == "reassign-partitions":
+        from krafty.reassign_partitions import main as rp_main
+        return rp_main(argv[1:])
+    if argv and argv[0] == "log-dirs":
+        from krafty.log_dirs import main as ld_main
+        return ld_main(argv[1:])
     if argv and argv[0] == "healthcheck":
         from krafty.healthcheck import main as hc_main
         return hc_main(argv[1:])
@@ -105,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
                    "(see: krafty healthcheck --help)")
     sub.add_parser("acls", help="add, remove, list ACLs (see: krafty acls --help)")
     sub.add_parser("configs", help="describe/alter users' SCRAM credentials and client quotas (see: krafty configs --help)")
+    sub.add_parser("delete-records", help="delete records up to an offset (see: krafty delete-records --help)")
+    sub.add_parser("leader-election", help="elect preferred or unclean leaders (see: krafty leader-election --help)")
+    sub.add_parser("reassign-partitions", help="move partition replicas between brokers "
+                   "(see: krafty reassign-partitions --help)")
+    sub.add_parser("log-dirs", help="describe brokers' log dirs (see: krafty log-dirs --help)")
     sub.add_parser("chaos", help="run a cluster under faults and check the history (see: krafty chaos run --help)")
     cluster = sub.add_parser("cluster", help="run a local multi-process cluster")
     csub = cluster.add_subparsers(dest="action", required=True)

@@ -126,13 +126,17 @@ def parse_bootstrap(value: str) -> list[tuple[str, int]]:
 class GroupAdmin:
     """The requests behind the tool, over KafkaConnection (one connection per broker)."""
 
-    our_versions = OUR_VERSIONS
+    our_versions = OUR_VERSIONS  # what the calling tool speaks (a subclass may widen it)
     client_id = CLIENT_ID
 
-    def __init__(self, bootstrap: list[tuple[str, int]], timeout: float = 5.0, security=None):
+    def __init__(self, bootstrap: list[tuple[str, int]], timeout: float = 5.0, security=None, *,
+                 versions: dict[int, tuple[int, int]] | None = None, client_id: str | None = None):
         self.bootstrap = bootstrap
         self.timeout = timeout
         self.security = security  # broker.security.sasl.ClientSecurity (--command-config); None: PLAINTEXT
+        self.our_versions = {**self.our_versions, **(versions or {})}
+        if client_id is not None:
+            self.client_id = client_id
         self.brokers: dict[int, tuple[str, int]] = {}
         self._conns: dict[tuple[str, int], KafkaConnection] = {}
         self._versions: dict[int, tuple[int, int]] = {}

@@ -126,6 +126,7 @@ class FetchApis:
             for p in parts:
                 r = wire.FetchPartitionResult(p.partition, 0, -1, -1, -1, None)
                 out.append(r)
+                throttled = False
                 try:
                     if name in denied:
                         raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -152,8 +153,15 @@ class FetchApis:
                             errors = True  # answer at once
                             continue
                         if first_pass:
-                            self.replicas.on_follower_fetch(part, replica_id, p.fetch_offset)
+                            self.replicas.on_follower_fetch(part, replica_id, p.fetch_offset,
+                                                            p.log_start_offset if ver >= 5 else -1)
                         max_offset = lg.log_end_offset
+                        quota = self.replicas.leader_quota
+                        if quota.enabled and self.replicas.throttled(quota, (name, p.partition),
+                                                                     replica_id in st.isr):
+                            throttled = True  # a reassignment's new replica (leader.replication.throttled.*)
+                            if quota.is_exceeded(time.monotonic()):
+                                max_offset = -1  # nothing this time: answered with the watermarks only
                     else:
                         if ver >= 9:
                             bad = st.check_leader_epoch(p.current_leader_epoch)
@@ -178,6 +186,8 @@ class FetchApis:
                     if read_committed:
                         max_offset = min(max_offset, lso)  # nothing of an undecided transaction
                         r.aborted = []
+                    if max_offset < 0:
+                        continue
                     limit = min(p.partition_max_bytes, remaining)
                     sl = lg.read(p.fetch_offset, limit, max_offset, min_one_batch=(total == 0))
                     if sl is not None and sl.size > 0:
@@ -188,6 +198,8 @@ class FetchApis:
                             # the client drops the records of these (KIP-98): the bytes stay zero-copy
                             r.aborted = [(t.producer_id, t.first_offset) for t in lg.aborted_transactions(
                                 p.fetch_offset, lg.fetch_upper_bound(sl))]
+                        if throttled:
+                            self.replicas.leader_quota.record(sl.size, time.monotonic())
                 except KafkaError as e:
                     r.error = e.code
                     errors = True

@@ -14,6 +14,7 @@ from broker.apis.fetch_apis import FetchApis
 from broker.apis.group_apis import GroupApis
 from broker.apis.metadata_apis import MetadataApis
 from broker.apis.offset_apis import OffsetApis
+from broker.apis.ops_apis import PartitionOpsApis
 from broker.apis.produce_apis import CloseConnection, ProduceApis
 from broker.apis.producer_apis import ProducerApis, ProducerIdAllocator
 from broker.apis.txn_apis import TxnApis
@@ -93,6 +94,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         self._muted: dict[tuple[str, int], float] = {}
         # SCRAM credential APIs; SASL requests that get here (broker/security/scram_apis.py)
         self.handlers.update(ScramApis(self).handlers())
+        self.handlers.update(PartitionOpsApis(self).handlers())  # DeleteRecords (broker/apis/ops_apis.py)
         self.metrics = None  # broker.metrics.BrokerMetrics when metrics are served (krafty.metrics.port)
 
     @property

@@ -192,12 +192,40 @@ class Generator:
         ctx = hostile.Context(self.now_ms + i, bomb_target=self.bomb_target)
         return hostile.make(rng, ctx, family)
 
-    def _hostile(self, i: int, rng: random.Random, family: str | None = None) -> Input:
-        h = self._hostile_batch(i, rng, family)
-        topic, part = rng.choice(HOSTILE_TARGETS)
-        if h.topic is not None:
+    def catalogue(self) -> list[Input]:
+        """One Produce of every hostile batch variant (every bomb to every target that decodes
+        records: ListOffsets, the recompression of fuzz-gzip, the cleaner of fuzz-compact),
+        with input ids -1, -2, ...: a run starts with these, so even a short one covers them."""
+        out: list[Input] = []
+        seen: set[str] = set()
+        for family in hostile.FAMILIES:
+            if family == "bomb":
+                continue
+            for n in range(200):
+                rng = random.Random(f"catalogue:{family}:{n}")
+                h = self._hostile_batch(-1, rng, family)
+                name = "/".join(h.family.split("/")[:2])
+                if name not in seen:
+                    seen.add(name)
+                    out.append(self._hostile(-1 - len(out), rng, batch=h))
+        ctx = hostile.Context(self.now_ms, bomb_target=self.bomb_target)
+        for codec, xerial in [(1, False), (2, False), (2, True), (3, False), (4, False)]:
+            for variant in ("zeros", "record", "zeros+size-lie", "record+size-lie"):
+                h = hostile._bomb(codec, variant, ctx.max_batch, ctx.bomb_target, ctx.now_ms, xerial)
+                for target in (("fuzz-plain", 0), ("fuzz-gzip", 0), ("fuzz-compact", 0)):
+                    rng = random.Random(f"catalogue:{h.family}:{target}")
+                    out.append(self._hostile(-1 - len(out), rng, batch=h, target=target))
+        for inp in out:
+            inp.frames = [frames.with_cid(f, cid_of(inp.id, k)) for k, f in enumerate(inp.frames)]
+        return out
+
+    def _hostile(self, i: int, rng: random.Random, family: str | None = None, batch: hostile.Hostile | None = None,
+                 target: tuple[str, int] | None = None) -> Input:
+        h = batch or self._hostile_batch(i, rng, family)
+        topic, part = target or rng.choice(HOSTILE_TARGETS)
+        if target is None and h.topic is not None:
             topic, part = h.topic, 0
-        if h.family.startswith("timestamps"):
+        elif target is None and h.family.startswith("timestamps"):
             topic, part = TIMESTAMP_TARGET
         version = rng.randint(3, 12) if not h.family.endswith("codec4") else rng.randint(7, 12)
         acks = rng.choice([-1, -1, 1])
@@ -205,7 +233,8 @@ class Generator:
         follow = [_list_offsets(rng.randint(1, 10), topic, part, rng.choice([ts, ts - 1, 0, -3])),
                   _fetch(rng.randint(4, 12), topic, part, rng.choice([0, 0, 10**6]))]
         must = {0: (topic, part, h.family)} if h.must_reject and topic in TOPICS else {}
-        return Input(i, "hostile", "fast", [produce_frame(version, topic, part, h.data, acks), *follow],
+        return Input(i, "hostile" if i >= 0 else "catalogue", "fast",
+                     [produce_frame(version, topic, part, h.data, acks), *follow],
                      detail=f"{h.family} -> {topic}/{part} produce v{version} acks={acks}", expect_reject=must)
 
 

@@ -27,6 +27,7 @@ import collections
 import contextlib
 import dataclasses
 import gzip
+import itertools
 import json
 import logging
 import os
@@ -72,8 +73,9 @@ class Options:
     weights: dict[str, float] | None = None
     progress: float = 10.0
     node_overrides: dict[str, str] | None = None
-    on_input: object = None  # test hook: called with the count of inputs dispatched so far
+    on_input: object = None  # test hook: called with (fuzzer, inputs sent so far) as each input is sent
     bomb_target: int = 30 << 30
+    catalogue: bool = True  # start with one input of every hostile batch variant (gen.Generator.catalogue)
     janitor: float = 30.0  # seconds between deletions of topics the inputs created (0: never)
     workdir: Path | None = None
 
@@ -297,21 +299,18 @@ class Fuzzer:
     # --- dispatch ---------------------------------------------------------------------------
     async def dispatch(self) -> None:
         ids = self.o.ids if self.o.ids is not None else range(self.o.inputs)
-        n = 0
-        for i in ids:
+        first = self.gen.catalogue() if self.o.catalogue and self.o.ids is None else []
+        for i in itertools.chain(first, ids):
             while not self.node_up.is_set() and not self.stopping:
                 await asyncio.sleep(0.05)
             if self.stopping:
                 break
-            inp = self.gen.make(i)
+            inp = i if isinstance(i, Input) else self.gen.make(i)
             self.stats.by_kind[inp.kind] += 1
             lane = self.lanes[inp.lane]
             while len(lane) >= self.queue_limit and not self.stopping:
                 await asyncio.sleep(0.002)
             lane.put(inp)
-            n += 1
-            if self.o.on_input is not None:
-                self.o.on_input(self, n)
         for lane in self.lanes.values():
             await lane.join()
 
@@ -319,6 +318,8 @@ class Fuzzer:
         if inp.tries == 0:
             self.recent.append(inp)
             self.stats.sent += 1
+            if self.o.on_input is not None:
+                self.o.on_input(self, self.stats.sent)
         self.inflight[inp.id] = inp
 
     def _outcome(self, inp: Input, what: str) -> None:
@@ -722,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conns", type=int, default=48, help="pipelined connections (fast lane)")
     ap.add_argument("--window", type=int, default=16, help="inputs per pipelined send")
     ap.add_argument("--no-canary", action="store_true")
+    ap.add_argument("--no-catalogue", action="store_true", help="do not start with every hostile batch variant")
     ap.add_argument("--canary-bound", type=float, default=5.0)
     ap.add_argument("--max-crashes", type=int, default=3)
     ap.add_argument("--now-ms", type=int, default=DEFAULT_NOW_MS, help="the 'now' of generated timestamps")
@@ -747,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench.fuzz.record import record
         record(a.corpus)
     opts = Options(inputs=a.inputs, seed=a.seed, out=a.out, corpus_path=a.corpus, memory_mb=a.memory_mb,
-                   fast_conns=a.conns, window=a.window, canary=not a.no_canary, canary_bound=a.canary_bound,
+                   fast_conns=a.conns, window=a.window, canary=not a.no_canary, catalogue=not a.no_catalogue, canary_bound=a.canary_bound,
                    max_crashes=a.max_crashes, now_ms=a.now_ms, progress=a.progress,
                    ids=[int(x) for x in a.ids.split(",")] if a.ids else None,
                    node_overrides=dict(kv.split("=", 1) for kv in a.override),

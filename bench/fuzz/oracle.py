@@ -175,6 +175,16 @@ class LogScanner:
         return parse_log(text[:cut + 1])
 
 
+def _block(lines: list[str], i: int) -> tuple[list[str], int]:
+    """The lines after ``lines[i]`` up to the next log line, traceback or fatal error."""
+    j, block = i + 1, []
+    while j < len(lines) and not _LOG_LINE.match(lines[j]) and not lines[j].startswith(
+            ("Traceback (most recent call last)", "Fatal Python error")):
+        block.append(lines[j])
+        j += 1
+    return block, j
+
+
 def parse_log(text: str) -> list[Finding]:
     out: list[Finding] = []
     lines = text.splitlines()
@@ -187,10 +197,7 @@ def parse_log(text: str) -> list[Finding]:
             context = line
             msg = m.group(3)
             if "event loop stalled" in msg:
-                j, stack = i + 1, []
-                while j < len(lines) and not _LOG_LINE.match(lines[j]):
-                    stack.append(lines[j])
-                    j += 1
+                stack, j = _block(lines, i)
                 where = [_FILE_LINE.match(s) for s in stack]
                 ours = [w for w in where if w and "/site-packages/" not in w.group(1) and "asyncio" not in w.group(1)]
                 sig = f"{_short(ours[-1].group(1))}:{ours[-1].group(3)}" if ours else "unknown"
@@ -200,10 +207,7 @@ def parse_log(text: str) -> list[Finding]:
             if "unexpected error" in msg and (i + 1 >= len(lines) or not lines[i + 1].startswith("Traceback")):
                 out.append(Finding("traceback", f"unexpected-error:{msg[:80]}", line))
         if line.startswith("Fatal Python error"):  # faulthandler: a native crash, most recent call first
-            j, tb = i + 1, [line]
-            while j < len(lines) and not _LOG_LINE.match(lines[j]):
-                tb.append(lines[j])
-                j += 1
+            tb, j = _block(lines, i)
             cur = next((n for n, t in enumerate(tb) if t.startswith("Current thread")), 0)
             files = [w for w in (_FILE_LINE.match(t) for t in tb[cur:]) if w]
             where = f"{_short(files[0].group(1))}:{files[0].group(2)}:{files[0].group(3)}" if files else "?"
@@ -212,10 +216,8 @@ def parse_log(text: str) -> list[Finding]:
             i = j
             continue
         if line.startswith("Traceback (most recent call last)"):
-            j, tb = i + 1, [line]
-            while j < len(lines) and not _LOG_LINE.match(lines[j]):
-                tb.append(lines[j])
-                j += 1
+            tb, j = _block(lines, i)
+            tb = [line, *tb]
             exc = next((t for t in reversed(tb) if t and not t.startswith(" ")), "?")
             files = [w for w in (_FILE_LINE.match(t) for t in tb) if w]
             ours = [w for w in files if "/site-packages/" not in w.group(1)] or files

@@ -58,12 +58,13 @@ class Options:
     fast_conns: int = 48
     slow_conns: int = 64
     ctrl_conns: int = 32
-    solo_conns: int = 4
-    sasl_conns: int = 4
+    solo_conns: int = 96  # a framing input that leaves the node waiting for bytes holds its connection
+    sasl_conns: int = 32  # for the whole timeout
     window: int = 16  # pipelined inputs per send on a fast connection
     fast_timeout: float = 5.0
     slow_timeout: float = 3.0
-    solo_timeout: float = 1.0
+    solo_timeout: float = 0.25
+    sasl_timeout: float = 1.5
     canary: bool = True
     canary_bound: float = 5.0
     max_crashes: int = 3
@@ -78,6 +79,7 @@ class Options:
     catalogue: bool = True  # start with one input of every hostile batch variant (gen.Generator.catalogue)
     janitor: float = 30.0  # seconds between deletions of topics the inputs created (0: never)
     workdir: Path | None = None
+    krafty_root: Path | None = None  # fuzz the node of another checkout (e.g. a merge candidate)
 
 
 @dataclasses.dataclass
@@ -85,6 +87,7 @@ class Stats:
     sent: int = 0
     requeued: int = 0
     outcomes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    hangs: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # timeouts by API
     by_kind: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     peak_rss_mb: float = 0.0
     peak_fds: int = 0
@@ -250,7 +253,8 @@ class Fuzzer:
         self.stats.restarts += 1
         wd = self._tmp / f"node-{self.stats.restarts}"
         overrides = {"krafty.loop.stall.warn.ms": "1000", **(self.o.node_overrides or {})}
-        self.node, self.sasl_port = make_node(wd, memory_limit_mb=self.o.memory_mb, overrides=overrides)
+        self.node, self.sasl_port = make_node(wd, memory_limit_mb=self.o.memory_mb, overrides=overrides,
+                                              root=self.o.krafty_root)
         self.node.start()
         create_topics(self.node.bootstrap)
         create_scram_users(self.node.bootstrap)
@@ -422,6 +426,9 @@ class Fuzzer:
                 self._outcome(inp, "answered")
             elif inp is culprit:
                 self._outcome(inp, state)
+                if state == "timeout":
+                    k = order[first][1]
+                    self.stats.hangs[f"{frames.api_name(frames.api_of(inp.frames[k])[0])} ({inp.kind})"] += 1
             else:
                 later.append(inp)
         self._retry(lane, later, "dropped")
@@ -438,7 +445,7 @@ class Fuzzer:
                     self._outcome(inp, "refused")
                     continue
                 self._sent(inp)
-                what = "timeout"
+                what = "left-waiting"  # the node still waits for the rest of a frame: fine
                 try:
                     conn.w.write(inp.wire)
                     async with asyncio.timeout(self.o.solo_timeout):
@@ -470,7 +477,7 @@ class Fuzzer:
                 try:
                     for k, f in enumerate(inp.frames):  # one at a time: a login is a dialogue
                         conn.w.write(frames.sized(f))
-                        async with asyncio.timeout(self.o.slow_timeout):
+                        async with asyncio.timeout(self.o.sasl_timeout):
                             (size,) = struct.unpack(">i", await conn.r.readexactly(4))
                             raw = await conn.r.readexactly(max(0, min(size, 64 << 20)))
                         if len(raw) >= 4 and struct.unpack_from(">i", raw)[0] == cid_of(inp.id, k):
@@ -604,7 +611,7 @@ class Fuzzer:
         res = {
             "inputs": s.sent, "seconds": round(elapsed, 1), "inputs_per_s": round(s.sent / max(elapsed, 1e-9)),
             "crashes": s.crashes, "findings": len(self.findings), "peak_rss_mb": round(s.peak_rss_mb),
-            "peak_fds": s.peak_fds, "outcomes": dict(s.outcomes),
+            "peak_fds": s.peak_fds, "outcomes": dict(s.outcomes), "timeouts_by_api": dict(s.hangs.most_common(20)),
             "requeued": s.requeued, "by_kind": dict(s.by_kind), "canary_produces": s.canary_ok,
             "canary_worst_s": round(s.canary_max_s, 3), "seed": self.o.seed, "node_starts": s.restarts,
             "finding_list": [{"kind": f.kind, "signature": sig, "count": n, "first_inputs": f.input_ids[:5],
@@ -629,6 +636,9 @@ def print_summary(res: dict) -> None:
     print(f"\n{res['inputs']:,} inputs in {res['seconds']} s: {res['inputs_per_s']:,} inputs/s; "
           f"crashes: {res['crashes']}; findings: {res['findings']}; peak RSS {res['peak_rss_mb']} MB; "
           f"peak fds {res['peak_fds']}; canary produces {res['canary_produces']} (worst {res['canary_worst_s']} s)")
+    if res["timeouts_by_api"]:
+        print("no answer within the timeout, by request: "
+              + ", ".join(f"{k} {v:,}" for k, v in res["timeouts_by_api"].items()))
     print("outcomes: " + ", ".join(f"{k} {v:,}" for k, v in sorted(res["outcomes"].items()))
           + "; by kind: " + ", ".join(f"{k} {v:,}" for k, v in sorted(res["by_kind"].items())))
     for f in res["finding_list"]:
@@ -642,7 +652,8 @@ def load_replay(path: Path) -> list[Input]:
         return [Input.from_json(json.loads(line)) for line in fh if line.strip()]
 
 
-async def replay(path: Path, bootstrap: str | None, sasl_port: int | None, memory_mb: int, timeout: float) -> int:
+async def replay(path: Path, bootstrap: str | None, sasl_port: int | None, memory_mb: int, timeout: float,
+                 root: Path | None = None) -> int:
     """Sends each saved input on a connection of its own, in the file's order (the triggering
     input first, then the window, oldest first), and after each checks the node and its log."""
     inputs = load_replay(path)
@@ -650,7 +661,7 @@ async def replay(path: Path, bootstrap: str | None, sasl_port: int | None, memor
     scanner = None
     if bootstrap is None:
         tmp = tempfile.mkdtemp(prefix="krafty-fuzz-replay-")
-        node, sasl_port = make_node(tmp, memory_limit_mb=memory_mb)
+        node, sasl_port = make_node(tmp, memory_limit_mb=memory_mb, root=root)
         await asyncio.to_thread(node.start)
         await asyncio.to_thread(create_topics, node.bootstrap)
         await asyncio.to_thread(create_scram_users, node.bootstrap)
@@ -732,6 +743,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines")
     ap.add_argument("--weights", help="input family weights, e.g. hostile=0,struct=10 (see bench/fuzz/gen.py)")
     ap.add_argument("--override", action="append", default=[], help="node config key=value (repeatable)")
+    ap.add_argument("--krafty-root", type=Path, help="run the node of this checkout (default: this one)")
     ap.add_argument("--replay", type=Path, help="replay a saved .replay.gz file instead of fuzzing")
     ap.add_argument("--bootstrap", help="replay against this running node instead of starting one")
     ap.add_argument("--sasl-port", type=int, help="its SASL_PLAINTEXT port (replay)")
@@ -743,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     if a.replay:
-        return asyncio.run(replay(a.replay, a.bootstrap, a.sasl_port, a.memory_mb, 5.0))
+        return asyncio.run(replay(a.replay, a.bootstrap, a.sasl_port, a.memory_mb, 5.0, a.krafty_root))
     if not a.corpus.exists():
         print(f"{a.corpus} is missing: recording it (python -m bench.fuzz record)", flush=True)
         from bench.fuzz.record import record
@@ -752,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
                    fast_conns=a.conns, window=a.window, canary=not a.no_canary, catalogue=not a.no_catalogue, canary_bound=a.canary_bound,
                    max_crashes=a.max_crashes, now_ms=a.now_ms, progress=a.progress,
                    ids=[int(x) for x in a.ids.split(",")] if a.ids else None,
-                   node_overrides=dict(kv.split("=", 1) for kv in a.override),
+                   node_overrides=dict(kv.split("=", 1) for kv in a.override), krafty_root=a.krafty_root,
                    weights={k: float(v) for k, v in (kv.split("=") for kv in a.weights.split(","))} if a.weights else None)
     fz = Fuzzer(opts)
     # SIGTERM (timeout, a CI runner) unwinds like Ctrl-C, so the node is stopped, not orphaned

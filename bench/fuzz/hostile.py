@@ -260,7 +260,7 @@ def count_lie(rng: random.Random, ctx: Context) -> Hostile:
     }[kind]
     count = rng.choice([INT32_MAX, INT32_MAX, 1 << 20, 2, 1000]) if kind in ("minus-one", "short-body", "zero") else \
         rng.choice([1, INT32_MAX])
-    data = batch(_compressed(codec, body), count=count, base_timestamp=ctx.now_ms)
+    data = batch(_compressed(codec, body), count=count, attributes=codec, base_timestamp=ctx.now_ms)
     return Hostile(f"count-lie/{kind}/codec{codec}", data, True)
 
 

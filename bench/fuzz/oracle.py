@@ -121,7 +121,8 @@ def check_response(frame: bytes, raw: bytes, expect_reject: tuple[str, int, str]
             for p in t.partition_responses:
                 if t.name == topic and p.index == part and int(p.error_code) == 0:
                     fam = "/".join(family.split("/")[:2])
-                    out.append(Finding("accepted-hostile", f"accepted:{fam}",
+                    packing = "uncompressed" if family.endswith("codec0") else "compressed"
+                    out.append(Finding("accepted-hostile", f"accepted:{fam}:{packing}",
                                        f"Produce v{ver} of a {family} batch to {topic}/{part} was appended "
                                        f"at offset {p.base_offset}"))
     if key in (ApiKey.DELETE_TOPICS, ApiKey.CREATE_TOPICS):

@@ -38,11 +38,24 @@ def jaas_plain() -> str:
     return f"org.apache.kafka.common.security.plain.PlainLoginModule required{opts};"
 
 
+def _node_class(root: Path | None) -> type[KraftyNode]:
+    """KraftyNode of another checkout (it runs the node from the checkout it lives in)."""
+    if root is None or Path(root).resolve() == REPO:
+        return KraftyNode
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"krafty_node_{abs(hash(str(root)))}",
+                                                  Path(root) / "tests" / "integration" / "krafty_node.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.KraftyNode
+
+
 def make_node(workdir: str | Path, *, memory_limit_mb: int | None = 1536, advertise: dict[str, int] | None = None,
-              overrides: dict[str, str] | None = None) -> tuple[KraftyNode, int]:
+              overrides: dict[str, str] | None = None, root: Path | None = None) -> tuple[KraftyNode, int]:
     """A node (not started) and its SASL_PLAINTEXT port. ``advertise`` maps listener name to
-    the port to advertise instead (the recorder's proxies)."""
-    node = KraftyNode(workdir, memory_limit_mb=memory_limit_mb)
+    the port to advertise instead (the recorder's proxies); ``root`` runs the node of another
+    checkout (with that checkout's .venv when it has one)."""
+    node = _node_class(root)(workdir, memory_limit_mb=memory_limit_mb)
     sasl_port = free_port()
     ports = {"PLAINTEXT": node.port, "SASL_PLAINTEXT": sasl_port}
     adv = {**ports, **(advertise or {})}

@@ -79,14 +79,18 @@ def test_a_null_array_edit_writes_length_minus_one_and_drops_the_elements():
     assert out[f.pos:f.pos + 4] == struct.pack(">i", -1) and len(out) == len(frame) - (f.end - f.pos) + 4
 
 
-def test_hostile_batches_pass_the_crc_gate_unless_they_are_about_the_crc():
+def test_hostile_batches_pass_the_crc_gate_and_carry_the_codec_they_name():
     import random
-    for n in range(400):
+    import re
+    for n in range(600):
         h = hostile.make(random.Random(n), CTX)
         if h.family.startswith(("crc/bad", "truncated", "nested/legacy", "bits/magic")) or len(h.data) < HEADER_SIZE:
             continue
         hdr = unpack_header(h.data, 0)
         assert crc32c.crc32c(h.data[21:hdr.size]) == hdr.crc, h.family
+        m = re.search(r"/codec(\d)$", h.family)
+        if m:
+            assert hdr.compression == int(m.group(1)), h.family
 
 
 @pytest.mark.parametrize("codec,xerial", [(1, False), (2, False), (2, True), (3, False), (4, False)])

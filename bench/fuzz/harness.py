@@ -249,7 +249,6 @@ class Fuzzer:
 
     # --- node ---------------------------------------------------------------------------
     def start_node(self) -> None:
-        os.environ.setdefault("PYTHONFAULTHANDLER", "1")  # a native crash leaves every thread's stack in the log
         self.stats.restarts += 1
         wd = self._tmp / f"node-{self.stats.restarts}"
         overrides = {"krafty.loop.stall.warn.ms": "1000", **(self.o.node_overrides or {})}
@@ -623,13 +622,20 @@ class Fuzzer:
 
 
 def _delete_extra_topics(bootstrap: str, keep: set[str]) -> None:
+    """Deletes the topics inputs created, and recreates a fuzz topic that inputs gave more
+    partitions (CreatePartitions), so that a long run keeps the node's size steady."""
     from confluent_kafka.admin import AdminClient
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = [t for t in admin.list_topics(timeout=10).topics if t not in keep and not t.startswith("__")]
+    md = admin.list_topics(timeout=10).topics
+    grown = [t for t, (n, _) in TOPICS.items() if t in md and len(md[t].partitions) > n]
+    names = [t for t in md if t not in keep and not t.startswith("__")] + grown
     if names:
         for f in admin.delete_topics(names[:500], operation_timeout=10).values():
             with contextlib.suppress(Exception):
                 f.result(15)
+    if grown:
+        time.sleep(1)
+        create_topics(bootstrap, {t: TOPICS[t] for t in grown})
 
 
 def print_summary(res: dict) -> None:
@@ -653,10 +659,10 @@ def load_replay(path: Path) -> list[Input]:
 
 
 async def replay(path: Path, bootstrap: str | None, sasl_port: int | None, memory_mb: int, timeout: float,
-                 root: Path | None = None) -> int:
+                 root: Path | None = None, only: set[int] | None = None) -> int:
     """Sends each saved input on a connection of its own, in the file's order (the triggering
     input first, then the window, oldest first), and after each checks the node and its log."""
-    inputs = load_replay(path)
+    inputs = [i for i in load_replay(path) if only is None or i.id in only]
     node = None
     scanner = None
     if bootstrap is None:
@@ -738,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--canary-bound", type=float, default=5.0)
     ap.add_argument("--max-crashes", type=int, default=3)
     ap.add_argument("--now-ms", type=int, default=DEFAULT_NOW_MS, help="the 'now' of generated timestamps")
-    ap.add_argument("--ids", help="only these input ids (comma-separated)")
+    ap.add_argument("--ids", help="only these input ids (comma-separated; with --replay: of the file)")
     ap.add_argument("--strict", action="store_true", help="exit 1 on any finding, not only on crashes")
     ap.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines")
     ap.add_argument("--weights", help="input family weights, e.g. hostile=0,struct=10 (see bench/fuzz/gen.py)")
@@ -755,7 +761,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     if a.replay:
-        return asyncio.run(replay(a.replay, a.bootstrap, a.sasl_port, a.memory_mb, 5.0, a.krafty_root))
+        only = {int(x) for x in a.ids.split(",")} if a.ids else None
+        return asyncio.run(replay(a.replay, a.bootstrap, a.sasl_port, a.memory_mb, 5.0, a.krafty_root, only))
     if not a.corpus.exists():
         print(f"{a.corpus} is missing: recording it (python -m bench.fuzz record)", flush=True)
         from bench.fuzz.record import record

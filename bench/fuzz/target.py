@@ -9,6 +9,7 @@ timestamp, Fetch)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -55,6 +56,7 @@ def make_node(workdir: str | Path, *, memory_limit_mb: int | None = 1536, advert
     """A node (not started) and its SASL_PLAINTEXT port. ``advertise`` maps listener name to
     the port to advertise instead (the recorder's proxies); ``root`` runs the node of another
     checkout (with that checkout's .venv when it has one)."""
+    os.environ.setdefault("PYTHONFAULTHANDLER", "1")  # a native crash leaves every thread's stack in the log
     node = _node_class(root)(workdir, memory_limit_mb=memory_limit_mb)
     sasl_port = free_port()
     ports = {"PLAINTEXT": node.port, "SASL_PLAINTEXT": sasl_port}

@@ -121,6 +121,8 @@ class Generator:
         return random.Random((self.seed << 40) ^ i)
 
     def make(self, i: int, kind: str | None = None) -> Input:
+        if i < 0:  # the catalogue's inputs
+            return dataclasses.replace(self.catalogue()[-i - 1])
         rng = self.rng(i)
         kind = kind or rng.choices(self.kinds, self.kind_weights)[0]
         inp = getattr(self, "_" + kind)(i, rng)
@@ -192,6 +194,7 @@ class Generator:
         ctx = hostile.Context(self.now_ms + i, bomb_target=self.bomb_target)
         return hostile.make(rng, ctx, family)
 
+    @functools.cache  # noqa: B019 - one generator per run
     def catalogue(self) -> list[Input]:
         """One Produce of every hostile batch variant (every bomb to every target that decodes
         records: ListOffsets, the recompression of fuzz-gzip, the cleaner of fuzz-compact),

@@ -43,7 +43,14 @@ from pathlib import Path
 from bench.fuzz import corpus, frames
 from bench.fuzz.gen import DEFAULT_NOW_MS, Generator, Input, cid_of, sentinel
 from bench.fuzz.oracle import Finding, LogScanner, check_response
-from bench.fuzz.target import CANARY_TOPIC, TOPICS, create_scram_users, create_topics, make_node
+from bench.fuzz.target import (
+    CANARY_TOPIC,
+    TOPICS,
+    api_versions_ok,
+    create_scram_users,
+    create_topics,
+    make_node,
+)
 
 log = logging.getLogger("krafty.fuzz")
 
@@ -77,6 +84,7 @@ class Options:
     on_input: object = None  # test hook: called with (fuzzer, inputs sent so far) as each input is sent
     bomb_target: int = 30 << 30
     catalogue: bool = True  # start with one input of every hostile batch variant (gen.Generator.catalogue)
+    probe_failures: int = 3  # new-connection ApiVersions probes (every 2 s) that may fail in a row
     janitor: float = 30.0  # seconds between deletions of topics the inputs created (0: never)
     workdir: Path | None = None
     krafty_root: Path | None = None  # fuzz the node of another checkout (e.g. a merge candidate)
@@ -240,6 +248,7 @@ class Fuzzer:
         self.canary: Canary | None = None
         self.nfind = 0
         self.t0 = 0.0
+        self.elapsed = 0.0
         self._sentinel = 0
         self.out = Path(opts.out)
         (self.out / "findings").mkdir(parents=True, exist_ok=True)
@@ -302,7 +311,7 @@ class Fuzzer:
     # --- dispatch ---------------------------------------------------------------------------
     async def dispatch(self) -> None:
         ids = self.o.ids if self.o.ids is not None else range(self.o.inputs)
-        first = self.gen.catalogue() if self.o.catalogue and self.o.ids is None else []
+        first = [dataclasses.replace(i) for i in self.gen.catalogue()] if self.o.catalogue and self.o.ids is None else []
         for i in itertools.chain(first, ids):
             while not self.node_up.is_set() and not self.stopping:
                 await asyncio.sleep(0.05)
@@ -550,6 +559,25 @@ class Fuzzer:
         await asyncio.to_thread(self.start_node)
         self.node_up.set()
 
+    async def probe(self) -> None:
+        """A new connection must get an ApiVersions answer on each listener: the canary holds
+        its connections, so a listener that stopped accepting would go unnoticed otherwise."""
+        failed: dict[str, int] = {}
+        while not self.stopping:
+            await asyncio.sleep(2)
+            node = self.node
+            if not self.node_up.is_set() or node is None or not node.running:
+                failed.clear()
+                continue
+            for name, port in (("PLAINTEXT", node.port), ("SASL_PLAINTEXT", self.sasl_port)):
+                ok = await asyncio.to_thread(api_versions_ok, "127.0.0.1", port, 3.0)
+                failed[name] = 0 if ok else failed.get(name, 0) + 1
+                if failed[name] >= self.o.probe_failures and self.node_up.is_set() and node is self.node:
+                    failed.clear()
+                    await self.crash(f"the {name} listener answered no new connection for "
+                                     f"{self.o.probe_failures} probes in a row", node.log_tail(30))
+                    break
+
     async def janitor(self) -> None:
         """Deletes topics the inputs created (CreateTopics, auto-creation), so a long run keeps
         the node's size steady."""
@@ -586,6 +614,7 @@ class Fuzzer:
         tasks += [asyncio.create_task(self.sasl_worker()) for _ in range(self.o.sasl_conns)]
         mon = asyncio.create_task(self.monitor())
         jan = asyncio.create_task(self.janitor())
+        prb = asyncio.create_task(self.probe())
         try:
             await self.dispatch()
             await asyncio.sleep(1.5)  # let the log and the canary catch up with the last inputs
@@ -593,10 +622,10 @@ class Fuzzer:
                 self.report(f, list(self.recent)[-50:])
         finally:
             self.stopping = True
-            elapsed = time.monotonic() - self.t0
-            for t in [*tasks, mon, jan]:
+            self.elapsed = elapsed = time.monotonic() - self.t0
+            for t in [*tasks, mon, jan, prb]:
                 t.cancel()
-            await asyncio.gather(*tasks, mon, jan, return_exceptions=True)
+            await asyncio.gather(*tasks, mon, jan, prb, return_exceptions=True)
             if self.node is not None and self.node.running and self.canary is not None and self.canary.failure:
                 self.stats.crashes += 1
                 self.report(Finding("crash", "crash:canary", f"canary failed: {self.canary.failure}"), [])
@@ -778,6 +807,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         res = asyncio.run(fz.run())
+    except KeyboardInterrupt:
+        fz.stop_node()
+        print("interrupted", flush=True)
+        res = fz.summary(fz.elapsed or time.monotonic() - fz.t0)
     finally:
         if opts.workdir is None:
             shutil.rmtree(fz._tmp, ignore_errors=True)

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "tests" / "integration") not in sys.path:
     sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from krafty_node import KraftyNode, free_port  # noqa: E402
+from krafty_node import KraftyNode, api_versions_ok, free_port  # noqa: E402, F401 (re-exported)
 
 # name -> (partitions, topic configs)
 TOPICS: dict[str, tuple[int, dict[str, str]]] = {

@@ -31,6 +31,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import struct
@@ -544,10 +545,23 @@ class Fuzzer:
         self.node_up.clear()
         suspects = list(self.inflight.values())
         print(f"CRASH #{self.stats.crashes}: {why}", flush=True)
+        node = self.node
+        aborted = node is not None and node.running
+        if aborted:
+            # the node is alive but not serving: SIGABRT makes faulthandler write every thread's
+            # stack to its log, so a finding says where the event loop was stuck
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node.proc.pid, signal.SIGABRT)
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(node.proc.wait, 5)
+            tail = node.log_tail(60)
         with contextlib.suppress(Exception):
             for f in self.scanner.scan():
+                if aborted and f.kind == "fatal":  # our SIGABRT: where it was, not why it died
+                    f.kind, f.signature = "stuck", f.signature.replace("fatal:Aborted@", "stuck:")
                 self.report(f, suspects)
-        self.report(Finding("crash", f"crash:{why[:60]}", f"{why}\n--- node log tail ---\n{tail}"), suspects, crash=True)
+        self.report(Finding("crash", "crash:" + re.sub(r"#\d+ ", "", why)[:70], f"{why}\n--- node log tail ---\n{tail}"),
+                    suspects, crash=True)
         await asyncio.to_thread(self.stop_node)
         if self.stats.crashes >= self.o.max_crashes:
             print(f"stopping after {self.stats.crashes} crashes (--max-crashes)", flush=True)

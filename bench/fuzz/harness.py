@@ -186,7 +186,10 @@ class Canary(threading.Thread):
                       "message.timeout.ms": int(self.bound * 4000), "enable.idempotence": True})
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "krafty-fuzz-canary-unused",
                       "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100})
-        c.assign([TopicPartition(CANARY_TOPIC, 0, -1)])  # from the end, no group
+        # from the current end (an explicit offset: "latest" would be resolved at the first
+        # fetch, possibly after the first record), no group
+        _, end = c.get_watermark_offsets(TopicPartition(CANARY_TOPIC, 0), timeout=10)
+        c.assign([TopicPartition(CANARY_TOPIC, 0, end)])
         sent: dict[int, float] = {}
         seq = 0
         try:

@@ -42,6 +42,7 @@ CODECS = (0, GZIP, SNAPPY, LZ4, ZSTD)
 CONTROL, TRANSACTIONAL = 0x20, 0x10
 INT32_MAX = 2**31 - 1
 YEAR_MS = 365 * 24 * 3600 * 1000
+BOMB_MIN = 64 << 20  # an expansion no sane bound on one batch's records lets through
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -305,7 +306,9 @@ def _bomb(codec: int, variant: str, budget: int, target: int, now_ms: int, xeria
         payload = zstd_bomb(n, prefix, suffix, claim=1 << 62 if lie else None)
     name = {GZIP: "gzip", SNAPPY: "snappy-raw", LZ4: "lz4", ZSTD: "zstd"}[codec]
     data = batch(payload, count=1 if as_record else INT32_MAX, attributes=codec, base_timestamp=now_ms)
-    return Hostile(f"bomb/{name}/{variant}/{size >> 20}MiB", data, True)
+    # zeros are no records and a size field that lies is a corrupt stream; an honest record is
+    # refused only past what any max.message.bytes-derived bound allows (snappy's 21x gives 20 MiB)
+    return Hostile(f"bomb/{name}/{variant}/{size >> 20}MiB", data, not as_record or lie or size >= BOMB_MIN)
 
 
 def _legacy_message(magic: int, codec: int, value: bytes | None, key: bytes | None = None, ts: int = 0) -> bytes:

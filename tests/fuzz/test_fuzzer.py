@@ -97,7 +97,9 @@ def test_hostile_batches_pass_the_crc_gate_and_carry_the_codec_they_name():
 def test_bombs_fit_in_a_batch_and_expand_far_beyond_it(codec, xerial):
     for variant in ("zeros", "record", "zeros+size-lie", "record+size-lie"):
         h = hostile._bomb(codec, variant, CTX.max_batch, CTX.bomb_target, CTX.now_ms, xerial)
-        assert len(h.data) <= 1024 * 1024 and h.must_reject
+        assert len(h.data) <= 1024 * 1024
+        # only snappy's honest 20 MiB record is within what a bound may allow
+        assert h.must_reject == ("/zeros" in h.family or "size-lie" in variant or codec != 2), h.family
         payload = h.data[HEADER_SIZE:]
         cap = 24 << 20
         out = _expand(codec, payload, cap)

@@ -81,6 +81,7 @@ class Options:
     ids: list[int] | None = None
     weights: dict[str, float] | None = None
     progress: float = 10.0
+    linger: float = 1.5  # seconds the node is still watched after the last input
     node_overrides: dict[str, str] | None = None
     on_input: object = None  # test hook: called with (fuzzer, inputs sent so far) as each input is sent
     bomb_target: int = 30 << 30
@@ -535,13 +536,15 @@ class Fuzzer:
                 print(self.progress_line(), flush=True)
 
     def _suspects(self, f: Finding) -> list[Input]:
-        """Inputs in flight when the log line appeared, those of the API it names first."""
+        """Inputs in flight when the log line appeared; first the latest sent ones of the API
+        the line names ("error handling FETCH v11"), which may have been answered already."""
         inflight = list(self.inflight.values())
         api = f.detail.split("error handling ", 1)[1].split(" ", 1)[0] if "error handling " in f.detail else None
-        if api:
-            named = [i for i in inflight if i.frames and frames.api_name(frames.api_of(i.frames[0])[0]) == api]
-            inflight = named + [i for i in inflight if i not in named]
-        return inflight
+        if not api:
+            return inflight
+        named = [i for i in reversed(self.recent) if any(frames.api_name(frames.api_of(fr)[0]) == api
+                                                         for fr in i.frames)][:5]
+        return named + [i for i in inflight if i not in named]
 
     async def crash(self, why: str, tail: str) -> None:
         self.stats.crashes += 1
@@ -634,7 +637,7 @@ class Fuzzer:
         prb = asyncio.create_task(self.probe())
         try:
             await self.dispatch()
-            await asyncio.sleep(1.5)  # let the log and the canary catch up with the last inputs
+            await asyncio.sleep(self.o.linger)  # let the log and the canary catch up with the last inputs
             for f in self.scanner.scan():
                 self.report(f, list(self.recent)[-50:])
         finally:
@@ -791,6 +794,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-crashes", type=int, default=3)
     ap.add_argument("--now-ms", type=int, default=DEFAULT_NOW_MS, help="the 'now' of generated timestamps")
     ap.add_argument("--ids", help="only these input ids (comma-separated; with --replay: of the file)")
+    ap.add_argument("--linger", type=float, default=1.5, help="seconds to keep watching after the last input")
     ap.add_argument("--strict", action="store_true", help="exit 1 on any finding, not only on crashes")
     ap.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines")
     ap.add_argument("--weights", help="input family weights, e.g. hostile=0,struct=10 (see bench/fuzz/gen.py)")
@@ -815,7 +819,7 @@ def main(argv: list[str] | None = None) -> int:
         record(a.corpus)
     opts = Options(inputs=a.inputs, seed=a.seed, out=a.out, corpus_path=a.corpus, memory_mb=a.memory_mb,
                    fast_conns=a.conns, window=a.window, canary=not a.no_canary, catalogue=not a.no_catalogue, canary_bound=a.canary_bound,
-                   max_crashes=a.max_crashes, now_ms=a.now_ms, progress=a.progress,
+                   max_crashes=a.max_crashes, now_ms=a.now_ms, progress=a.progress, linger=a.linger,
                    ids=[int(x) for x in a.ids.split(",")] if a.ids else None,
                    node_overrides=dict(kv.split("=", 1) for kv in a.override), krafty_root=a.krafty_root,
                    weights={k: float(v) for k, v in (kv.split("=") for kv in a.weights.split(","))} if a.weights else None)

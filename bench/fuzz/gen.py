@@ -215,6 +215,9 @@ class Generator:
         for codec, xerial in [(1, False), (2, False), (2, True), (3, False), (4, False)]:
             for variant in ("zeros", "record", "zeros+size-lie", "record+size-lie"):
                 h = hostile._bomb(codec, variant, ctx.max_batch, ctx.bomb_target, ctx.now_ms, xerial)
+                if h.family in seen:  # xerial bombs are zeros only
+                    continue
+                seen.add(h.family)
                 for target in (("fuzz-plain", 0), ("fuzz-gzip", 0), ("fuzz-compact", 0)):
                     rng = random.Random(f"catalogue:{h.family}:{target}")
                     out.append(self._hostile(-1 - len(out), rng, batch=h, target=target))

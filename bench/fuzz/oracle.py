@@ -219,7 +219,8 @@ def parse_log(text: str) -> list[Finding]:
         if line.startswith("Traceback (most recent call last)"):
             tb, j = _block(lines, i)
             tb = [line, *tb]
-            exc = next((t for t in reversed(tb) if t and not t.startswith(" ")), "?")
+            exc = next((t for t in reversed(tb) if t and not t.startswith((" ", "The above exception", "During handling"))),
+                       "?")
             files = [w for w in (_FILE_LINE.match(t) for t in tb) if w]
             ours = [w for w in files if "/site-packages/" not in w.group(1)] or files
             where = f"{_short(ours[-1].group(1))}:{ours[-1].group(2)}:{ours[-1].group(3)}" if ours else "?"

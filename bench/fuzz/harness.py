@@ -662,6 +662,7 @@ class Fuzzer:
             "peak_fds": s.peak_fds, "outcomes": dict(s.outcomes), "timeouts_by_api": dict(s.hangs.most_common(20)),
             "requeued": s.requeued, "by_kind": dict(s.by_kind), "canary_produces": s.canary_ok,
             "canary_worst_s": round(s.canary_max_s, 3), "seed": self.o.seed, "node_starts": s.restarts,
+            "findings_by_class": dict(collections.Counter(f.kind for f, _ in self.findings.values()).most_common()),
             "finding_list": [{"kind": f.kind, "signature": sig, "count": n, "first_inputs": f.input_ids[:5],
                               "detail": f.detail.splitlines()[0][:300]}
                              for sig, (f, n) in sorted(self.findings.items())],
@@ -691,6 +692,9 @@ def print_summary(res: dict) -> None:
     print(f"\n{res['inputs']:,} inputs in {res['seconds']} s: {res['inputs_per_s']:,} inputs/s; "
           f"crashes: {res['crashes']}; findings: {res['findings']}; peak RSS {res['peak_rss_mb']} MB; "
           f"peak fds {res['peak_fds']}; canary produces {res['canary_produces']} (worst {res['canary_worst_s']} s)")
+    if res["findings_by_class"]:
+        print("findings by class (distinct signatures): "
+              + ", ".join(f"{k} {v}" for k, v in res["findings_by_class"].items()))
     if res["timeouts_by_api"]:
         print("no answer within the timeout, by request: "
               + ", ".join(f"{k} {v:,}" for k, v in res["timeouts_by_api"].items()))

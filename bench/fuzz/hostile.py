@@ -21,7 +21,10 @@ whatever decodes records) unless the family is about the CRC itself:
 
 ``must_reject`` says whether a Kafka broker (LogValidator, which decodes every record of a
 batch it appends, and the bounds issue 18 asks for) refuses the batch; the fuzzer counts an
-acceptance of such a batch as a finding."""
+acceptance of such a batch as a finding. ``record_level`` tells the families whose lie is
+inside the records of a well-framed batch (count lies, a batch as records, a cut compressed
+stream): only a broker that walks every record of every batch refuses them, as Kafka does;
+their acceptance is a finding class of its own (``accepted-bad-records``)."""
 
 from __future__ import annotations
 
@@ -51,6 +54,14 @@ class Hostile:
     data: bytes
     must_reject: bool
     topic: str | None = None  # the topic the family is meant for (None: any)
+
+
+RECORD_LEVEL = ("count-lie/", "nested/v2-in-v2", "truncated/stream/")
+
+
+def record_level(family: str) -> bool:
+    """Whether a batch of ``family`` is refused only by walking its records (see the module doc)."""
+    return family.startswith(RECORD_LEVEL)
 
 
 def batch(records: bytes, *, count: int, last_offset_delta: int | None = None, attributes: int = 0,

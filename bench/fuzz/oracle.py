@@ -5,7 +5,10 @@ Responses (each is matched to its request by correlation id):
   - an answer that does not decode as the response of the request's API and version (for an
     unsupported version or an unknown API Kafka closes the connection, except ApiVersions,
     answered as v0);
-  - a Produce of a batch that must be rejected (bench/fuzz/hostile.py) answered with error 0;
+  - a Produce of a batch that must be rejected (bench/fuzz/hostile.py) answered with error 0:
+    ``accepted-bad-records`` when the lie is inside the records of a well-framed batch (refused
+    only by a broker that walks every record, as Kafka's LogValidator does), else
+    ``accepted-hostile``;
   - DeleteTopics/CreateTopics of an internal topic answered with error 0;
   - a password of the node's JAAS config in any answer;
   - a correlation id that matches no request on the connection.
@@ -19,6 +22,7 @@ import re
 import struct
 
 from bench.fuzz.frames import api_name
+from bench.fuzz.hostile import record_level
 from bench.fuzz.target import ADMIN, USERS
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
@@ -31,7 +35,8 @@ SECRETS = [p.encode() for p in (ADMIN[1], *USERS.values())]
 
 @dataclasses.dataclass(slots=True)
 class Finding:
-    kind: str  # crash | unknown-server-error | bad-response | accepted-hostile | internal-topic | secret |
+    kind: str  # crash | unknown-server-error | bad-response | accepted-hostile | accepted-bad-records |
+    #            internal-topic | secret |
     #            bad-correlation-id | traceback | stall | memory-error
     signature: str  # what dedups findings: same signature = same bug
     detail: str
@@ -122,7 +127,8 @@ def check_response(frame: bytes, raw: bytes, expect_reject: tuple[str, int, str]
                 if t.name == topic and p.index == part and int(p.error_code) == 0:
                     fam = "/".join(family.split("/")[:2])
                     packing = "uncompressed" if family.endswith("codec0") else "compressed"
-                    out.append(Finding("accepted-hostile", f"accepted:{fam}:{packing}",
+                    kind = "accepted-bad-records" if record_level(family) else "accepted-hostile"
+                    out.append(Finding(kind, f"accepted:{fam}:{packing}",
                                        f"Produce v{ver} of a {family} batch to {topic}/{part} was appended "
                                        f"at offset {p.base_offset}"))
     if key in (ApiKey.DELETE_TOPICS, ApiKey.CREATE_TOPICS):
@@ -219,6 +225,12 @@ def parse_log(text: str) -> list[Finding]:
         if line.startswith("Traceback (most recent call last)"):
             tb, j = _block(lines, i)
             tb = [line, *tb]
+            # a chained exception ("The above exception was the direct cause ...") is one error:
+            # one finding, named by the last exception raised
+            while j < len(lines) and lines[j].startswith("Traceback") and _chained(tb):
+                k = j
+                more, j = _block(lines, k)
+                tb += [lines[k], *more]
             exc = next((t for t in reversed(tb) if t and not t.startswith((" ", "The above exception", "During handling"))),
                        "?")
             files = [w for w in (_FILE_LINE.match(t) for t in tb) if w]
@@ -230,6 +242,11 @@ def parse_log(text: str) -> list[Finding]:
             continue
         i += 1
     return out
+
+
+def _chained(tb: list[str]) -> bool:
+    last = next((t for t in reversed(tb) if t.strip()), "")
+    return last.startswith(("The above exception", "During handling of the above exception"))
 
 
 def _short(path: str) -> str:

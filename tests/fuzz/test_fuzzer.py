@@ -177,6 +177,18 @@ def test_log_scanner_finds_tracebacks_native_crashes_and_stalls(tmp_path):
     assert kinds == {("stall", "stall:controller/placement.py:_assign_rack_unaware"),
                      ("fatal", "fatal:Aborted@broker/log/batch.py:304:_snappy_decompress")}
     assert sc.scan() == []
+    with open(log, "a") as fh:  # a chained exception is one error: one finding, named by the last one
+        fh.write("2026-11-24 22:00:31,484 ERROR krafty.network: closing connection 5932 after an unexpected error\n"
+                 "Traceback (most recent call last):\n"
+                 '  File "/x/site-packages/kio/static/_phantom.py", line 85, in parse\n'
+                 "TypeError: Could not parse i16 from 32795\n\n"
+                 "The above exception was the direct cause of the following exception:\n\n"
+                 "Traceback (most recent call last):\n"
+                 '  File "/x/broker/protocol/codec.py", line 130, in encode\n'
+                 '  File "/x/site-packages/kio/serial/writers.py", line 152, in write_nullable_legacy_string\n'
+                 "kio.serial.errors.OutOfBoundValue: String is too long for legacy string format (32795 > 32767)\n")
+    [f] = sc.scan()
+    assert f.signature == "traceback:kio.serial.errors.OutOfBoundValue@broker/protocol/codec.py:130:encode"
 
 
 def _response(key: int, ver: int, data: dict, cid: int = 5) -> bytes:
@@ -198,6 +210,9 @@ def test_oracles_flag_unknown_server_error_accepted_hostile_batches_and_leaked_p
     must = ("fuzz-plain", 0, "bomb/zstd/zeros/30720MiB")
     assert [x.kind for x in oracle.check_response(produce, produced(0), must)] == ["accepted-hostile"]
     assert oracle.check_response(produce, produced(ErrorCode.CORRUPT_MESSAGE), must) == []
+    # a lie inside the records of a well-framed batch: refused only by walking every record
+    lie = ("fuzz-plain", 0, "count-lie/key-lie/codec0")
+    assert [x.kind for x in oracle.check_response(produce, produced(0), lie)] == ["accepted-bad-records"]
     dc = gen.frames.request(ApiKey.DESCRIBE_CONFIGS, 1, {"resources": [{"resource_type": 4, "resource_name": "1"}]})
     leak = _response(ApiKey.DESCRIBE_CONFIGS, 1, {"results": [{"resource_type": 4, "resource_name": "1", "configs": [
         {"name": "sasl.jaas.config", "value": 'user_admin="admin-secret";'}]}]})

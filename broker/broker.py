@@ -147,6 +147,15 @@ class Broker:
         self._tasks.append(loop.create_task(self._periodic(self.config["log.cleaner.backoff.ms"], self._cleaner_check,
                                                            in_thread=True)))
 
+    def failed(self) -> BaseException | None:
+        """The error that stopped a client listener accepting connections, if any: the broker
+        cannot go on (the node exits non-zero rather than serve no new client)."""
+        for s in self.servers:
+            e = s.failure()
+            if e is not None:
+                return e
+        return None
+
     def _unfenced_in_image(self) -> bool:
         b = self.loader.image.brokers.get(self.node_id)
         return b is not None and b.epoch == self.broker_epoch and not b.fenced

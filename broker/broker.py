@@ -252,6 +252,8 @@ class Broker:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 
     async def stop(self) -> None:
+        if self.logs:  # a compaction pass in its thread ends at its next batch; logs.close() waits for it
+            self.logs.stop_cleaner()
         if self._unfenced.is_set():
             await self.controlled_shutdown()
         for t in self._tasks:

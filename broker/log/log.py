@@ -346,8 +346,10 @@ class Log:
         if log._log_start_offset > log.log_end_offset:
             log._log_start_offset = log.log_end_offset
         log.recovery_point = log.log_end_offset if clean_shutdown else min(recovery_point, log.log_end_offset)
-        log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
-        log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
+        # in memory now, on disk by the next flush (fsyncs on every start of every log were most
+        # of a restart's time; Kafka defers them too since KAFKA-15046)
+        log.leader_epoch_cache.truncate_from_end(log.log_end_offset, flush=False)
+        log.leader_epoch_cache.truncate_from_start(log._log_start_offset, flush=False)
         log._rebuild_producer_state()
         log.last_flush_ms = now_ms
         return log

@@ -36,6 +36,7 @@ _I32 = struct.Struct(">i")
 # on a VM, measured).
 _READ_AHEAD = 64 * 1024
 _MAX_READ = 127 * 1024
+_YIELD_AFTER = 0.005  # s a connection handles requests without letting the loop run (Connection.run)
 _TCP_CLOSE, _TCP_CLOSE_WAIT = 7, 8  # tcpi_state values (linux/tcp_states.h)
 # accept() errors that pass: out of descriptors, memory or buffers, or a connection gone before
 # it was accepted (accept(2) also reports pending network errors of the new socket)
@@ -184,9 +185,16 @@ class Connection:
             if sec is not None:
                 await self._secure(sec)
             protocol = sec.protocol if sec is not None else "PLAINTEXT"
-            # one request at a time; the frame is only referenced while it is being handled
+            # one request at a time; the frame is only referenced while it is being handled.
+            # Requests already received are read and handled without a trip through the loop:
+            # once that has gone on for _YIELD_AFTER s the connection lets the loop run (other
+            # connections, accepts, timers) before its next request, so a client pipelining
+            # slow requests cannot hold the loop until its queue is empty.
+            loop, turn = self.loop, self.loop.time()
             while await self._serve(await self.read_frame(), protocol):
-                pass
+                if loop.time() - turn > _YIELD_AFTER:
+                    await asyncio.sleep(0)
+                    turn = loop.time()
         except FramingError as e:
             log.info("closing connection %d from %s: %s", self.cid, self.addr, e)
         except (ConnectionError, OSError) as e:

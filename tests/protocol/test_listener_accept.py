@@ -8,6 +8,7 @@ import asyncio
 import errno
 import logging
 import struct
+import time
 
 import pytest
 
@@ -112,3 +113,30 @@ async def test_the_node_exits_when_a_client_listener_dies(tmp_path, monkeypatch)
                   "controller.quorum.voters": f"1@127.0.0.1:{cport}", "log.dirs": str(tmp_path / "data")})
     with pytest.raises(StartupError, match="listener PLAINTEXT .* stopped accepting connections.*accept loop bug"):
         await asyncio.wait_for(run_node(cfg), 60)
+
+
+async def test_a_client_pipelining_slow_requests_does_not_starve_other_connections(monkeypatch):
+    """A connection's requests are handled one at a time, in order; between two of them the
+    connection yields to the event loop, so a client pipelining hundreds of requests (librdkafka
+    sends Metadata again and again while partitions have no leader: 100 ms each for a
+    3,000-partition topic) does not hold the loop until its queue is empty: other connections
+    and background tasks (the creation of those partitions' logs) run in between."""
+    async def handler(ctx, body):
+        if ctx.header.api_key == 3:
+            time.sleep(0.02)  # a request whose handling never suspends (encoding a large answer)
+        return [struct.pack(">i", ctx.header.correlation_id)]
+
+    s = KafkaServer("PLAINTEXT", "127.0.0.1", 0, handler, max_request_size=1 << 20)
+    await s.start()
+    try:
+        r, w = await asyncio.open_connection("127.0.0.1", s.port)
+        body = struct.pack(">hhih", 3, 1, 7, 4) + b"test"
+        t0 = time.monotonic()
+        w.write((struct.pack(">i", len(body)) + body) * 100)  # 2 s of work, pipelined
+        await asyncio.sleep(0.1)  # (this test's own task is starved too while the loop is held)
+        assert await _answered(s.port, 1)
+        took = time.monotonic() - t0
+        assert took < 0.8, f"a new connection waited {took:.2f}s behind another's pipelined requests"
+        w.close()
+    finally:
+        await s.close()

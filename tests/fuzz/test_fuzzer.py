@@ -20,7 +20,7 @@ import zstandard
 
 from bench.fuzz import corpus, gen, hostile, mutate, oracle
 from bench.fuzz.harness import Fuzzer, Options, load_replay
-from broker.log.batch import HEADER_SIZE, _read_varint, unpack_header
+from broker.log.batch import HEADER_SIZE, read_varint, unpack_header
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
 from common.errors import ErrorCode
@@ -105,7 +105,7 @@ def test_bombs_fit_in_a_batch_and_expand_far_beyond_it(codec, xerial):
         out = _expand(codec, payload, cap)
         assert len(out) >= (16 << 20 if codec != 2 else 5 << 20), (h.family, len(out))
         if "/record" in h.family:  # one keyed record whose value is the whole expansion
-            length, pos = _read_varint(out, 0)
+            length, pos = read_varint(out, 0)
             assert length > 10 << 20
         if variant.endswith("size-lie") and codec == 2 and not xerial:
             assert payload.startswith(b"\xff\xff\xff\xff\x0f")  # the preamble claims 4 GiB

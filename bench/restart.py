@@ -32,7 +32,7 @@ for p in (ROOT, os.path.join(ROOT, "tests", "integration")):
         sys.path.insert(0, p)
 
 from confluent_kafka import Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
 from krafty_node import KraftyNode  # noqa: E402
 
 from tests.integration.test_it_startup import _metadata_v1  # noqa: E402
@@ -90,7 +90,12 @@ def main() -> int:
         try:
             node.start()
             admin = AdminClient({"bootstrap.servers": node.bootstrap})
-            admin.create_topics([NewTopic(TOPIC, args.partitions, 1)])[TOPIC].result(30)
+            # one controller operation makes at most 10,000 records (as in Kafka): large topics grow in steps
+            step = 5000
+            admin.create_topics([NewTopic(TOPIC, min(args.partitions, step), 1)])[TOPIC].result(60)
+            for n in range(2 * step, args.partitions + step, step):
+                total = min(n, args.partitions)
+                admin.create_partitions([NewPartitions(TOPIC, total)])[TOPIC].result(120)
             p = Producer({"bootstrap.servers": node.bootstrap})
             for i in range(args.partitions):
                 p.produce(TOPIC, b"seed", partition=i)

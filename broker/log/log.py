@@ -1187,27 +1187,37 @@ class Log:
                 s.detach()  # never reopened by path: a new log may be created there
             self.closed = True
 
-    def delete(self) -> None:
+    def delete(self, remove: bool = True) -> str | None:
         """Remove the partition's directory (open reads keep working on their descriptors).
         As Kafka does, the directory is first renamed ``<topic>-<partition>.<id>-delete``
         (atomic: a crash never leaves half a log at the log's path, and the next start removes
-        it), then removed."""
+        it), then removed: here, or, if not ``remove``, by the caller (off the event loop:
+        unlinking segments can wait on the disk for a second), given the returned path."""
         self.abort_append()
         with self.lock:
             if self.deleted:
-                return
+                return None
             self.closed = self.deleted = True
             for s in self.segments:
                 s.detach()
             doomed = f"{self.path}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
             try:
                 os.rename(self.path, doomed)
-                fsync_dir(os.path.dirname(self.path))
             except OSError as e:
                 logger.warning("%s-%d: cannot rename %s before deleting it: %s", self.topic, self.partition,
                                self.path, e)
                 doomed = self.path
-        shutil.rmtree(doomed, ignore_errors=True)
+        if remove:
+            remove_deleted_dir(doomed)
+            return None
+        return doomed
+
+
+def remove_deleted_dir(doomed: str) -> None:
+    """The rename made durable (a crash before leaves the log at its old path, which the next
+    start, told by the metadata that it is deleted, deletes again), then the files removed."""
+    fsync_dir(os.path.dirname(doomed))
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _delete_segment_files(path: str, base: int) -> None:

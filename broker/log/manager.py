@@ -31,7 +31,7 @@ from common.topic_names import CLUSTER_METADATA_TOPIC
 
 from .cleaner import CleanerStopped, compact
 from .leader_epoch import fsync_dir, read_checkpoint_file, write_checkpoint_file
-from .log import DELETE_DIR_SUFFIX, Log, LogConfig, parse_partition_dir_name
+from .log import DELETE_DIR_SUFFIX, Log, LogConfig, parse_partition_dir_name, remove_deleted_dir
 from .segment import CorruptBatchError, reap_retired
 
 log = logging.getLogger("krafty.log")
@@ -63,6 +63,9 @@ class LogManager:
         # batches, and close() waits for it before closing the logs
         self._cleaner_stop = threading.Event()
         self._cleaner_lock = threading.Lock()
+        # deleted logs' directories are removed by this thread: LogManager.delete is called on
+        # the event loop, and unlinking a log's files can wait on the disk (seen: 1.2 s)
+        self._removals = ThreadPoolExecutor(1, thread_name_prefix="log-delete")
         self.clock = SYSTEM
         self.flush_times = Histogram(now=self.clock.monotonic())  # fsyncs of logs (LogFlushStats)
         start_ms = now_ms() if callable(now_ms) else now_ms
@@ -154,8 +157,15 @@ class LogManager:
 
     def delete(self, topic: str, partition: int) -> None:
         lg = self._logs.pop((topic, partition), None)
-        if lg is not None:
-            lg.delete()
+        if lg is not None and (doomed := lg.delete(remove=False)) is not None:
+            try:
+                self._removals.submit(remove_deleted_dir, doomed)
+            except RuntimeError:  # closed: the thread is gone
+                remove_deleted_dir(doomed)
+
+    def removals_done(self) -> None:
+        """Wait until the directories of the logs deleted so far are removed."""
+        self._removals.submit(lambda: None).result()
 
     def update_config(self, topic: str, topic_config: Mapping[str, Any]) -> None:
         self._topic_configs[topic] = dict(topic_config)
@@ -295,6 +305,8 @@ class LogManager:
             self._close()
 
     def _close(self) -> None:
+        # removals not started yet are left to the next start (it removes every "-delete" dir)
+        self._removals.shutdown(wait=False, cancel_futures=True)
         for lg in self._logs.values():
             lg.close()
         if self.writer is not None:

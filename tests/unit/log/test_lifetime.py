@@ -77,6 +77,7 @@ def test_a_flush_racing_the_deletion_of_its_log_writes_nothing_and_raises_nothin
     flusher.join(10)
     deleter.join(10)
     assert "error" not in out and "error" not in deleted, (out, deleted)
+    mgr.removals_done()
     assert os.listdir(tmp_path) == [n for n in os.listdir(tmp_path) if not n.startswith("t-0")]
     mgr.close()
 
@@ -87,6 +88,7 @@ def test_a_deleted_log_refuses_appends_reads_and_searches_and_its_flush_does_not
     produce(lg, [b"a", b"b"])
     path = lg.path
     mgr.delete("t", 0)
+    mgr.removals_done()
     assert not os.path.exists(path) and not [n for n in os.listdir(tmp_path) if n.startswith("t-0")]
     for op in (lambda: produce(lg, [b"c"]), lambda: lg.read(0, MAX, lg.log_end_offset),
                lambda: lg.offset_for_timestamp(0), lg.max_timestamp_and_offset):
@@ -106,6 +108,28 @@ def test_a_deletion_interrupted_by_a_stop_is_finished_at_the_next_start(tmp_path
     os.rename(tmp_path / "t-0", tmp_path / f"t-0.{uuid.uuid4().hex}-delete")  # renamed, not yet removed
     mgr = LogManager([str(tmp_path)], {}, now_ms=0)
     assert mgr.all_logs() == [] and not [n for n in os.listdir(tmp_path) if n.startswith("t-0")]
+    mgr.close()
+
+
+def test_a_deleted_log_is_removed_off_the_callers_thread(tmp_path, monkeypatch):
+    """LogManager.delete runs on the event loop (a DeleteTopics reaching the metadata): it
+    renames the directory, and a thread of the manager removes it (the fuzzer saw the loop held
+    1.2 s by a deleted log's fsync and unlinks)."""
+    from broker.log import log as log_module
+
+    mgr = LogManager([str(tmp_path)], {}, now_ms=0)
+    produce(mgr.get_or_create("t", 0, uuid.uuid4()), [b"a"])
+    slow = threading.Event()
+    real = log_module.shutil.rmtree
+    monkeypatch.setattr(log_module.shutil, "rmtree", lambda *a, **k: (slow.wait(10), real(*a, **k)))
+    t0 = time.monotonic()
+    mgr.delete("t", 0)
+    took = time.monotonic() - t0
+    slow.set()
+    assert took < 1, f"delete waited {took:.1f}s for the removal of the files"
+    assert not os.path.exists(tmp_path / "t-0")
+    mgr.removals_done()
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("t-0")]
     mgr.close()
 
 

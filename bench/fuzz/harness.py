@@ -251,6 +251,7 @@ class Fuzzer:
         self.node_up = asyncio.Event()
         self.stopping = False
         self.canary: Canary | None = None
+        self._canary_done = 0  # acknowledged produces of the canaries of earlier nodes
         self.nfind = 0
         self.t0 = 0.0
         self.elapsed = 0.0
@@ -281,6 +282,7 @@ class Fuzzer:
         if self.canary is not None:
             self.canary.stop_ev.set()
             self.canary.join(10)
+            self._canary_done += self.canary.ok
             self.canary = None
         if self.node is not None:
             self.node.close()
@@ -526,7 +528,7 @@ class Fuzzer:
                 self.stats.peak_fds = max(self.stats.peak_fds, len(os.listdir(f"/proc/{node.proc.pid}/fd")))
             c = self.canary
             if c is not None:
-                self.stats.canary_ok = max(self.stats.canary_ok, c.ok)
+                self.stats.canary_ok = self._canary_done + c.ok  # every canary's, across node restarts
                 self.stats.canary_max_s = max(self.stats.canary_max_s, c.max_produce, c.max_e2e)
                 if c.failure:
                     await self.crash(f"canary failed: {c.failure}", node.log_tail(30))

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SEEDS ?= 1000
 
-.PHONY: run test lint sim bench system-deps clean chaos test-cluster docker-deps test-docker test-spark pipeline-demo pipeline-bench
+.PHONY: run test lint sim bench fuzz system-deps clean chaos test-cluster docker-deps test-docker test-spark pipeline-demo pipeline-bench
 
 $(BIN)/krafty: pyproject.toml setup.py broker/log/_records.pyx
 	$(PY) -m venv $(VENV)
@@ -71,6 +71,14 @@ test-docker: $(BIN)/krafty system-deps docker-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/docker || rc=$$?; \
 	deploy/docker-engine.sh stop; exit $$rc
 
+# The protocol fuzzer (bench/fuzz): FUZZ_N mutated and hostile inputs from seed FUZZ_SEED against a
+# memory-limited node; prints inputs/s, findings, crashes and peak RSS, exits 1 on a crash.
+# Findings (with replayable inputs) in fuzz-out/.
+FUZZ_N ?= 100000
+FUZZ_SEED ?= 1
+fuzz: $(BIN)/krafty
+	$(BIN)/python -m bench.fuzz run --inputs $(FUZZ_N) --seed $(FUZZ_SEED) --out fuzz-out
+
 bench: $(BIN)/krafty
 	$(BIN)/python bench/produce_consume.py
 	$(BIN)/python bench/raft_election.py --trials 20
@@ -93,4 +101,4 @@ pipeline-bench: $(VENV)/.spark
 	$(BIN)/python pipeline/examples/bench_read.py
 
 clean:
-	rm -rf $(VENV) data build *.egg-info
+	rm -rf $(VENV) data build fuzz-out *.egg-info

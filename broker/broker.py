@@ -184,6 +184,15 @@ class Broker:
         finally:
             self.loader.remove_publisher(on_metadata)
 
+    def failed(self) -> BaseException | None:
+        """The error that stopped a client listener accepting connections, if any: the broker
+        cannot go on (the node exits non-zero rather than serve no new client)."""
+        for s in self.servers:
+            e = s.failure()
+            if e is not None:
+                return e
+        return None
+
     def _unfenced_in_image(self) -> bool:
         b = self.loader.image.brokers.get(self.node_id)
         return b is not None and b.epoch == self.broker_epoch and not b.fenced
@@ -280,6 +289,8 @@ class Broker:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 
     async def stop(self) -> None:
+        if self.logs:  # a compaction pass in its thread ends at its next batch; logs.close() waits for it
+            self.logs.stop_cleaner()
         if self._unfenced.is_set():
             await self.controlled_shutdown()
         for t in self._tasks:

@@ -226,6 +226,7 @@ KEYS: dict[str, Key] = {
         Key("replica.fetch.wait.max.ms", _int, 500, min=0),
         Key("replica.fetch.min.bytes", _int, 1, min=1),
         Key("replica.fetch.response.max.bytes", _int, 10 * 1024 * 1024, min=0),
+        Key("fetch.max.bytes", _int, 55 * 1024 * 1024, min=1024),  # the most one Fetch response carries
         Key("max.incremental.fetch.session.cache.slots", _int, 1000, min=0),
         Key("max.request.partition.size.limit", _int, 2000, min=1),  # DescribeTopicPartitions (KIP-966)
         Key("replica.selector.class", _str, None),

@@ -63,8 +63,9 @@ def ensure_meta_properties(cfg: Config) -> str:
 
 
 class StartupError(RuntimeError):
-    """A node cannot start (a port taken, a data directory in use, a broken metadata log...):
-    the process exits non-zero at once, so a supervisor can restart or report it."""
+    """A node cannot start (a port taken, a data directory in use, a broken metadata log...)
+    or cannot go on (its metadata log or a client listener died): the process exits non-zero
+    at once, so a supervisor can restart or report it."""
 
 
 LOCK_FILE = ".lock"
@@ -196,8 +197,10 @@ class Node:
             unlock_data_dirs(self._locks)
 
     def failed(self) -> BaseException | None:
-        """The error that ended a part the node cannot run without (its metadata log), if any."""
-        return self.metadata_log.failure() if hasattr(self.metadata_log, "failure") else None
+        """The error that ended a part the node cannot run without (its metadata log, a client
+        listener), if any."""
+        e = self.metadata_log.failure() if hasattr(self.metadata_log, "failure") else None
+        return e if e is not None or self.broker is None else self.broker.failed()
 
 
 STOP_TIMEOUT_S = 60.0  # a stop that has not finished by then is abandoned (the process exits anyway)
@@ -205,7 +208,7 @@ STOP_TIMEOUT_S = 60.0  # a stop that has not finished by then is abandoned (the 
 
 async def run_node(cfg: Config) -> int:
     """Runs a node until SIGINT/SIGTERM (exit code 0). A start that fails, or the loss of the
-    metadata log later, stops what was started and raises StartupError (or the ConfigError),
+    metadata log or of a client listener later, stops what was started and raises StartupError (or the ConfigError),
     so that the process exits non-zero at once instead of lingering without listeners."""
     node = Node(cfg)
     stop = asyncio.Event()
@@ -244,7 +247,7 @@ def _fatal(e: BaseException) -> BaseException:
         return e
     if isinstance(e, OSError):  # the environment (a port in use, a directory not writable): no traceback
         return StartupError(e.strerror or str(e))
-    log.error("fatal error in node start-up", exc_info=e)
+    log.error("fatal error", exc_info=e)
     return StartupError(f"{type(e).__name__}: {e}")
 
 

@@ -157,10 +157,19 @@ class AdminApis:
         req = self.decode(ctx, body, ver)
         image = self.image
         results = []
+        seen: set[tuple[int, str]] = set()
         for res in req.resources:
             entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
                                      "resource_name": res.resource_name, "configs": []}
             results.append(entry)
+            # Kafka's clients never repeat a resource (a map of them); a request that names the
+            # broker 100,000 times in 1 MB would have the node build ~300 entries for each, a
+            # response of gigabytes: the repeats are refused, without configs
+            if (res.resource_type, res.resource_name) in seen:
+                entry["error_code"] = ErrorCode.INVALID_REQUEST
+                entry["error_message"] = "Duplicate resource in the request"
+                continue
+            seen.add((res.resource_type, res.resource_name))
             wanted = set(res.configuration_keys) if res.configuration_keys else None
             if res.resource_type == 2 and not self.authorize(ctx, Op.DESCRIBE_CONFIGS, RT.TOPIC, res.resource_name):
                 entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -177,7 +186,7 @@ class AdminApis:
                 for k, v in self._effective_topic_config(overrides):
                     if wanted is not None and k not in wanted:
                         continue
-                    broker_key = next((b.name for b in KEYS.values() if b.topic_key == k), None)
+                    broker_key = _BROKER_KEY_OF.get(k)
                     if k in overrides:
                         source = 1
                     elif broker_key and broker_key in self.config.explicit:
@@ -270,6 +279,9 @@ def _too_large_create_topics(topics, default_partitions: int) -> str | None:
     if too_many_partitions(topics, default_partitions):
         return TOO_MANY_PARTITIONS
     return TOO_MANY_RECORDS if len(topics) > MAX_RECORDS_PER_USER_OP else None
+
+
+_BROKER_KEY_OF = {k.topic_key: k.name for k in KEYS.values() if k.topic_key}  # topic key -> its broker key
 
 
 def _config_str(v) -> str | None:

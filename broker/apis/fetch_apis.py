@@ -68,18 +68,23 @@ class FetchApis:
             else:
                 denied = frozenset(w[0] for w in wanted if w[0] is not None
                                    and not self.authorize(ctx, Op.READ, RT.TOPIC, w[0]))
-        quota_cap = None  # a consumer with a fetch quota gets at most its quota over the window per response
+        # a response carries at most fetch.max.bytes (Kafka's cap, followers' too: a client asking
+        # for 2 GiB would have the broker build it), and a consumer with a fetch quota at most its
+        # quota over the window
+        bytes_cap = self.config["fetch.max.bytes"]
         if replica_id < 0 and image.client_quotas:
             self.quotas.update(image.client_quotas)
             quota_cap = self.quotas.max_bytes_in_window(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)),
                                                         ctx.header.client_id or "")
+            if quota_cap is not None:
+                bytes_cap = min(bytes_cap, quota_cap)
         first_pass = True
         while True:
             topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image, denied,
-                                                         quota_cap)
+                                                         bytes_cap)
             first_pass = False
             left = deadline - time.monotonic()
-            if total >= req.min_bytes or errors or left <= 0 or not wanted:
+            if total >= min(req.min_bytes, bytes_cap) or errors or left <= 0 or not wanted:
                 break
             if replica_id >= 0 and fctx.session is not None and any(
                     fctx.has_news(((tid if ver >= 13 else name), r.index), r.high_watermark, r.log_start_offset)

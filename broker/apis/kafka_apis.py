@@ -178,7 +178,8 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
 
     def _frame_obj(self, ctx, obj) -> list:
         h = ctx.header
-        return [codec.response_header(h.api_key, h.api_version, h.correlation_id), codec.encode(obj)]
+        return [codec.response_header(h.api_key, h.api_version, h.correlation_id),
+                codec.encode_response(h.api_key, h.api_version, obj)]
 
     def _frame(self, ctx, version: int, obj) -> list:
         return [codec.response_header(ctx.header.api_key, version, ctx.header.correlation_id), codec.encode(obj)]

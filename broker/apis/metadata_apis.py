@@ -92,9 +92,16 @@ class MetadataApis:
                           if self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.name)]
         else:
             to_create = []
+            seen: set = set()
             for rt in req.topics:
                 name = getattr(rt, "name", None)
                 tid = getattr(rt, "topic_id", None)
+                # each topic once, as Kafka answers (a set of the names): a request naming one
+                # topic 100,000 times in 1 MB would otherwise build its partitions 100,000 times
+                key = name if name is not None else tid
+                if key in seen:
+                    continue
+                seen.add(key)
                 if name is None and tid is not None and tid.int != 0:
                     t = image.topics_by_id.get(tid)
                     if t is not None and not self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.name):

@@ -27,14 +27,18 @@ Kafka's log cleaner in miniature, one log at a time:
    and a missing index is rebuilt.
 
 This decodes every record of the cleanable range: it is background work. It may run in a
-worker thread: segment list changes are serialised by ``Log.lock`` and a segment that was
-truncated or deleted meanwhile is simply not swapped.
+worker thread: segment list changes are serialised by ``Log.lock``; a segment that was
+truncated or deleted meanwhile is simply not swapped, and a log closed or deleted meanwhile is
+left alone (its ``.cleaned`` file is made through a descriptor of the log's directory, so it
+can never land in a new log created at the same path). ``stop`` (an Event) ends a pass between
+two batches: the broker sets it when it shuts down.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,7 +56,14 @@ from .batch import (
 )
 from .index import _write_all
 from .leader_epoch import fsync_dir
-from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, filename_prefix, retire
+from .segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    SegmentDeletedError,
+    filename_prefix,
+)
 from .txn_index import AbortedTxn
 
 log = logging.getLogger("krafty.log.cleaner")
@@ -100,25 +111,42 @@ def _cleanable(lg, upper: int) -> list[LogSegment]:
     return out
 
 
+class CleanerStopped(Exception):
+    """The pass was stopped (``stop`` set: the broker is shutting down)."""
+
+
 def compact(lg, now_ms: int, *, high_watermark: int | None = None, force: bool = False,
-            min_dirty_ratio: float = MIN_CLEANABLE_DIRTY_RATIO) -> CleanStats:
-    """Compact ``lg`` if it is a compacted topic and dirty enough (or ``force``)."""
+            min_dirty_ratio: float = MIN_CLEANABLE_DIRTY_RATIO, stop: threading.Event | None = None) -> CleanStats:
+    """Compact ``lg`` if it is a compacted topic and dirty enough (or ``force``). Raises
+    CleanerStopped once ``stop`` is set; a log closed or deleted meanwhile is left as it is."""
     stats = CleanStats()
-    if not lg.config.compact_enabled:
+    if lg.closed or not lg.config.compact_enabled:
         return stats
     segs = _cleanable(lg, _first_uncleanable(lg, high_watermark))
     if not segs or (not force and dirty_ratio(lg, high_watermark) < min_dirty_ratio):
         return stats
-    decoder = _Decoder(lg)
-    latest = _build_offset_map(segs, decoder, _Transactions(lg))
-    horizon = now_ms - lg.config.delete_retention_ms
-    txns = _Transactions(lg)
-    last_batches = _last_batches_of_producers(lg)
-    for seg in segs:
+    with lg.lock:
+        if lg.closed:
+            return stats
+        dir_fd = os.open(lg.path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        decoder = _Decoder(lg, stop)
         try:
-            _clean_segment(lg, seg, latest, horizon, stats, decoder, txns, last_batches, now_ms)
-        except FileNotFoundError:
-            continue  # deleted by retention or truncation meanwhile
+            latest = _build_offset_map(segs, decoder, _Transactions(lg))
+        except SegmentDeletedError:  # retention or a truncation took a segment meanwhile: next time
+            return stats
+        horizon = now_ms - lg.config.delete_retention_ms
+        txns = _Transactions(lg)
+        last_batches = _last_batches_of_producers(lg)
+        for seg in segs:
+            try:
+                _clean_segment(lg, seg, latest, horizon, stats, decoder, txns, last_batches, now_ms, dir_fd)
+            except FileNotFoundError:
+                continue  # deleted by retention or truncation meanwhile
+            if lg.closed:
+                return stats
+    finally:
+        os.close(dir_fd)
     lg.cleaner_offset = max(lg.cleaner_offset, segs[-1].next_offset)
     if stats.segments:
         log.info("cleaned %s-%d: %d segments, %d -> %d bytes, %d records removed", lg.topic, lg.partition,
@@ -126,8 +154,10 @@ def compact(lg, now_ms: int, *, high_watermark: int | None = None, force: bool =
     return stats
 
 
-def _batches(seg: LogSegment):
+def _batches(seg: LogSegment, stop: threading.Event | None):
     for h in seg.iter_headers(0):
+        if stop is not None and stop.is_set():
+            raise CleanerStopped(f"the log cleaner was stopped in {seg.log_path}")
         yield h, seg.read_batch(h.pos, h.batch_length + 12)
 
 
@@ -135,8 +165,9 @@ class _Decoder:
     """Bounded record decoding for one cleaning pass. A batch that cannot be decoded is kept as
     it is (its records cannot be judged, so none is dropped) and logged once with its place."""
 
-    def __init__(self, lg):
+    def __init__(self, lg, stop: threading.Event | None = None):
         self.lg = lg
+        self.stop = stop
         self.limit = records_limit(lg.config.max_message_bytes)
         self.bad: set[tuple[int, int]] = set()  # (segment base offset, position)
 
@@ -238,7 +269,7 @@ def _build_offset_map(segs: list[LogSegment], decoder: _Decoder, txns: _Transact
     latest: dict[bytes, int] = {}
     for i, seg in enumerate(segs):
         txns.enter_segment(seg, segs[i + 1].base_offset if i + 1 < len(segs) else seg.next_offset)
-        for h, data in _batches(seg):
+        for h, data in _batches(seg, decoder.stop):
             if h.is_control:
                 txns.marker_discardable(h, _marker(data))
                 continue
@@ -294,14 +325,14 @@ def _clean_marker(h, data, txns: _Transactions, last_batches, now_ms: int, delet
 
 def _clean_segment(lg, seg: LogSegment, latest: dict[bytes, int], horizon: int, stats: CleanStats,
                    decoder: _Decoder, txns: _Transactions, last_batches: dict[int, tuple[int, int]],
-                   now_ms: int) -> None:
+                   now_ms: int, dir_fd: int) -> None:
     size_before = seg.size
     out = bytearray()
     changed = False
     removed = 0
     i = lg.segments.index(seg) if seg in lg.segments else -1
     txns.enter_segment(seg, lg.segments[i + 1].base_offset if 0 <= i < len(lg.segments) - 1 else seg.next_offset)
-    for h, data in _batches(seg):
+    for h, data in _batches(seg, decoder.stop):
         if h.is_control:
             kept = _clean_marker(h, data, txns, last_batches, now_ms, lg.config.delete_retention_ms)
             if kept is not data:
@@ -345,18 +376,19 @@ def _clean_segment(lg, seg: LogSegment, latest: dict[bytes, int], horizon: int, 
                            max_timestamp=h.max_timestamp if h.timestamp_type == 1 else None)
     if not changed:
         return
-    cleaned = seg.log_path + CLEANED_SUFFIX
-    fd = os.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    name = os.path.basename(seg.log_path) + CLEANED_SUFFIX
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
     try:
         _write_all(fd, out, 0)
         os.fsync(fd)
     finally:
         os.close(fd)
     with lg.lock:
-        if seg not in lg.segments or seg is lg.segments[-1] or seg.size != size_before or seg.deleted:
-            os.unlink(cleaned)
+        if (lg.closed or seg not in lg.segments or seg is lg.segments[-1] or seg.size != size_before
+                or seg.deleted):
+            os.unlink(name, dir_fd=dir_fd)
             return
-        _swap(lg, seg, cleaned, txns.kept_index)
+        _swap(lg, seg, os.path.join(lg.path, name), txns.kept_index)
     stats.segments += 1
     stats.bytes_before += size_before
     stats.bytes_after += len(out)
@@ -364,6 +396,10 @@ def _clean_segment(lg, seg: LogSegment, latest: dict[bytes, int], horizon: int, 
 
 
 def _swap(lg, seg: LogSegment, cleaned: str, txn_index: list[AbortedTxn]) -> None:
+    """Under ``lg.lock``. Readers on the event loop do not take the lock: one still holding the
+    old segment object reads the old file through its descriptor and its indexes from memory
+    until the new list is in place, then gets SegmentDeletedError and reads the list again."""
+    seg.load_indexes()  # the old object must not read the new index files by their path
     prefix = os.path.join(lg.path, filename_prefix(seg.base_offset))
     for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
         try:
@@ -372,10 +408,6 @@ def _swap(lg, seg: LogSegment, cleaned: str, txn_index: list[AbortedTxn]) -> Non
             pass
     os.replace(cleaned, prefix + LOG_SUFFIX)
     fsync_dir(lg.path)
-    # The old object's paths now name the new files: retire its descriptor, do not unlink.
-    seg.deleted = True
-    retire(seg._file)
-    seg._file = None
     new, _ = LogSegment.open(lg.path, seg.base_offset, recover=True, index_interval_bytes=seg.index_interval_bytes,
                              index_max_bytes=lg.config.segment_index_bytes, created_ms=seg.created_ms)
     new.txn_index.replace(txn_index)  # the aborted transactions whose markers it kept
@@ -392,3 +424,5 @@ def _swap(lg, seg: LogSegment, cleaned: str, txn_index: list[AbortedTxn]) -> Non
         new.release()
     lg.segments = segs
     lg._bases = [s.base_offset for s in segs]
+    # The old object's paths now name the new files: retire its descriptor, do not unlink.
+    seg.detach()

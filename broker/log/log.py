@@ -11,12 +11,22 @@ write syscall of the async appends when writer threads are configured: the loop 
 offsets and picks the segment, a writer thread writes, the loop commits (segment end, indexes, producer state). Until the
 commit nothing else sees the batches; ``abort_append`` drops a write in flight before a
 truncation, leadership change or close.
+
+Lifetime: the log owns its files. Work that writes files by path (flush's checkpoint,
+partition.metadata and index writes; the cleaner's swap) does so under ``lock`` and only while
+the log is open; ``delete()`` and ``close()`` take the same lock, so nothing of a deleted log
+is ever written again, in its directory or in a new log's at the same path. A segment that
+retention, a truncation or the cleaner replaced under a reader raises SegmentDeletedError, and
+the reader reads the segment list again; once the log itself is closed or deleted, reads,
+appends and flushes refuse with LogClosedError (NOT_LEADER_OR_FOLLOWER: clients look up the
+partition's leader again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import logging
 import os
@@ -52,6 +62,7 @@ from .segment import (
     TIMEINDEX_SUFFIX,
     CorruptBatchError,
     LogSegment,
+    SegmentDeletedError,
     SegmentFile,
     write_at,
 )
@@ -63,8 +74,19 @@ log = logging.getLogger("krafty.log")
 logger = logging.getLogger("krafty.log")
 
 PARTITION_METADATA_FILE = "partition.metadata"
+DELETE_DIR_SUFFIX = "-delete"  # a deleted log's directory while it is being removed
 _LOG_FILE_RE = re.compile(r"^(\d{20})\.log$")
 _STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+
+class LogClosedError(KafkaError):
+    """The log was closed (shutdown, set aside as stray) or deleted (topic deletion, replica
+    moved away) while this operation was asked for or running. NOT_LEADER_OR_FOLLOWER, as Kafka
+    answers for a partition whose log is not (any more) on this broker."""
+
+    def __init__(self, log: Log):
+        super().__init__(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                         f"the log of {log.topic}-{log.partition} was {'deleted' if log.deleted else 'closed'}")
 
 
 class UnexpectedAppendOffsetError(KafkaError):
@@ -276,6 +298,7 @@ class Log:
         self._metadata_pending = False  # partition.metadata still to be written (defer_sync)
         self.producer_state = ProducerStateManager(path)
         self.closed = False
+        self.deleted = False
         # Serialises changes of the segment list between the loop and a cleaner/flush thread.
         self.lock = threading.RLock()
         self.cleaner_offset = 0  # the log cleaner has compacted everything below this
@@ -329,8 +352,10 @@ class Log:
         if log._log_start_offset > log.log_end_offset:
             log._log_start_offset = log.log_end_offset
         log.recovery_point = log.log_end_offset if clean_shutdown else min(recovery_point, log.log_end_offset)
-        log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
-        log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
+        # in memory now, on disk by the next flush (fsyncs on every start of every log were most
+        # of a restart's time; Kafka defers them too since KAFKA-15046)
+        log.leader_epoch_cache.truncate_from_end(log.log_end_offset, flush=False)
+        log.leader_epoch_cache.truncate_from_start(log._log_start_offset, flush=False)
         log._rebuild_producer_state()
         log.any_aborted = any(s.txn_index.entries for s in log.segments)
         log.last_flush_ms = now_ms
@@ -622,6 +647,8 @@ class Log:
 
     def _prepare_leader(self, buf, headers: list[BatchHeader], leader_epoch: int,
                         now_ms: int, producer_checks: dict) -> PendingWrite | AppendInfo:
+        if self.closed:
+            raise LogClosedError(self)
         if not headers:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches to append")
         if isinstance(buf, bytes) or (isinstance(buf, memoryview) and buf.readonly):
@@ -661,6 +688,8 @@ class Log:
         return await validate_async(buf, headers, self.config, now_ms, f"{self.topic}-{self.partition}")
 
     def _prepare_follower(self, buf, headers: list[BatchHeader] | None, now_ms: int) -> PendingWrite | AppendInfo:
+        if self.closed:
+            raise LogClosedError(self)
         if headers is None:
             headers = parse_batches(buf)
         if not headers:
@@ -814,6 +843,10 @@ class Log:
         for _attempt in range(3):
             try:
                 return self._read(offset, max_bytes, max_offset, min_one_batch)
+            except SegmentDeletedError:
+                if self.closed:
+                    raise LogClosedError(self) from None
+                continue  # replaced by the cleaner or removed by retention meanwhile: read the list again
             except CorruptBatchError as e:
                 seg = next((s for s in self.segments if s.log_path == e.path), None)
                 if seg is None:
@@ -959,21 +992,47 @@ class Log:
         log start, or None. Uses the time index to find where to start, then decodes the
         timestamps of the batch that holds the answer. A batch that cannot be decoded raises
         CORRUPT_MESSAGE. The broker calls ``offset_for_timestamp_async``."""
-        for seg, h, start in self._timestamp_candidates(ts_ms):
-            found = self._first_at_or_after(seg, h, self._batch_bytes(seg, h), ts_ms, start)
-            if found is not None:
-                return found
-        return None
+        for _attempt in self._attempts():
+            with self._segments_may_go():
+                for seg, h, start in self._timestamp_candidates(ts_ms):
+                    found = self._first_at_or_after(seg, h, self._batch_bytes(seg, h), ts_ms, start)
+                    if found is not None:
+                        return found
+                return None
+        raise self._segments_kept_changing()
 
     async def offset_for_timestamp_async(self, ts_ms: int) -> tuple[int, int] | None:
         """``offset_for_timestamp`` decoding in a worker thread: decoding is bounded but linear
         in the batch, while index lookups and reads stay on the event loop with the appends."""
-        for seg, h, start in self._timestamp_candidates(ts_ms):
-            data = self._batch_bytes(seg, h)
-            found = await asyncio.to_thread(self._first_at_or_after, seg, h, data, ts_ms, start)
-            if found is not None:
-                return found
-        return None
+        for _attempt in self._attempts():
+            with self._segments_may_go():
+                for seg, h, start in self._timestamp_candidates(ts_ms):
+                    data = self._batch_bytes(seg, h)
+                    found = await asyncio.to_thread(self._first_at_or_after, seg, h, data, ts_ms, start)
+                    if found is not None:
+                        return found
+                return None
+        raise self._segments_kept_changing()
+
+    def _attempts(self):
+        """Attempts of a search over the segments that the cleaner or retention may change under
+        it (each failed one ends in SegmentDeletedError, swallowed by ``_segments_may_go``)."""
+        for attempt in range(3):
+            if self.closed:
+                raise LogClosedError(self)
+            yield attempt
+
+    @contextlib.contextmanager
+    def _segments_may_go(self):
+        try:
+            yield
+        except SegmentDeletedError:
+            if self.closed:
+                raise LogClosedError(self) from None
+
+    def _segments_kept_changing(self) -> KafkaError:
+        return KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER if self.closed else ErrorCode.KAFKA_STORAGE_ERROR,
+                          f"{self.topic}-{self.partition}: its segments kept changing during the search; try again")
 
     def _timestamp_candidates(self, ts_ms: int):
         """(segment, header, log start) of each batch, in order, that may hold the first record
@@ -1003,12 +1062,18 @@ class Log:
         """(max timestamp, offset of the first record having it), or (-1, -1) if no batch has
         a timestamp. For ListOffsets MAX_TIMESTAMP (KIP-734); decodes one batch like
         ``offset_for_timestamp``. The broker calls ``max_timestamp_and_offset_async``."""
-        answer, todo = self._max_timestamp_batch()
-        return answer if todo is None else self._offset_of_max(*todo)
+        for _attempt in self._attempts():
+            with self._segments_may_go():
+                answer, todo = self._max_timestamp_batch()
+                return answer if todo is None else self._offset_of_max(*todo)
+        raise self._segments_kept_changing()
 
     async def max_timestamp_and_offset_async(self) -> tuple[int, int]:
-        answer, todo = self._max_timestamp_batch()
-        return answer if todo is None else await asyncio.to_thread(self._offset_of_max, *todo)
+        for _attempt in self._attempts():
+            with self._segments_may_go():
+                answer, todo = self._max_timestamp_batch()
+                return answer if todo is None else await asyncio.to_thread(self._offset_of_max, *todo)
+        raise self._segments_kept_changing()
 
     def _max_timestamp_batch(self) -> tuple[tuple[int, int], None] | tuple[None, tuple]:
         """(answer, None), or (None, (segment, header, batch bytes, max timestamp)) of the batch
@@ -1182,26 +1247,39 @@ class Log:
     def flush(self, up_to: int | None = None, now_ms: int | None = None) -> None:
         """fsync the segments holding offsets below ``up_to`` (default: the log end) that are
         past the recovery point, with their indexes, then advance the recovery point.
-        Safe to run in a worker thread while the loop keeps appending."""
-        self._sync_created()
-        self.leader_epoch_cache.sync()  # before the recovery point passes its entries
-        generation = self._truncations
-        segs = list(self.segments)
+        Safe to run in a worker thread while the loop keeps appending: what it writes by path
+        it writes under ``lock`` while the log is open (see the module doc), the long fsyncs of
+        segment data through their descriptors outside it. A closed or deleted log: nothing."""
+        with self.lock:
+            if self.closed:
+                return
+            self._sync_created()
+            self.leader_epoch_cache.sync()  # before the recovery point passes its entries
+            generation = self._truncations
+            segs = list(self.segments)
         target = segs[-1].next_offset if up_to is None else min(up_to, segs[-1].next_offset)
         if target <= self.recovery_point:
             return
+        todo = []
         for i, seg in enumerate(segs):
             seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else seg.next_offset
             if seg_end <= self.recovery_point and i + 1 < len(segs):
                 continue
             if seg.base_offset >= target:
                 break
-            seg.flush()
-        fsync_dir(self.path)
-        if generation == self._truncations:
-            self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
-        if now_ms is not None:
-            self.last_flush_ms = now_ms
+            todo.append(seg)
+        for seg in todo:
+            seg.flush_data()
+        with self.lock:
+            if self.closed:
+                return
+            for seg in todo:
+                seg.flush_indexes()
+            fsync_dir(self.path)
+            if generation == self._truncations:
+                self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
+            if now_ms is not None:
+                self.last_flush_ms = now_ms
 
     def close(self) -> None:
         """Seal, snapshot producer state at the log end, and fsync all of it (data, indexes,
@@ -1210,25 +1288,51 @@ class Log:
         if self.closed:
             return
         self.abort_append()
-        active = self.segments[-1]
-        active.seal()
-        active.ensure_index_files()
-        self.producer_state.map_end_offset = self.log_end_offset
-        self.producer_state.take_snapshot()
-        self.flush()
-        active.flush()  # the entries seal() wrote, even when nothing was left to flush
-        fsync_dir(self.path)  # the snapshot's rename, new index files
-        for s in self.segments:
-            s.close()
-        self.closed = True
+        with self.lock:  # a cleaner's swap or a flush thread's writes are over, and none follows
+            active = self.segments[-1]
+            active.seal()
+            active.ensure_index_files()
+            self.producer_state.map_end_offset = self.log_end_offset
+            self.producer_state.take_snapshot()
+            self.flush()
+            active.flush()  # the entries seal() wrote, even when nothing was left to flush
+            fsync_dir(self.path)  # the snapshot's rename, new index files
+            for s in self.segments:
+                s.close()
+                s.detach()  # never reopened by path: a new log may be created there
+            self.closed = True
 
-    def delete(self) -> None:
-        """Remove the partition's directory (open reads keep working on their descriptors)."""
+    def delete(self, remove: bool = True) -> str | None:
+        """Remove the partition's directory (open reads keep working on their descriptors).
+        As Kafka does, the directory is first renamed ``<topic>-<partition>.<id>-delete``
+        (atomic: a crash never leaves half a log at the log's path, and the next start removes
+        it), then removed: here, or, if not ``remove``, by the caller (off the event loop:
+        unlinking segments can wait on the disk for a second), given the returned path."""
         self.abort_append()
-        for s in self.segments:
-            s.delete()
-        self.closed = True
-        shutil.rmtree(self.path, ignore_errors=True)
+        with self.lock:
+            if self.deleted:
+                return None
+            self.closed = self.deleted = True
+            for s in self.segments:
+                s.detach()
+            doomed = f"{self.path}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            try:
+                os.rename(self.path, doomed)
+            except OSError as e:
+                logger.warning("%s-%d: cannot rename %s before deleting it: %s", self.topic, self.partition,
+                               self.path, e)
+                doomed = self.path
+        if remove:
+            remove_deleted_dir(doomed)
+            return None
+        return doomed
+
+
+def remove_deleted_dir(doomed: str) -> None:
+    """The rename made durable (a crash before leaves the log at its old path, which the next
+    start, told by the metadata that it is deleted, deletes again), then the files removed."""
+    fsync_dir(os.path.dirname(doomed))
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _delete_segment_files(path: str, base: int) -> None:

@@ -74,6 +74,12 @@ def write_at(file: SegmentFile, data: memoryview, pos: int) -> None:
         raise
 
 
+class SegmentDeletedError(FileNotFoundError):
+    """The segment was deleted (retention, truncation, the log's deletion) or replaced by its
+    compacted copy since the caller took it from the log's segment list: read the list again
+    (``Log`` does, or answers LogClosedError when the log itself is gone)."""
+
+
 class CorruptBatchError(KafkaError):
     """A stored batch does not parse: its length, magic, CRC or offsets are wrong (Kafka's
     CorruptRecordException, CORRUPT_MESSAGE to a reader). ``offset`` is the first offset
@@ -252,7 +258,7 @@ class LogSegment:
                 f = self._file
                 if f is None:
                     if self.deleted:
-                        raise FileNotFoundError(f"segment {self.log_path} was deleted")
+                        raise SegmentDeletedError(f"segment {self.log_path} was deleted or replaced")
                     f = self._file = SegmentFile(os.open(self.log_path, os.O_RDWR))
         return f
 
@@ -283,14 +289,21 @@ class LogSegment:
         self.time_index.write_pending()
 
     def flush(self) -> None:
+        self.flush_data()
+        self.flush_indexes()
+
+    def flush_data(self) -> None:
+        """fsync the log file (through its descriptor: safe while the segment is deleted)."""
         f = self._file
-        if self.deleted:
-            return
-        if f is not None:
+        if f is not None and not self.deleted:
             os.fsync(f.fd)
-        self.index.flush()
-        self.time_index.flush()
-        self.txn_index.flush()
+
+    def flush_indexes(self) -> None:
+        """Write out and fsync the index files (by path: the caller keeps deletion out)."""
+        if not self.deleted:
+            self.index.flush()
+            self.time_index.flush()
+            self.txn_index.flush()
 
     def start_writeback(self, min_bytes: int) -> int:
         """Start the kernel writing back the whole pages appended since the last call, once
@@ -317,15 +330,30 @@ class LogSegment:
 
     def delete(self) -> None:
         """Unlink the files. An in-flight sendfile keeps reading through its SegmentFile."""
-        self.deleted = True
-        retire(self._file)
-        self._file = None
+        self.detach()
         for p in (self.log_path, self.index.path, self.time_index.path):
             try:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
         self.txn_index.delete()
+
+    def load_indexes(self) -> None:
+        """Read both indexes into memory now (they are read lazily, by path): before this
+        segment is replaced, so that a reader still holding it never reads the new files'."""
+        self.index._ensure()
+        self.time_index._ensure()
+
+    def detach(self) -> None:
+        """This object no longer stands for the files at its paths (deleted, or replaced by a
+        compacted copy): reads through it raise SegmentDeletedError, and its indexes never
+        touch those paths again (another segment's files may be there now)."""
+        self.deleted = True
+        retire(self._file)
+        self._file = None
+        self.index.detach()
+        self.time_index.detach()
+        self.txn_index.detach()
 
     # --- appends ------------------------------------------------------------------------
     def append(self, buf, headers: list[BatchHeader], nbytes: int) -> None:

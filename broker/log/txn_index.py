@@ -48,6 +48,7 @@ class TransactionIndex:
         self.base_offset = base_offset
         self.entries: list[AbortedTxn] = []
         self._written = 0  # entries on file
+        self._detached = False  # its segment was deleted or replaced: the path is not ours any more
         self._exists = False
 
     def __len__(self) -> int:
@@ -97,8 +98,13 @@ class TransactionIndex:
         self.entries.append(txn)
         self._write_pending()
 
+    def detach(self) -> None:
+        """Never write the file at ``path`` again (another segment's index may be there now);
+        the entries stay readable in memory. delete() still unlinks it (the segment's own delete)."""
+        self._detached = True
+
     def _write_pending(self) -> None:
-        if self._written >= len(self.entries):
+        if self._written >= len(self.entries) or self._detached:
             return
         data = b"".join(_ENTRY.pack(CURRENT_VERSION, t.producer_id, t.first_offset, t.last_offset,
                                     t.last_stable_offset) for t in self.entries[self._written:])
@@ -129,9 +135,10 @@ class TransactionIndex:
     def _truncate_file(self, n: int) -> None:
         self._written = min(self._written, n)
         if n == 0:
-            self.delete()  # whether or not it was loaded: a new first entry is written at byte 0
+            if not self._detached:
+                self.delete()  # whether or not it was loaded: a new first entry is written at byte 0
             return
-        if not self._exists:
+        if not self._exists or self._detached:
             return
         try:
             os.truncate(self.path, n * ENTRY_SIZE)
@@ -140,7 +147,7 @@ class TransactionIndex:
 
     def flush(self) -> None:
         self._write_pending()  # entries an earlier write failed to store
-        if self._exists:
+        if self._exists and not self._detached:
             _fsync_path(self.path)
 
     def delete(self) -> None:

@@ -153,9 +153,16 @@ class ControllerChannel:
         await self._call("CreatePartitions", req)
 
     async def alter_topic_configs(self, topic: str, ops, validate_only: bool = False) -> None:
-        req = pb.AlterTopicConfigsRequest(topic=topic, validate_only=validate_only)
-        for name, op, value in ops:
-            c = req.configs.add(name=name, op=op)
+        await self._alter_configs(2, topic, ops, validate_only)
+
+    async def alter_broker_configs(self, name: str, ops, validate_only: bool = False) -> None:
+        """Dynamic configs of one broker (``name`` its id) or of every broker (``name`` "")."""
+        await self._alter_configs(4, name, ops, validate_only)
+
+    async def _alter_configs(self, resource_type: int, name: str, ops, validate_only: bool) -> None:
+        req = pb.AlterTopicConfigsRequest(topic=name, validate_only=validate_only, resource_type=resource_type)
+        for key, op, value in ops:
+            c = req.configs.add(name=key, op=op)
             if value is not None:
                 c.value = value
         await self._call("AlterTopicConfigs", req)

@@ -23,6 +23,7 @@ from common.errors import ErrorCode, KafkaError
 from common.metrics import Histogram
 from controller import acls as acl_ops
 from controller import cluster as cluster_ops
+from controller import configs as config_ops
 from controller import replication as replication_ops
 from controller import scram as scram_ops
 from controller import topics as topic_ops
@@ -51,7 +52,7 @@ class QuorumController:
         self.defaults = defaults
         self.rng = rng or random.Random()
         self.session_timeout_ms = session_timeout_ms
-        self.unclean_default = unclean_default
+        self._unclean_static = unclean_default  # unclean.leader.election.enable of server.properties
         self.auto_leader_rebalance = auto_leader_rebalance
         self.rebalance_interval_s = rebalance_interval_s
         self.colocated_broker_id = colocated_broker_id  # the broker of this process (combined mode), if any
@@ -73,6 +74,13 @@ class QuorumController:
     @property
     def image(self) -> MetadataImage:
         return self.loader.image
+
+    @property
+    def unclean_default(self) -> bool:
+        """unclean.leader.election.enable for topics without their own: the cluster-wide dynamic
+        broker config if set (IncrementalAlterConfigs on BROKER ""), else server.properties."""
+        v = self.loader.image.configs.get((r.RESOURCE_BROKER, ""), {}).get("unclean.leader.election.enable")
+        return self._unclean_static if v is None else v.strip().lower() == "true"
 
     def is_active(self) -> bool:
         leader = self.log.leader()
@@ -208,6 +216,12 @@ class QuorumController:
     async def alter_topic_configs(self, topic: str, ops, validate_only: bool = False) -> None:
         def op(image):
             recs = topic_ops.alter_topic_configs(image, topic, ops)
+            return ([] if validate_only else recs), None
+        return await self.write(op, user_op=True)
+
+    async def alter_broker_configs(self, name: str, ops, validate_only: bool = False) -> None:
+        def op(image):
+            recs = config_ops.alter_broker_configs(image, name, ops)
             return ([] if validate_only else recs), None
         return await self.write(op, user_op=True)
 

@@ -251,14 +251,16 @@ class CreatePartitionsRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., count: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class AlterTopicConfigsRequest(_message.Message):
-    __slots__ = ("topic", "configs", "validate_only")
+    __slots__ = ("topic", "configs", "validate_only", "resource_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     CONFIGS_FIELD_NUMBER: _ClassVar[int]
     VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     configs: _containers.RepeatedCompositeFieldContainer[ConfigEntry]
     validate_only: bool
-    def __init__(self, topic: _Optional[str] = ..., configs: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+    resource_type: int
+    def __init__(self, topic: _Optional[str] = ..., configs: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ..., validate_only: _Optional[bool] = ..., resource_type: _Optional[int] = ...) -> None: ...
 
 class ErrorResponse(_message.Message):
     __slots__ = ("error_code", "error_message")

@@ -10,6 +10,7 @@ import random
 import time
 
 from broker.apis.admin_apis import AdminApis
+from broker.apis.broker_config_apis import BrokerConfigApis
 from broker.apis.fetch_apis import FetchApis
 from broker.apis.group_apis import GroupApis
 from broker.apis.metadata_apis import MetadataApis
@@ -37,7 +38,7 @@ from metadata.image import MetadataImage
 log = logging.getLogger("krafty.apis")
 
 
-class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, AdminApis):
+class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, AdminApis, BrokerConfigApis):
     """Every API of the broker: the families live in their own modules (mixins); this class
     holds the shared state (config, image, replica manager, authorizer, quotas), the
     authorization helpers and the dispatch."""

@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("healthcheck", help="exit 0 when a broker answers ApiVersions / a controller is in the quorum "
                    "(see: krafty healthcheck --help)")
     sub.add_parser("acls", help="add, remove, list ACLs (see: krafty acls --help)")
-    sub.add_parser("configs", help="describe/alter users' SCRAM credentials and client quotas (see: krafty configs --help)")
+    sub.add_parser("configs", help="describe/alter topic and broker configs, broker log levels, users' SCRAM "
+                   "credentials and client quotas (see: krafty configs --help)")
     sub.add_parser("chaos", help="run a cluster under faults and check the history (see: krafty chaos run --help)")
     cluster = sub.add_parser("cluster", help="run a local multi-process cluster")
     csub = cluster.add_subparsers(dest="action", required=True)

@@ -235,6 +235,8 @@ class Broker:
                     self.node_id, self.incarnation_id, self.endpoints(), self.config["broker.rack"])
                 break
             except KafkaError as e:
+                if e.code == ErrorCode.INCONSISTENT_CLUSTER_ID:  # never better on a retry: the node stops
+                    raise
                 log.warning("broker registration failed (%s); retrying", e)
                 await asyncio.sleep(1)
         self.apis.producer_ids.broker_epoch = self.broker_epoch

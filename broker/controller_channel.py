@@ -20,6 +20,7 @@ from metadata.image import PartitionRegistration
 from proto import MAX_GRPC_MESSAGE
 from proto import controller_pb2 as pb
 from proto import controller_pb2_grpc as pb_grpc
+from proto.cluster_id import client_interceptors, refused_for_cluster_id
 
 log = logging.getLogger("krafty.broker.channel")
 
@@ -29,8 +30,9 @@ _RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR}
 class ControllerChannel:
     def __init__(self, voters: list[tuple[int, str, int]], leader_id: Callable[[], int | None], *,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 50,
-                 credentials: grpc.ChannelCredentials | None = None):
-        self.credentials = credentials  # TLS to the controllers (broker/security/ssl.py); None = plaintext
+                 credentials: grpc.ChannelCredentials | None = None, cluster_id: str | None = None):
+        self.credentials = credentials
+        self.cluster_id = cluster_id  # sent with every call: controllers of another cluster refuse them  # TLS to the controllers (broker/security/ssl.py); None = plaintext
         self.voters = {vid: (host, port) for vid, host, port in voters}
         self.leader_id = leader_id
         self.timeout = request_timeout_ms / 1000
@@ -44,8 +46,10 @@ class ControllerChannel:
             host, port = self.voters[vid]
             opts = [("grpc.max_receive_message_length", MAX_GRPC_MESSAGE),
                     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE)]
-            channel = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=opts)
-                       if self.credentials is not None else grpc.aio.insecure_channel(f"{host}:{port}", options=opts))
+            icpt = client_interceptors(self.cluster_id)
+            channel = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=opts, interceptors=icpt)
+                       if self.credentials is not None else
+                       grpc.aio.insecure_channel(f"{host}:{port}", options=opts, interceptors=icpt))
             ch = self._channels[vid] = (channel, pb_grpc.ControllerServiceStub(channel))
         return ch[1]
 
@@ -70,6 +74,10 @@ class ControllerChannel:
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # too large to send: retrying cannot help
                     raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS) from None
+                refused = refused_for_cluster_id(e)
+                if refused:  # a controller of another cluster: asking again cannot help
+                    raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID, f"controller {vid} refused {method}: "
+                                     f"{refused}") from None
                 last_error = KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {vid} unreachable: {e.code().name}")
                 log.debug("%s to controller %d failed: %s", method, vid, e.code().name)
                 await asyncio.sleep(self.backoff)

@@ -157,7 +157,8 @@ KEYS: dict[str, Key] = {
         # node identity and roles
         Key("node.id", _int, None, "this node's id", min=0),
         Key("process.roles", _roles, ["broker", "controller"], "broker, controller or both"),
-        Key("cluster.id", _str, None, "cluster id (generated and stored in meta.properties when absent)"),
+        Key("cluster.id", _str, None, "krafty: format empty data dirs with this cluster id on first start "
+            "(krafty/storage.py); formatted ones must carry it"),
         Key("broker.rack", _str, None, "rack of this broker"),
         # listeners
         Key("listeners", _listeners, [Listener("PLAINTEXT", "127.0.0.1", 9092), Listener("CONTROLLER", "127.0.0.1", 9093)]),

@@ -29,6 +29,7 @@ from controller import scram as scram_ops
 from controller import topics as topic_ops
 from metadata import records as r
 from metadata.delta import MetadataDelta
+from metadata.features import LATEST_METADATA_VERSION
 from metadata.image import MetadataImage
 from metadata.loader import MetadataLoader
 from raft.api import NotLeaderError
@@ -36,7 +37,6 @@ from raft.api import NotLeaderError
 log = logging.getLogger("krafty.controller")
 
 PRODUCER_ID_BLOCK_SIZE = 1000
-METADATA_VERSION = 21  # Kafka 4.0's metadata.version (4.0-IV3)
 
 
 class QuorumController:
@@ -44,7 +44,7 @@ class QuorumController:
                  defaults: topic_ops.TopicDefaults, rng: random.Random | None = None,
                  session_timeout_ms: int = 9000, unclean_default: bool = False,
                  auto_leader_rebalance: bool = True, rebalance_interval_s: int = 300,
-                 colocated_broker_id: int | None = None):
+                 colocated_broker_id: int | None = None, bootstrap: list | None = None):
         self.node_id = node_id
         self.log = metadata_log
         self.loader = loader
@@ -56,6 +56,9 @@ class QuorumController:
         self.auto_leader_rebalance = auto_leader_rebalance
         self.rebalance_interval_s = rebalance_interval_s
         self.colocated_broker_id = colocated_broker_id  # the broker of this process (combined mode), if any
+        # what the first active controller of a new cluster writes (the metadata dir's bootstrap.checkpoint)
+        self.bootstrap = bootstrap if bootstrap is not None else [
+            r.FeatureLevelRecord("metadata.version", LATEST_METADATA_VERSION)]
         self.cluster = cluster_ops.ClusterState()
         self._applied = asyncio.Event()
         self._active_tasks: list[asyncio.Task] = []
@@ -136,8 +139,8 @@ class QuorumController:
             recs = []
             if image.cluster_id is None:
                 recs.append(r.ClusterIdRecord(self.cluster_id))
-            if "metadata.version" not in image.features:
-                recs.append(r.FeatureLevelRecord("metadata.version", METADATA_VERSION))
+            if not image.features:  # a new cluster: the features its storage was formatted with
+                recs += [x for x in self.bootstrap if isinstance(x, r.FeatureLevelRecord)]
             if image.scram_decoy_seed is None:  # (also for a cluster made before the seed existed)
                 recs.append(r.ScramDecoySeedRecord(secrets.token_bytes(32)))
             return recs, None

@@ -3,63 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import fcntl
 import logging
 import os
 import random
 import signal
-import uuid
 
 from common.config import Config, ConfigError
+from common.errors import ErrorCode, KafkaError
 from controller.loop import QuorumController
 from controller.topics import TopicDefaults
+from krafty import storage
 from metadata import records as r
 from metadata.loader import MetadataLoader
 
 log = logging.getLogger("krafty.node")
-
-
-def _read_meta(path: str) -> dict[str, str]:
-    out = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                k, sep, v = line.strip().partition("=")
-                if sep and not k.startswith("#"):
-                    out[k] = v
-    except FileNotFoundError:
-        pass
-    return out
-
-
-def ensure_meta_properties(cfg: Config) -> str:
-    """Checks or writes meta.properties (node.id, cluster.id) in every log dir; returns the
-    cluster id (from config, from an existing directory, or new)."""
-    dirs = list(dict.fromkeys([*cfg["log.dirs"], cfg["metadata.log.dir"]]))
-    cluster_id = cfg["cluster.id"]
-    for d in dirs:
-        meta = _read_meta(os.path.join(d, "meta.properties"))
-        if meta:
-            if meta.get("node.id") != str(cfg["node.id"]):
-                raise ConfigError(f"log directory {d} belongs to node.id {meta.get('node.id')}, "
-                                  f"but configuration key 'node.id' is {cfg['node.id']}")
-            if cluster_id and meta.get("cluster.id") and meta["cluster.id"] != cluster_id:
-                raise ConfigError(f"log directory {d} belongs to cluster {meta['cluster.id']}, "
-                                  f"but configuration key 'cluster.id' is {cluster_id}")
-            cluster_id = cluster_id or meta.get("cluster.id")
-    cluster_id = cluster_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    for d in dirs:
-        os.makedirs(d, exist_ok=True)
-        p = os.path.join(d, "meta.properties")
-        if not os.path.exists(p):
-            with open(p + ".tmp", "w") as f:
-                f.write(f"#krafty\nversion=1\nnode.id={cfg['node.id']}\ncluster.id={cluster_id}\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(p + ".tmp", p)
-    return cluster_id
 
 
 class StartupError(RuntimeError):
@@ -122,7 +81,11 @@ class Node:
         self.roles = cfg["process.roles"]
         self._locks = lock_data_dirs(cfg)
         try:
-            self.cluster_id = ensure_meta_properties(cfg)
+            self.cluster_id = storage.check_directories(cfg)
+            bootstrap = storage.read_bootstrap(cfg["metadata.log.dir"])
+        except storage.StorageError as e:
+            unlock_data_dirs(self._locks)
+            raise StartupError(str(e)) from None
         except BaseException:
             unlock_data_dirs(self._locks)
             raise
@@ -149,7 +112,7 @@ class Node:
                 unclean_default=cfg["unclean.leader.election.enable"],
                 auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],
                 rebalance_interval_s=cfg["leader.imbalance.check.interval.seconds"],
-                colocated_broker_id=cfg["node.id"] if "broker" in self.roles else None)
+                colocated_broker_id=cfg["node.id"] if "broker" in self.roles else None, bootstrap=bootstrap)
             from controller.service import add_to_server
             self.metadata_log.servicers.append(lambda server: add_to_server(server, self.controller))
         if "broker" in self.roles:
@@ -158,7 +121,8 @@ class Node:
             self.channel = ControllerChannel(
                 cfg["controller.quorum.voters"], lambda: self.metadata_log.leader().leader_id,
                 request_timeout_ms=cfg["request.timeout.ms"],
-                retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds)
+                retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds,
+                cluster_id=self.cluster_id)
             self.broker = Broker(cfg, self.loader, self.channel)
 
     async def start(self) -> None:
@@ -244,6 +208,8 @@ def _fatal(e: BaseException) -> BaseException:
         return e
     if isinstance(e, OSError):  # the environment (a port in use, a directory not writable): no traceback
         return StartupError(e.strerror or str(e))
+    if isinstance(e, KafkaError) and e.code == ErrorCode.INCONSISTENT_CLUSTER_ID:  # pointed at another cluster
+        return StartupError(f"this node belongs to another cluster than its controllers: {e.message}")
     log.error("fatal error in node start-up", exc_info=e)
     return StartupError(f"{type(e).__name__}: {e}")
 

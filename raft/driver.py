@@ -22,6 +22,7 @@ import grpc
 from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
+from proto.cluster_id import server_interceptors
 from raft.api import Batch, LeaderAndEpoch, Listener, NotLeaderError, Snapshot
 from raft.core import Committed, LeaderChange, LoadSnapshot, RaftCore, Role, Timeouts
 from raft.messages import NONE, NOT_LEADER, Message
@@ -153,10 +154,12 @@ class RaftMetadataLog:
                              snapshot=snap, entries=entries, now_ms=self.now_ms())
         peers = dict(self.voters)
         self.transport = GrpcTransport(self.node_id, peers, self._deliver, self._unreachable,
-                                       self.timeouts.request_ms / 1000, credentials=self.channel_credentials)
+                                       self.timeouts.request_ms / 1000, credentials=self.channel_credentials,
+                                       cluster_id=self.cluster_id or None)
         if self.is_voter and self.listen is not None:
             self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
-                                                   ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE)])
+                                                   ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE)],
+                                          interceptors=server_interceptors(self.cluster_id or None))
             pb_grpc.add_RaftQuorumServicer_to_server(RaftServicer(self.transport, self.describe_pb), self.server)
             for add in self.servicers:
                 add(self.server)

@@ -16,9 +16,11 @@ from collections.abc import Callable
 
 import grpc
 
+from common.clock import SYSTEM, Clock
 from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
+from proto.cluster_id import client_interceptors, refused_for_cluster_id
 from raft import messages as m
 
 log = logging.getLogger("krafty.raft.transport")
@@ -135,8 +137,11 @@ class GrpcTransport:
 
     def __init__(self, node_id: int, peers: dict[int, tuple[str, int]], deliver: Callable[[m.Message], None],
                  unreachable: Callable[[int, int], None], request_timeout_s: float,
-                 credentials: grpc.ChannelCredentials | None = None) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, cluster_id: str | None = None,
+                 clock: Clock = SYSTEM) -> None:
         self.node_id = node_id
+        self.clock = clock
+        self.cluster_id = cluster_id  # sent with every request; a peer of another cluster refuses them
         self.credentials = credentials  # TLS to the other voters; None = plaintext
         self.peers = peers
         self.deliver = deliver
@@ -148,13 +153,17 @@ class GrpcTransport:
         self._inbound_corr = itertools.count(1 << 40)
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._cluster_refusals: dict[int, float] = {}  # peer -> when we last logged its cluster-id refusal
 
     def _stub(self, peer: int) -> pb_grpc.RaftQuorumStub:
         stub = self._stubs.get(peer)
         if stub is None:
             host, port = self.peers[peer]
-            ch = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=CHANNEL_OPTIONS)
-                  if self.credentials is not None else grpc.aio.insecure_channel(f"{host}:{port}", options=CHANNEL_OPTIONS))
+            icpt = client_interceptors(self.cluster_id)
+            ch = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=CHANNEL_OPTIONS,
+                                          interceptors=icpt)
+                  if self.credentials is not None else grpc.aio.insecure_channel(f"{host}:{port}", options=CHANNEL_OPTIONS,
+                                                                                  interceptors=icpt))
             self._channels.append(ch)
             stub = self._stubs[peer] = pb_grpc.RaftQuorumStub(ch)
         return stub
@@ -182,6 +191,11 @@ class GrpcTransport:
         try:
             resp = await method(to_pb(body), timeout=timeout)
         except grpc.aio.AioRpcError as e:
+            refused = refused_for_cluster_id(e)
+            now = self.clock.monotonic()
+            if refused and self._cluster_refusals.get(msg.dst, -10.0) + 10 < now:  # (every 10 s at most)
+                self._cluster_refusals[msg.dst] = now
+                log.error("node %d: node %d refused %s: %s", self.node_id, msg.dst, type(body).__name__, refused)
             log.debug("node %d: %s to %d failed: %s", self.node_id, type(body).__name__, msg.dst, e.code())
             if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and not self._closed:
                 # No answer at all: the request is lost (a liveness hint for the core, never a safety input).

@@ -175,6 +175,12 @@ class ControllerChannel:
                 c.value = value
         await self._call("AlterTopicConfigs", req)
 
+    async def update_features(self, updates, validate_only: bool = False) -> None:
+        req = pb.UpdateFeaturesRequest(validate_only=validate_only)
+        for name, level, upgrade_type in updates:
+            req.updates.add(name=name, level=level, upgrade_type=upgrade_type)
+        await self._call("UpdateFeatures", req)
+
     async def create_acls(self, bindings) -> list:
         req = pb.CreateAclsRequest()
         for b in bindings:

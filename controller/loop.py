@@ -24,6 +24,7 @@ from common.metrics import Histogram
 from controller import acls as acl_ops
 from controller import cluster as cluster_ops
 from controller import configs as config_ops
+from controller import features as feature_ops
 from controller import replication as replication_ops
 from controller import scram as scram_ops
 from controller import topics as topic_ops
@@ -225,6 +226,13 @@ class QuorumController:
     async def alter_broker_configs(self, name: str, ops, validate_only: bool = False) -> None:
         def op(image):
             recs = config_ops.alter_broker_configs(image, name, ops)
+            return ([] if validate_only else recs), None
+        return await self.write(op, user_op=True)
+
+    async def update_features(self, updates, validate_only: bool = False) -> None:
+        """UpdateFeatures: (feature, level, upgrade type) each; all or nothing."""
+        def op(image):
+            recs = feature_ops.update_features(image, updates, self.node_id)
             return ([] if validate_only else recs), None
         return await self.write(op, user_op=True)
 

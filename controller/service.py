@@ -128,6 +128,12 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
             return pb.ErrorResponse(error_code=0)
         return await self._guard(run, pb.ErrorResponse())
 
+    async def UpdateFeatures(self, req, context):
+        async def run():
+            await self.c.update_features([(u.name, u.level, u.upgrade_type) for u in req.updates], req.validate_only)
+            return pb.ErrorResponse(error_code=0)
+        return await self._guard(run, pb.ErrorResponse())
+
     async def CreateAcls(self, req, context):
         async def run():
             return _acls_response(await self.c.create_acls([binding_from_pb(e) for e in req.creations]))

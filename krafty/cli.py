@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "configs":
         from krafty.configs import main as configs_main
         return configs_main(argv[1:])
+    if argv and argv[0] == "features":
+        from krafty.features import main as features_main
+        return features_main(argv[1:])
     if argv and argv[0] == "storage":
         from krafty.storage import main as storage_main
         return storage_main(argv[1:])
@@ -104,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("acls", help="add, remove, list ACLs (see: krafty acls --help)")
     sub.add_parser("configs", help="describe/alter topic and broker configs, broker log levels, users' SCRAM "
                    "credentials and client quotas (see: krafty configs --help)")
+    sub.add_parser("features", help="describe, upgrade, downgrade, disable feature levels such as metadata.version "
+                   "(see: krafty features --help)")
     sub.add_parser("storage", help="format a node's directories, show their cluster identity, make a cluster id "
                    "(see: krafty storage --help)")
     sub.add_parser("chaos", help="run a cluster under faults and check the history (see: krafty chaos run --help)")

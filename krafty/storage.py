@@ -274,6 +274,8 @@ def main(argv: list[str]) -> int:
     f.add_argument("--config", "-c", required=True, help="the node's server.properties")
     f.add_argument("--cluster-id", "-t", required=True, help="the cluster id (krafty storage random-uuid)")
     f.add_argument("--ignore-formatted", "-g", action="store_true", help="skip directories already formatted")
+    f.add_argument("--release-version", "-r", help="the metadata.version the cluster starts at (e.g. 3.9 or "
+                   "4.0-IV3; default: the latest, 4.0-IV3)")
     f.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     i = sub.add_parser("info", help="show the directories' meta.properties and any problem")
     i.add_argument("--config", "-c", required=True, help="the node's server.properties")
@@ -286,8 +288,18 @@ def main(argv: list[str]) -> int:
         cfg = Config.from_file(args.config, args.override)
         if args.verb == "info":
             return info(cfg)
-        format_directories(cfg, args.cluster_id, ignore_formatted=args.ignore_formatted)
+        bootstrap = None
+        if args.release_version:
+            from metadata import records as r
+            from metadata.features import MIN_METADATA_VERSION, metadata_version_level, metadata_version_name
+
+            level = metadata_version_level(args.release_version)
+            if level < MIN_METADATA_VERSION:
+                raise StorageError(f"metadata.version {args.release_version} is too old to be supported (the oldest "
+                                   f"is {metadata_version_name(MIN_METADATA_VERSION)})")
+            bootstrap = [r.FeatureLevelRecord("metadata.version", level)]
+        format_directories(cfg, args.cluster_id, ignore_formatted=args.ignore_formatted, bootstrap=bootstrap)
         return 0
-    except (ConfigError, StorageError) as e:
+    except (ConfigError, StorageError, ValueError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1

@@ -35,3 +35,22 @@ def metadata_version_level(name: str) -> int:
         return max(matches)
     raise ValueError(f"unknown metadata.version {name!r} (known: {METADATA_VERSIONS[MIN_METADATA_VERSION][0]} to "
                      f"{METADATA_VERSIONS[LATEST_METADATA_VERSION][0]})")
+
+# the features this krafty supports and their level ranges (ApiVersions' supported_features)
+KRAFT_VERSION = "kraft.version"
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    "metadata.version": (MIN_METADATA_VERSION, LATEST_METADATA_VERSION),
+    KRAFT_VERSION: (0, 0),  # static controller quorum (controller.quorum.voters)
+}
+
+
+def level_name(feature: str, level: int) -> str:
+    """How kafka-features.sh shows a level: metadata.version by its release name."""
+    return metadata_version_name(level) if feature == "metadata.version" else str(level)
+
+
+def metadata_changed_between(a: int, b: int) -> bool:
+    """Kafka's MetadataVersion.checkIfMetadataChanged: did any level in (lower, higher] change
+    the metadata format (a downgrade across it would lose information)?"""
+    lo, hi = min(a, b), max(a, b)
+    return any(METADATA_VERSIONS.get(level, ("", True))[1] for level in range(lo + 1, hi + 1))

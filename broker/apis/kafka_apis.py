@@ -17,6 +17,7 @@ from broker.apis.metadata_apis import MetadataApis
 from broker.apis.offset_apis import OffsetApis
 from broker.apis.produce_apis import CloseConnection, ProduceApis
 from broker.apis.producer_apis import ProducerApis, ProducerIdAllocator
+from broker.apis.quorum_apis import QuorumApis
 from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupCoordinator
 from broker.protocol import codec
@@ -86,6 +87,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         self._muted: dict[tuple[str, int], float] = {}
         # SCRAM credential APIs; SASL requests that get here (broker/security/scram_apis.py)
         self.handlers.update(ScramApis(self).handlers())
+        self.handlers.update(QuorumApis(self).handlers())  # UpdateFeatures (broker/apis/quorum_apis.py)
         self.metrics = None  # broker.metrics.BrokerMetrics when metrics are served (krafty.metrics.port)
 
     @property

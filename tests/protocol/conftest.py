@@ -23,6 +23,15 @@ def free_port() -> int:
 
 async def start_node(tmp_path, **overrides: str) -> Node:
     """A started in-process node; ``overrides`` are config keys with dots written as ``_``."""
+    cfg, port = node_config(tmp_path, **overrides)
+    n = Node(cfg)
+    await n.start()
+    n.port = port
+    return n
+
+
+def node_config(tmp_path, **overrides: str) -> tuple[Config, int]:
+    """The configuration start_node uses, and its client port."""
     port, cport = free_port(), free_port()
     props = {
         "node.id": "1", "process.roles": "broker,controller",
@@ -32,10 +41,7 @@ async def start_node(tmp_path, **overrides: str) -> Node:
         "cluster.id": TEST_CLUSTER_ID,  # formats the empty data dir on first start
     }
     props.update({k.replace("_", "."): v for k, v in overrides.items()})
-    n = Node(Config(props))
-    await n.start()
-    n.port = port
-    return n
+    return Config(props), port
 
 
 @pytest.fixture

@@ -20,6 +20,8 @@ from metadata.image import PartitionRegistration
 from proto import MAX_GRPC_MESSAGE
 from proto import controller_pb2 as pb
 from proto import controller_pb2_grpc as pb_grpc
+from proto import raft_pb2 as pb_raft
+from proto import raft_pb2_grpc as pb_raft_grpc
 from proto.cluster_id import client_interceptors, refused_for_cluster_id
 
 log = logging.getLogger("krafty.broker.channel")
@@ -174,6 +176,28 @@ class ControllerChannel:
             if value is not None:
                 c.value = value
         await self._call("AlterTopicConfigs", req)
+
+    async def describe_quorum(self, timeout: float = 5.0):
+        """The metadata quorum as its leader describes it (raft.proto DescribeQuorum), asked of the
+        leader we know or of each voter in turn; None if no voter leads or answers in time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            vid = self._target()
+            self._stub(vid)  # makes the channel
+            stub = pb_raft_grpc.RaftQuorumStub(self._channels[vid][0])
+            try:
+                resp = await stub.DescribeQuorum(pb_raft.DescribeQuorumRequest(),
+                                                 timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+            except grpc.aio.AioRpcError as e:
+                refused = refused_for_cluster_id(e)
+                if refused:
+                    raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID, refused) from None
+                await asyncio.sleep(self.backoff)
+                continue
+            if resp.error == 0:
+                return resp
+            await asyncio.sleep(self.backoff)
+        return None
 
     async def update_features(self, updates, validate_only: bool = False) -> None:
         req = pb.UpdateFeaturesRequest(validate_only=validate_only)

@@ -69,7 +69,7 @@ def cmd_cluster_up(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "metadata-quorum":
-        from raft.cli import main as mq_main
+        from krafty.metadata_quorum import main as mq_main
         return mq_main(argv[1:])
     if argv and argv[0] == "consumer-groups":
         from krafty.consumer_groups import main as cg_main

@@ -1,6 +1,8 @@
 """Cluster-level APIs about the cluster's own machinery: UpdateFeatures (finalized feature
-levels, forwarded to the controller as Kafka's brokers do). By composition: KafkaApis
-registers ``QuorumApis(self).handlers()``."""
+levels) and DescribeQuorum (the metadata quorum as its leader sees it), forwarded to the
+controllers as Kafka's brokers do, so `kafka-metadata-quorum --bootstrap-server` and
+`krafty metadata-quorum --bootstrap-server` work. By composition: KafkaApis registers
+``QuorumApis(self).handlers()``."""
 
 from __future__ import annotations
 
@@ -15,7 +17,35 @@ class QuorumApis:
         self.apis = apis  # broker.apis.kafka_apis.KafkaApis: decode, authorize_cluster, controller
 
     def handlers(self) -> dict:
-        return {ApiKey.UPDATE_FEATURES: self.update_features}
+        return {ApiKey.UPDATE_FEATURES: self.update_features, ApiKey.DESCRIBE_QUORUM: self.describe_quorum}
+
+    async def describe_quorum(self, ctx, body, ver):
+        req = self.apis.decode(ctx, body, ver)
+        if not self.apis.authorize_cluster(ctx, Op.DESCRIBE):
+            return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": None, "topics": [],
+                    "nodes": []}
+        topics = [(t.topic_name, [p.partition_index for p in t.partitions]) for t in req.topics]
+        if topics != [(METADATA_TOPIC, [0])]:  # Kafka's answer to anything but __cluster_metadata-0
+            return _partition_error(topics, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+        try:
+            q = await self.apis.controller.describe_quorum()
+        except KafkaError as e:
+            return _partition_error(topics, e.code, e.message)
+        if q is None:
+            return _partition_error(topics, ErrorCode.NOT_LEADER_OR_FOLLOWER, "the metadata quorum has no leader")
+
+        def replica(r):
+            return {"replica_id": r.replica_id, "replica_directory_id": None, "log_end_offset": r.log_end_offset,
+                    "last_fetch_timestamp": r.last_fetch_timestamp,
+                    "last_caught_up_timestamp": r.last_caught_up_timestamp}
+        part = {"partition_index": 0, "error_code": 0, "error_message": None, "leader_id": q.leader_id,
+                "leader_epoch": q.leader_epoch, "high_watermark": q.high_watermark,
+                "current_voters": [replica(v) for v in q.voters], "observers": [replica(o) for o in q.observers]}
+        listener = self.apis.config["controller.listener.names"][0]
+        nodes = [{"node_id": vid, "listeners": [{"name": listener, "host": host, "port": port}]}
+                 for vid, host, port in self.apis.config["controller.quorum.voters"]]
+        return {"error_code": 0, "error_message": None, "nodes": nodes,
+                "topics": [{"topic_name": METADATA_TOPIC, "partitions": [part]}]}
 
     async def update_features(self, ctx, body, ver):
         req = self.apis.decode(ctx, body, ver)
@@ -42,6 +72,16 @@ class QuorumApis:
             out["results"] = [] if error != ErrorCode.NONE else [
                 {"feature": n, "error_code": 0, "error_message": None} for n in names]
         return out
+
+
+METADATA_TOPIC = "__cluster_metadata"
+
+
+def _partition_error(topics, code: int, message: str | None) -> dict:
+    return {"error_code": 0, "error_message": None, "nodes": [], "topics": [
+        {"topic_name": name, "partitions": [
+            {"partition_index": p, "error_code": code, "error_message": message, "leader_id": -1, "leader_epoch": -1,
+             "high_watermark": -1, "current_voters": [], "observers": []} for p in parts]} for name, parts in topics]}
 
 
 def supported_features() -> list[dict]:

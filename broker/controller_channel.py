@@ -30,12 +30,15 @@ _RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR}
 
 
 class ControllerChannel:
-    def __init__(self, voters: list[tuple[int, str, int]], leader_id: Callable[[], int | None], *,
+    def __init__(self, voters, leader_id: Callable[[], int | None], *,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 50,
                  credentials: grpc.ChannelCredentials | None = None, cluster_id: str | None = None):
         self.credentials = credentials
         self.cluster_id = cluster_id  # sent with every call: controllers of another cluster refuse them  # TLS to the controllers (broker/security/ssl.py); None = plaintext
-        self.voters = {vid: (host, port) for vid, host, port in voters}
+        # the controllers: a list of (id, host, port), or a function giving the current one (a dynamic
+        # quorum, KIP-853: the voters come from the metadata log)
+        self._voters_fn = voters if callable(voters) else None
+        self.voters = {vid: (host, port) for vid, host, port in (voters() if callable(voters) else voters)}
         self.leader_id = leader_id
         self.timeout = request_timeout_ms / 1000
         self.backoff = retry_backoff_ms / 1000
@@ -56,6 +59,11 @@ class ControllerChannel:
         return ch[1]
 
     def _target(self) -> int:
+        if self._voters_fn is not None:
+            for vid, host, port in self._voters_fn():
+                if self.voters.get(vid) != (host, port):
+                    self.voters[vid] = (host, port)
+                    self._channels.pop(vid, None)
         lid = self.leader_id()
         if lid is not None and lid in self.voters:
             return lid

@@ -142,6 +142,9 @@ class QuorumController:
                 recs.append(r.ClusterIdRecord(self.cluster_id))
             if not image.features:  # a new cluster: the features its storage was formatted with
                 recs += [x for x in self.bootstrap if isinstance(x, r.FeatureLevelRecord)]
+            core = getattr(self.log, "core", None)
+            if getattr(core, "dynamic", False) and image.features.get("kraft.version", 0) < 1:
+                recs.append(r.FeatureLevelRecord("kraft.version", 1))  # the quorum's voters live in its log
             if image.scram_decoy_seed is None:  # (also for a cluster made before the seed existed)
                 recs.append(r.ScramDecoySeedRecord(secrets.token_bytes(32)))
             return recs, None

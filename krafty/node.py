@@ -62,9 +62,9 @@ def unlock_data_dirs(fds: list[int]) -> None:
 
 
 def make_metadata_log(cfg: Config, loader: MetadataLoader):
-    if not cfg["controller.quorum.voters"]:
-        raise ConfigError("configuration key 'controller.quorum.voters' is empty: list the controllers as "
-                          "id@host:port,...")
+    if not cfg["controller.quorum.voters"] and not cfg["controller.quorum.bootstrap.servers"]:
+        raise ConfigError("configuration keys 'controller.quorum.voters' and 'controller.quorum.bootstrap.servers' "
+                          "are empty: list the controllers as id@host:port,... or (a dynamic quorum) host:port,...")
     from raft.driver import RaftMetadataLog
 
     def snapshot(end_offset: int):
@@ -119,7 +119,8 @@ class Node:
             from broker.broker import Broker
             from broker.controller_channel import ControllerChannel
             self.channel = ControllerChannel(
-                cfg["controller.quorum.voters"], lambda: self.metadata_log.leader().leader_id,
+                cfg["controller.quorum.voters"] or self.metadata_log.voter_endpoints,
+                lambda: self.metadata_log.leader().leader_id,
                 request_timeout_ms=cfg["request.timeout.ms"],
                 retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds,
                 cluster_id=self.cluster_id)

@@ -191,11 +191,53 @@ def read_bootstrap(directory: str) -> list:
 
 
 # --- krafty storage ---------------------------------------------------------------------------
+def parse_initial_controllers(text: str) -> list:
+    """``--initial-controllers 1@host:port:DIRID,2@...`` (Kafka's) -> voters."""
+    import re
+
+    from raft.core import Voter
+
+    out = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        m = re.fullmatch(r"(\d+)@(\[[^\]]+\]|[^:@]+):(\d+):([A-Za-z0-9_-]{22})", item)
+        if not m:
+            raise StorageError(f"--initial-controllers: {item!r} is not of the form id@host:port:directory-id "
+                               "(a directory id from `krafty storage random-uuid`)")
+        out.append(Voter(int(m.group(1)), m.group(4), m.group(2).strip("[]"), int(m.group(3))))
+    if len({v.id for v in out}) != len(out):
+        raise StorageError("--initial-controllers: a controller id is listed twice")
+    return out
+
+
+def _dynamic_quorum(cfg: Config, standalone: bool, initial_controllers: str | None) -> list | None:
+    """The initial voters of a quorum formatted for KIP-853 (kraft.version 1), or None."""
+    if not standalone and not initial_controllers:
+        return None
+    if standalone and initial_controllers:
+        raise StorageError("--standalone and --initial-controllers cannot be used together")
+    if cfg["controller.quorum.voters"]:
+        raise StorageError("You cannot specify controller.quorum.voters and format the node with "
+                           "--initial-controllers or --standalone. If you want to use dynamic quorum, please remove "
+                           "controller.quorum.voters and specify controller.quorum.bootstrap.servers instead.")
+    if "controller" not in cfg["process.roles"]:
+        raise StorageError("--standalone and --initial-controllers are for controllers (process.roles)")
+    if initial_controllers:
+        return parse_initial_controllers(initial_controllers)
+    from raft.core import Voter
+
+    lst = next((cfg.listener(n) for n in cfg["controller.listener.names"] if cfg.listener(n) is not None), None)
+    if lst is None:
+        raise StorageError("--standalone: the node has no controller listener in 'listeners'")
+    return [Voter(cfg["node.id"], "", lst.host or "localhost", lst.port)]
+
+
 def format_directories(cfg: Config, cluster_id: str, *, ignore_formatted: bool = False, bootstrap=None,
-                       out=sys.stdout) -> None:
+                       out=sys.stdout, standalone: bool = False, initial_controllers: str | None = None) -> None:
     """``krafty storage format``: meta.properties in every unformatted directory (Kafka's
-    Formatter); the bootstrap checkpoint in the metadata log dir."""
+    Formatter); the bootstrap checkpoint in the metadata log dir, and for a dynamic quorum
+    (--standalone / --initial-controllers) its initial voters."""
     check_cluster_id(cluster_id)
+    voters = _dynamic_quorum(cfg, standalone, initial_controllers)
     node_id = cfg["node.id"]
     dirs = directories(cfg)
     metas = {d: read_meta(d) for d in dirs}
@@ -217,13 +259,23 @@ def format_directories(cfg: Config, cluster_id: str, *, ignore_formatted: bool =
     used = {m.get("directory.id") for m in metas.values() if m is not None}
     for d in empty:
         kind = "metadata directory" if d == metadata_dir else "data directory"
+        mine = next((v for v in voters or () if v.id == node_id), None)
+        if d == metadata_dir and voters is not None:
+            kind = "dynamic metadata voter directory" if mine is not None else "dynamic metadata directory"
         print(f"Formatting {kind} {d} with metadata.version {metadata_version_name(mv)}.", file=out)
-        dir_id = random_uuid()
+        dir_id = mine.directory_id if d == metadata_dir and mine is not None and mine.directory_id else random_uuid()
         while dir_id in used:
             dir_id = random_uuid()
         used.add(dir_id)
         if d == metadata_dir:
             write_bootstrap(d, records)
+            if voters is not None:
+                import dataclasses
+
+                from raft.driver import write_bootstrap_voters
+
+                write_bootstrap_voters(d, [dataclasses.replace(v, directory_id=dir_id) if v.id == node_id else v
+                                           for v in voters])
         write_meta(d, {"version": "1", "cluster.id": cluster_id, "node.id": str(node_id), "directory.id": dir_id})
 
 
@@ -274,6 +326,10 @@ def main(argv: list[str]) -> int:
     f.add_argument("--config", "-c", required=True, help="the node's server.properties")
     f.add_argument("--cluster-id", "-t", required=True, help="the cluster id (krafty storage random-uuid)")
     f.add_argument("--ignore-formatted", "-g", action="store_true", help="skip directories already formatted")
+    f.add_argument("--standalone", "-s", action="store_true", help="a dynamic quorum (KIP-853) of this one "
+                   "controller; add the others with krafty metadata-quorum add-controller")
+    f.add_argument("--initial-controllers", "-I", help="a dynamic quorum (KIP-853) of these controllers: "
+                   "id@host:port:directory-id,...")
     f.add_argument("--release-version", "-r", help="the metadata.version the cluster starts at (e.g. 3.9 or "
                    "4.0-IV3; default: the latest, 4.0-IV3)")
     f.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
@@ -298,7 +354,8 @@ def main(argv: list[str]) -> int:
                 raise StorageError(f"metadata.version {args.release_version} is too old to be supported (the oldest "
                                    f"is {metadata_version_name(MIN_METADATA_VERSION)})")
             bootstrap = [r.FeatureLevelRecord("metadata.version", level)]
-        format_directories(cfg, args.cluster_id, ignore_formatted=args.ignore_formatted, bootstrap=bootstrap)
+        format_directories(cfg, args.cluster_id, ignore_formatted=args.ignore_formatted, bootstrap=bootstrap,
+                           standalone=args.standalone, initial_controllers=args.initial_controllers)
         return 0
     except (ConfigError, StorageError, ValueError) as e:
         print(f"Error: {e}", file=sys.stderr)

@@ -40,7 +40,7 @@ def metadata_version_level(name: str) -> int:
 KRAFT_VERSION = "kraft.version"
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     "metadata.version": (MIN_METADATA_VERSION, LATEST_METADATA_VERSION),
-    KRAFT_VERSION: (0, 0),  # static controller quorum (controller.quorum.voters)
+    KRAFT_VERSION: (0, 1),  # 0: static quorum (controller.quorum.voters); 1: dynamic voters (KIP-853)
 }
 
 

@@ -22,6 +22,7 @@ from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
 from proto.cluster_id import client_interceptors, refused_for_cluster_id
 from raft import messages as m
+from raft.core import Voter
 
 log = logging.getLogger("krafty.raft.transport")
 
@@ -168,6 +169,12 @@ class GrpcTransport:
             stub = self._stubs[peer] = pb_grpc.RaftQuorumStub(ch)
         return stub
 
+    def set_peer(self, peer: int, host: str, port: int) -> None:
+        """A voter's (new) address, from the voter set in the log (KIP-853)."""
+        if self.peers.get(peer) != (host, port):
+            self.peers[peer] = (host, port)
+            self._stubs.pop(peer, None)
+
     def send(self, msg: m.Message) -> None:
         if self._closed:
             return
@@ -246,9 +253,11 @@ class GrpcTransport:
 
 
 class RaftServicer(pb_grpc.RaftQuorumServicer):
-    def __init__(self, transport: GrpcTransport, describe: Callable[[], pb.DescribeQuorumResponse]) -> None:
+    def __init__(self, transport: GrpcTransport, describe: Callable[[], pb.DescribeQuorumResponse],
+                 change_voters=None) -> None:
         self.t = transport
         self._describe = describe
+        self._change_voters = change_voters  # RaftMetadataLog.change_voters (KIP-853)
 
     async def Vote(self, request, context):
         return await self.t.handle_inbound(request, context)
@@ -267,3 +276,10 @@ class RaftServicer(pb_grpc.RaftQuorumServicer):
 
     async def DescribeQuorum(self, request, context):
         return self._describe()
+
+    async def AddVoter(self, request, context):
+        return await self._change_voters(add=Voter(request.voter_id, request.directory_id, request.host,
+                                                   request.port))
+
+    async def RemoveVoter(self, request, context):
+        return await self._change_voters(remove=(request.voter_id, request.directory_id))

@@ -40,7 +40,7 @@ def test_upgrade_and_safe_downgrade_write_feature_level_records():
     (21, ("group.version", 1, UPGRADE), "Local controller 1 does not support this feature."),
     (21, ("metadata.version", -1, UPGRADE), "cannot be less than 0"),
     (21, ("metadata.version", 25, 9), "does not support the given upgrade type"),
-    (21, ("kraft.version", 1, UPGRADE), "only supports versions 0-0"),
+    (21, ("kraft.version", 1, UPGRADE), "follows the controller quorum"),
 ])
 def test_refusals(current, update, words):
     assert words in refused(image(current), *update)

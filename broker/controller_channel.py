@@ -207,6 +207,28 @@ class ControllerChannel:
             await asyncio.sleep(self.backoff)
         return None
 
+    async def change_voters(self, request, timeout: float = 30.0):
+        """KIP-853 AddVoter (``request`` an AddVoterRequest) or RemoveVoter on the quorum's
+        leader, following it; the raft.proto VoterChangeResponse."""
+        method = "AddVoter" if isinstance(request, pb_raft.AddVoterRequest) else "RemoveVoter"
+        deadline = time.monotonic() + timeout
+        while True:
+            vid = self._target()
+            self._stub(vid)
+            stub = pb_raft_grpc.RaftQuorumStub(self._channels[vid][0])
+            try:
+                resp = await getattr(stub, method)(request, timeout=max(0.1, deadline - time.monotonic()))
+            except grpc.aio.AioRpcError as e:
+                refused = refused_for_cluster_id(e)
+                if refused:
+                    raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID, refused) from None
+                resp = None
+            if resp is not None and resp.error != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                return resp
+            if time.monotonic() >= deadline:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"no controller answered {method}")
+            await asyncio.sleep(self.backoff)
+
     async def update_features(self, updates, validate_only: bool = False) -> None:
         req = pb.UpdateFeaturesRequest(validate_only=validate_only)
         for name, level, upgrade_type in updates:

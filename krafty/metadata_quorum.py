@@ -2,8 +2,10 @@
 
     metadata-quorum --bootstrap-controller HOST:PORT describe --status|--replication
     metadata-quorum --bootstrap-server HOST:PORT [--command-config F] describe --status|--replication
-    metadata-quorum --bootstrap-controller HOST:PORT --command-config NEW-CONTROLLER.properties add-controller
-    metadata-quorum --bootstrap-controller HOST:PORT remove-controller --controller-id N --controller-directory-id D
+    metadata-quorum --bootstrap-controller|--bootstrap-server HOST:PORT --command-config NEW-CONTROLLER.properties \
+        add-controller
+    metadata-quorum --bootstrap-controller|--bootstrap-server HOST:PORT remove-controller --controller-id N \
+        --controller-directory-id D
 
 With --bootstrap-controller it asks the controllers directly (raft/cli.py); with
 --bootstrap-server it sends DescribeQuorum to a broker, which forwards it to the quorum's
@@ -64,12 +66,15 @@ def change_voters(args) -> int:
             raise ValueError(f"{cfg['metadata.log.dir']} is not formatted: start the new controller first")
         req = pb.AddVoterRequest(voter_id=cfg["node.id"], directory_id=meta["directory.id"],
                                  host=lst.host or "localhost", port=lst.port)
+        args.new_listener_name = lst.name
         method, done = "AddVoter", (f"Added controller {cfg['node.id']} with directory id {meta['directory.id']} and "
                                     f"endpoints: {lst.name}://{req.host}:{req.port}")
     else:
         req = pb.RemoveVoterRequest(voter_id=args.controller_id, directory_id=args.controller_directory_id)
         method, done = "RemoveVoter", (f"Removed KRaft controller {args.controller_id} with directory id "
                                        f"{args.controller_directory_id or '-'}")
+    if args.bootstrap_server:
+        return asyncio.run(_change_via_broker(args, req, done))
     target, deadline = args.bootstrap_controller, time.monotonic() + 60
     while True:
         with grpc.insecure_channel(target) as ch:
@@ -89,6 +94,35 @@ def change_voters(args) -> int:
         return 0
 
 
+async def _change_via_broker(args, req, done: str) -> int:
+    """AddRaftVoter / RemoveRaftVoter to a broker, which forwards it to the quorum's leader."""
+    import base64
+    import uuid
+
+    from krafty.configs import _connect
+
+    def dir_uuid(s: str):
+        return None if not s else uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
+    conn = await _connect(args)
+    try:
+        if args.command == "add-controller":
+            cfg_listener = args.new_listener_name
+            r = await conn.request(ApiKey.ADD_RAFT_VOTER, 0, {
+                "cluster_id": None, "timeout": 30_000, "voter_id": req.voter_id,
+                "voter_directory_id": dir_uuid(req.directory_id),
+                "listeners": [{"name": cfg_listener, "host": req.host, "port": req.port}]}, timeout=60)
+        else:
+            r = await conn.request(ApiKey.REMOVE_RAFT_VOTER, 0, {
+                "cluster_id": None, "voter_id": req.voter_id, "voter_directory_id": dir_uuid(req.directory_id)},
+                timeout=60)
+    finally:
+        conn.close()
+    if r.error_code != 0:
+        raise RuntimeError(f"{ErrorCode(r.error_code).name}: {r.error_message or ''}")
+    print(done)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     ap, where = parser("krafty metadata-quorum")
     where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", help="a broker, which asks the controllers")
@@ -101,9 +135,6 @@ def main(argv: list[str]) -> int:
     rm.add_argument("--controller-directory-id", default="", help="the directory id of its metadata log dir")
     args = ap.parse_args(argv)
     if args.command in ("add-controller", "remove-controller"):
-        if not args.bootstrap_controller:
-            print(f"Error: {args.command} needs --bootstrap-controller", file=sys.stderr)
-            return 2
         try:
             return change_voters(args)
         except Exception as e:  # noqa: BLE001 - one clear line

@@ -10,6 +10,7 @@ from broker.protocol.apis import ApiKey
 from common.errors import ErrorCode, KafkaError
 from metadata.acl import AclOperation as Op
 from metadata.features import SUPPORTED_FEATURES
+from proto import raft_pb2 as pb_raft
 
 
 class QuorumApis:
@@ -17,7 +18,38 @@ class QuorumApis:
         self.apis = apis  # broker.apis.kafka_apis.KafkaApis: decode, authorize_cluster, controller
 
     def handlers(self) -> dict:
-        return {ApiKey.UPDATE_FEATURES: self.update_features, ApiKey.DESCRIBE_QUORUM: self.describe_quorum}
+        return {ApiKey.UPDATE_FEATURES: self.update_features, ApiKey.DESCRIBE_QUORUM: self.describe_quorum,
+                ApiKey.ADD_RAFT_VOTER: self.add_raft_voter, ApiKey.REMOVE_RAFT_VOTER: self.remove_raft_voter}
+
+    async def add_raft_voter(self, ctx, body, ver):
+        req = self.apis.decode(ctx, body, ver)
+        lst = req.listeners[0] if req.listeners else None
+        return await self._voter_change(ctx, req, pb_raft.AddVoterRequest(
+            voter_id=req.voter_id, directory_id=_dir_id(req.voter_directory_id),
+            host=lst.host if lst else "", port=lst.port if lst else 0), lst is None)
+
+    async def remove_raft_voter(self, ctx, body, ver):
+        req = self.apis.decode(ctx, body, ver)
+        return await self._voter_change(ctx, req, pb_raft.RemoveVoterRequest(
+            voter_id=req.voter_id, directory_id=_dir_id(req.voter_directory_id)), False)
+
+    async def _voter_change(self, ctx, req, change, no_listener: bool) -> dict:
+        """KIP-853 AddRaftVoter / RemoveRaftVoter through a broker: forwarded to the quorum's leader."""
+        def answer(code, message=None):
+            return {"throttle_time": 0, "error_code": code, "error_message": message}
+        if not self.apis.authorize_cluster(ctx, Op.ALTER):
+            return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        mine = self.apis.image.cluster_id
+        if req.cluster_id and mine and req.cluster_id != mine:
+            return answer(ErrorCode.INCONSISTENT_CLUSTER_ID, f"the request is for cluster {req.cluster_id}, this is "
+                          f"cluster {mine}")
+        if no_listener:
+            return answer(ErrorCode.INVALID_REQUEST, "the new voter has no listener")
+        try:
+            r = await self.apis.controller.change_voters(change)
+        except KafkaError as e:
+            return answer(e.code, e.message)
+        return answer(r.error, r.error_message or None)
 
     async def describe_quorum(self, ctx, body, ver):
         req = self.apis.decode(ctx, body, ver)
@@ -75,6 +107,13 @@ class QuorumApis:
 
 
 METADATA_TOPIC = "__cluster_metadata"
+
+
+def _dir_id(u) -> str:
+    """A directory id as Kafka prints Uuids (base64url, no padding), as meta.properties has it."""
+    import base64
+
+    return "" if u is None or u.int == 0 else base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
 
 
 def _partition_error(topics, code: int, message: str | None) -> dict:

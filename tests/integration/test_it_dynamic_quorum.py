@@ -102,13 +102,18 @@ def test_replace_a_controller_without_downtime(tmp_path):
         add_s = time.monotonic() - t0
         assert res.returncode == 0 and "Added controller 4 with directory id" in res.stdout, res
         assert "CurrentVoters:          [1,2,3,4]" in describe(cport[4])
+        res = krafty("metadata-quorum", "--bootstrap-server", bootstrap, "remove-controller", "--controller-id", "9")
+        assert res.returncode == 1 and "VOTER_NOT_FOUND" in res.stderr, res
+        res = krafty("metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{cport[1]}", "--command-config",
+                     str(nodes[4].config), "add-controller")
+        assert res.returncode == 1 and "DUPLICATE_VOTER" in res.stderr, res
         create_topic(bootstrap, "t1")
         # ... and an old one leaves
         meta1 = (tmp_path / "c1" / "data" / "meta.properties").read_text()
         dir1 = next(ln.split("=", 1)[1] for ln in meta1.splitlines() if ln.startswith("directory.id="))
         assert dir1 == dirs[1]
         t0 = time.monotonic()
-        res = krafty("metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{cport[4]}", "remove-controller",
+        res = krafty("metadata-quorum", "--bootstrap-server", bootstrap, "remove-controller",  # through the broker
                      "--controller-id", "1", "--controller-directory-id", dir1)
         remove_s = time.monotonic() - t0
         assert res.returncode == 0 and "Removed KRaft controller 1" in res.stdout, res

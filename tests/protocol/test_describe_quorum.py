@@ -57,3 +57,19 @@ async def test_describe_quorum_through_a_broker(node):
                                              stderr=subprocess.PIPE)
     out, err = await p.communicate()
     assert p.returncode == 1 and err.decode().count("\n") == 1 and "127.0.0.1:1" in err.decode()
+
+
+async def test_raft_voter_changes_through_a_broker_on_a_static_quorum(node):
+    # controller.quorum.voters (kraft.version 0): Kafka's UNSUPPORTED_VERSION; another cluster's id: refused
+    c = KafkaConnection("127.0.0.1", node.port)
+    await c.connect()
+    try:
+        r = await c.request(ApiKey.ADD_RAFT_VOTER, 0, {"cluster_id": None, "timeout": 5000, "voter_id": 2,
+                                                       "voter_directory_id": None,
+                                                       "listeners": [{"name": "CONTROLLER", "host": "h", "port": 1}]})
+        assert r.error_code == ErrorCode.UNSUPPORTED_VERSION and "kraft.version" in r.error_message
+        r = await c.request(ApiKey.REMOVE_RAFT_VOTER, 0, {"cluster_id": "VooDHOqVQDmEcPv6VrzhYw", "voter_id": 1,
+                                                          "voter_directory_id": None})
+        assert r.error_code == ErrorCode.INCONSISTENT_CLUSTER_ID
+    finally:
+        c.close()

@@ -761,9 +761,12 @@ class RaftCore:
 
     def _on_vote_request(self, m: Message, now_ms: int) -> None:
         req: VoteRequest = m.body
-        if not self.is_voter:
+        if not self.is_voter and not self.dynamic:
             self._send(m.src, VoteResponse(self.epoch, self._known_leader(), False, req.pre_vote), m.corr)
             return
+        # (KIP-853, as Raft's membership changes: a replica votes even when its own latest voter set
+        # leaves it out; the candidate counts only the votes of its voter set. Otherwise a quorum whose
+        # members hold different latest sets after a crash could never elect a leader.)
         if req.pre_vote:
             if req.epoch - 1 > self.epoch:
                 # The requester already stood in (or learned of) a newer epoch than ours: that

@@ -81,6 +81,8 @@ class Node:
         self.roles = cfg["process.roles"]
         self._locks = lock_data_dirs(cfg)
         try:
+            self._assemble(cfg)
+            # the directories last: a configuration error is reported first, as Kafka does
             self.cluster_id = storage.check_directories(cfg)
             bootstrap = storage.read_bootstrap(cfg["metadata.log.dir"])
         except storage.StorageError as e:
@@ -89,6 +91,15 @@ class Node:
         except BaseException:
             unlock_data_dirs(self._locks)
             raise
+        if hasattr(self.metadata_log, "cluster_id"):
+            self.metadata_log.cluster_id = self.cluster_id
+        if self.controller is not None:
+            self.controller.cluster_id, self.controller.bootstrap = self.cluster_id, bootstrap
+        if self.channel is not None:
+            self.channel.cluster_id = self.cluster_id
+
+    def _assemble(self, cfg: Config) -> None:
+        self.cluster_id = ""  # known once the directories are checked
         self.loader = MetadataLoader()
         self.metadata_log = make_metadata_log(cfg, self.loader)
         from broker.security.ssl import controller_grpc_credentials
@@ -97,8 +108,6 @@ class Node:
         self.metadata_log.server_credentials = server_creds
         self.metadata_log.channel_credentials = channel_creds
         self.metadata_log.register(self.loader)
-        if hasattr(self.metadata_log, "cluster_id"):
-            self.metadata_log.cluster_id = self.cluster_id
         self.controller = None
         self.broker = None
         self.channel = None
@@ -112,7 +121,7 @@ class Node:
                 unclean_default=cfg["unclean.leader.election.enable"],
                 auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],
                 rebalance_interval_s=cfg["leader.imbalance.check.interval.seconds"],
-                colocated_broker_id=cfg["node.id"] if "broker" in self.roles else None, bootstrap=bootstrap)
+                colocated_broker_id=cfg["node.id"] if "broker" in self.roles else None)
             from controller.service import add_to_server
             self.metadata_log.servicers.append(lambda server: add_to_server(server, self.controller))
         if "broker" in self.roles:
@@ -122,8 +131,7 @@ class Node:
                 cfg["controller.quorum.voters"] or self.metadata_log.voter_endpoints,
                 lambda: self.metadata_log.leader().leader_id,
                 request_timeout_ms=cfg["request.timeout.ms"],
-                retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds,
-                cluster_id=self.cluster_id)
+                retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds)
             self.broker = Broker(cfg, self.loader, self.channel)
 
     async def start(self) -> None:

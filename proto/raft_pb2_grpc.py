@@ -74,6 +74,11 @@ class RaftQuorumStub:
                 request_serializer=raft__pb2.RemoveVoterRequest.SerializeToString,
                 response_deserializer=raft__pb2.VoterChangeResponse.FromString,
                 _registered_method=True)
+        self.UpdateVoter = channel.unary_unary(
+                '/krafty.raft.RaftQuorum/UpdateVoter',
+                request_serializer=raft__pb2.UpdateVoterRequest.SerializeToString,
+                response_deserializer=raft__pb2.VoterChangeResponse.FromString,
+                _registered_method=True)
 
 
 class RaftQuorumServicer:
@@ -127,6 +132,12 @@ class RaftQuorumServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RaftQuorumServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -168,6 +179,11 @@ def add_RaftQuorumServicer_to_server(servicer, server):
             'RemoveVoter': grpc.unary_unary_rpc_method_handler(
                     servicer.RemoveVoter,
                     request_deserializer=raft__pb2.RemoveVoterRequest.FromString,
+                    response_serializer=raft__pb2.VoterChangeResponse.SerializeToString,
+            ),
+            'UpdateVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateVoter,
+                    request_deserializer=raft__pb2.UpdateVoterRequest.FromString,
                     response_serializer=raft__pb2.VoterChangeResponse.SerializeToString,
             ),
     }
@@ -386,6 +402,33 @@ class RaftQuorum:
             target,
             '/krafty.raft.RaftQuorum/RemoveVoter',
             raft__pb2.RemoveVoterRequest.SerializeToString,
+            raft__pb2.VoterChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/krafty.raft.RaftQuorum/UpdateVoter',
+            raft__pb2.UpdateVoterRequest.SerializeToString,
             raft__pb2.VoterChangeResponse.FromString,
             options,
             channel_credentials,

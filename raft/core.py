@@ -708,6 +708,19 @@ class RaftCore:
             raise VoterChangeError(int(ErrorCode.INVALID_REQUEST), "Cannot remove the only voter of the quorum")
         return self._append_voters([x for x in self.voter_info.values() if x.id != voter_id], now_ms)
 
+    def update_voter(self, voter: Voter, now_ms: int) -> int:
+        """KIP-853 UpdateRaftVoter on the leader: a voter's new controller listener (sent by the
+        voter itself when it starts with an address other than the voter set's)."""
+        self._check_voter_change("updating")
+        v = self.voter_info.get(voter.id)
+        if v is None or (voter.directory_id and v.directory_id and voter.directory_id != v.directory_id):
+            raise VoterChangeError(int(ErrorCode.VOTER_NOT_FOUND), f"The voter {voter.id} (directory "
+                                   f"{voter.directory_id or '-'}) is not part of the set of voters {list(self.voters)}")
+        if (v.host, v.port) == (voter.host, voter.port):
+            return self.voters_offset
+        new = Voter(v.id, v.directory_id, voter.host, voter.port)
+        return self._append_voters([new if x.id == v.id else x for x in self.voter_info.values()], now_ms)
+
     def _check_voter_change(self, what: str) -> None:
         if self.role is not Role.LEADER:
             raise NotLeaderError(self.leader())

@@ -101,6 +101,8 @@ class RaftMetadataLog:
         if self.initial_voters is not None:
             self.voters.update({v.id: (v.host, v.port) for v in self.initial_voters if v.host})
         self.is_voter = node_id in self.voters
+        self.advertised: tuple[str, int] | None = None  # this controller's listener as voters reach it
+        self._updating: asyncio.Task | None = None
         self.data_dir = data_dir
         self.listen = listen if listen is not None else self.voters.get(node_id)
         self.timeouts = timeouts
@@ -159,10 +161,13 @@ class RaftMetadataLog:
         for s in cfg["controller.quorum.bootstrap.servers"]:
             host, _, port = s.rpartition(":")
             bootstrap.append((host.strip("[]"), int(port)))
-        return cls(node_id, voters, data_dir, listen=listen, timeouts=timeouts_from_config(cfg),
+        log_ = cls(node_id, voters, data_dir, listen=listen, timeouts=timeouts_from_config(cfg),
                    snapshot_provider=snapshot_provider,
                    max_bytes_between_snapshots=cfg["metadata.log.max.record.bytes.between.snapshots"],
                    initial_voters=read_bootstrap_voters(cfg["metadata.log.dir"]), bootstrap_servers=bootstrap)
+        if listen is not None:
+            log_.advertised = (listen[0] if listen[0] not in ("0.0.0.0", "::", "") else "localhost", listen[1])
+        return log_
 
     # ------------------------------------------------------------------ MetadataLog
     def register(self, listener: Listener) -> None:
@@ -263,6 +268,8 @@ class RaftMetadataLog:
                 await asyncio.wait([self._task], timeout=5)
             if self._task.done() and not self._task.cancelled() and self._task.exception() is not None:
                 log.debug("node %d: metadata loop ended with %r", self.node_id, self._task.exception())
+        if self._updating is not None:
+            self._updating.cancel()
         if self.server is not None:
             await self.server.stop(grace=None)
         if self.transport is not None:
@@ -316,12 +323,42 @@ class RaftMetadataLog:
             self._wake.clear()
 
     def _sync_peers(self) -> None:
-        """The voters' addresses from the voter set in the log (KIP-853)."""
-        for v in self.core.voter_info.values():
+        """The voters' addresses from the voter set in the log (KIP-853); a voter whose own
+        listener differs from its entry there asks the leader to update it (UpdateRaftVoter)."""
+        core = self.core
+        for v in core.voter_info.values():
             if v.host and self.voters.get(v.id) != (v.host, v.port):
                 self.voters[v.id] = (v.host, v.port)
                 self.transport.set_peer(v.id, v.host, v.port)
-        self.is_voter = self.core.is_voter
+        self.is_voter = core.is_voter
+        me = core.voter_info.get(self.node_id)
+        if (me is not None and self.listen is not None and self.advertised is not None and core.dynamic
+                and (me.host, me.port) != self.advertised and core.leader_id not in (None, self.node_id)
+                and core.role is Role.FOLLOWER and (self._updating is None or self._updating.done())):
+            self._updating = asyncio.get_running_loop().create_task(self._update_own_endpoint(me))
+
+    async def _update_own_endpoint(self, me: Voter) -> None:
+        host, port = self.advertised
+        leader = self.voters.get(self.core.leader_id)
+        if leader is None:
+            return
+        icpt = client_interceptors(self.cluster_id or None)
+        try:
+            async with (grpc.aio.secure_channel(f"{leader[0]}:{leader[1]}", self.channel_credentials,
+                                                interceptors=icpt)
+                        if self.channel_credentials is not None else
+                        grpc.aio.insecure_channel(f"{leader[0]}:{leader[1]}", interceptors=icpt)) as ch:
+                r = await pb_grpc.RaftQuorumStub(ch).UpdateVoter(pb.UpdateVoterRequest(
+                    voter_id=self.node_id, directory_id=me.directory_id, host=host, port=port),
+                    timeout=self.timeouts.request_ms / 1000 + 5)
+            if r.error == NONE:
+                log.info("node %d: the voter set now has this node's listener %s:%d", self.node_id, host, port)
+            else:
+                log.info("node %d: UpdateRaftVoter refused: %s", self.node_id, r.error_message)
+                await asyncio.sleep(1)
+        except grpc.aio.AioRpcError as e:
+            log.debug("node %d: UpdateRaftVoter failed: %s", self.node_id, e.code())
+            await asyncio.sleep(1)
 
     async def _discover(self) -> list[int]:
         """DescribeQuorum on controller.quorum.bootstrap.servers until one names the leader:
@@ -348,13 +385,18 @@ class RaftMetadataLog:
                 log.debug("node %d: bootstrap server %s:%d: %s", self.node_id, host, port, e.code())
             await asyncio.sleep(0.2)
 
-    async def change_voters(self, add: Voter | None = None, remove: tuple[int, str] | None = None
-                            ) -> pb.VoterChangeResponse:
+    async def change_voters(self, add: Voter | None = None, remove: tuple[int, str] | None = None,
+                            update: Voter | None = None) -> pb.VoterChangeResponse:
         """AddRaftVoter / RemoveRaftVoter on this node: the leader appends the new voter set and
         answers once it is committed; any other node names the leader."""
         core = self.core
         try:
-            off = core.add_voter(add, self.now_ms()) if add is not None else core.remove_voter(*remove, self.now_ms())
+            if add is not None:
+                off = core.add_voter(add, self.now_ms())
+            elif update is not None:
+                off = core.update_voter(update, self.now_ms())
+            else:
+                off = core.remove_voter(*remove, self.now_ms())
         except NotLeaderError:
             lid = core.leader().leader_id
             host, port = self.voters.get(lid, ("", 0)) if lid is not None else ("", 0)
@@ -484,7 +526,7 @@ class RaftMetadataLog:
                                    last_fetch_timestamp=self._wall(r.last_fetch_ms),
                                    last_caught_up_timestamp=self._wall(r.last_caught_up_ms))
 
-        host, port = self.voters[info.leader_id]
+        host, port = self.voters.get(info.leader_id, self.advertised or ("", 0))
         return pb.DescribeQuorumResponse(error=NONE, leader_id=info.leader_id, leader_epoch=info.epoch,
                                          high_watermark=info.high_watermark, voters=[rs(v) for v in info.voters],
                                          observers=[rs(o) for o in info.observers], leader_host=host,

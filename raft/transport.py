@@ -281,5 +281,9 @@ class RaftServicer(pb_grpc.RaftQuorumServicer):
         return await self._change_voters(add=Voter(request.voter_id, request.directory_id, request.host,
                                                    request.port))
 
+    async def UpdateVoter(self, request, context):
+        return await self._change_voters(update=Voter(request.voter_id, request.directory_id, request.host,
+                                                      request.port))
+
     async def RemoveVoter(self, request, context):
         return await self._change_voters(remove=(request.voter_id, request.directory_id))

@@ -129,6 +129,19 @@ def test_replace_a_controller_without_downtime(tmp_path):
             wait_until(lambda other=other: "CurrentVoters:          [2,3,4]" in describe(other), 30)
         out = describe(cport[3])
         assert "CurrentVoters:          [2,3,4]" in out, out
+        # a voter restarted on another port tells the leader (UpdateRaftVoter): the others reach it there
+        nodes[3].kill(signal.SIGTERM)
+        new_port = free_port()
+        nodes[3].config.write_text(nodes[3].config.read_text().replace(f":{cport[3]}", f":{new_port}"))
+        cport[3] = new_port
+        nodes[3].start()
+        wait_until(lambda: "the voter set now has this node's listener" in nodes[3].log.read_text(), 30,
+                   message="controller 3's new address in the voter set")
+        nodes[2].kill()  # now 3 and 4 must form the majority: 4 reaches 3 only at its new port
+        create_topic(bootstrap, "t-after-move")
+        nodes[4].kill()
+        nodes[4].start()
+        create_topic(bootstrap, "t-after-move-2")
         print(f"\nadd-controller took {add_s:.2f} s, remove-controller {remove_s:.2f} s")
     finally:
         broker.kill(signal.SIGTERM)

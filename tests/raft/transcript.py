@@ -9,6 +9,7 @@ Commands:
   cluster voters=1,2,3 [observers=4] [max_records=N] [linger=MS] [dynamic=1]   create the nodes (time 0);
                         dynamic=1: a KIP-853 quorum whose initial voters are ``voters``
   add-voter L N / remove-voter L N   AddRaftVoter / RemoveRaftVoter of node N on leader L
+  update-voter L N host=H port=P     UpdateRaftVoter: node N's new listener, on leader L
   voters [N...]         each node's voter set (and whether a change is uncommitted)
   campaign N            node N stands for election (pre-vote first)
   tick MS               advance the clock and fire every due timer
@@ -107,6 +108,8 @@ class Harness:
         pos = [a for a in args if "=" not in a]
         if name == "propose":
             pos, kw = args, {}
+        if name == "update_voter":
+            pos = [a for a in args if "=" not in a]
         out: list[str] = []
         getattr(self, "cmd_" + name)(pos, kw, out)
         return "\n".join(out) if out else "ok"
@@ -138,6 +141,10 @@ class Harness:
     def cmd_add_voter(self, pos, kw, out) -> None:
         self._voter_change(out, lambda c: c.add_voter(Voter(int(pos[1])), self.now), int(pos[0]))
 
+    def cmd_update_voter(self, pos, kw, out) -> None:
+        self._voter_change(out, lambda c: c.update_voter(Voter(int(pos[1]), "", kw.get("host", ""),
+                                                               int(kw.get("port", 0))), self.now), int(pos[0]))
+
     def cmd_remove_voter(self, pos, kw, out) -> None:
         self._voter_change(out, lambda c: c.remove_voter(int(pos[1]), "", self.now), int(pos[0]))
 
@@ -152,8 +159,9 @@ class Harness:
     def cmd_voters(self, pos, kw, out) -> None:
         for nid in self._ids(pos):
             c = self.nodes[nid].core
+            where = " ".join(f"{v.id}@{v.host}:{v.port}" for v in c.voter_info.values() if v.host)
             out.append(f"{nid}: voters={list(c.voters)} is_voter={c.is_voter} pending={c.voter_change_pending()}"
-                       .replace(" ", " ", 1))
+                       + (f" at {where}" if where else ""))
 
     def cmd_resign(self, pos, kw, out) -> None:
         self.nodes[int(pos[0])].core.resign(self.now)

@@ -30,6 +30,9 @@ from proto import controller_pb2 as pb
 from proto import controller_pb2_grpc as pb_grpc
 from proto import partition_ops_pb2 as ops_pb
 from proto import partition_ops_pb2_grpc as ops_grpc
+from proto import raft_pb2 as pb_raft
+from proto import raft_pb2_grpc as pb_raft_grpc
+from proto.cluster_id import client_interceptors, refused_for_cluster_id
 
 log = logging.getLogger("krafty.broker.channel")
 _OPS_REQUESTS = (ops_pb.ElectLeadersRequest, ops_pb.AlterPartitionReassignmentsRequest,
@@ -39,11 +42,15 @@ _RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR}
 
 
 class ControllerChannel:
-    def __init__(self, voters: list[tuple[int, str, int]], leader_id: Callable[[], int | None], *,
+    def __init__(self, voters, leader_id: Callable[[], int | None], *,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 50,
-                 credentials: grpc.ChannelCredentials | None = None):
-        self.credentials = credentials  # TLS to the controllers (broker/security/ssl.py); None = plaintext
-        self.voters = {vid: (host, port) for vid, host, port in voters}
+                 credentials: grpc.ChannelCredentials | None = None, cluster_id: str | None = None):
+        self.credentials = credentials
+        self.cluster_id = cluster_id  # sent with every call: controllers of another cluster refuse them  # TLS to the controllers (broker/security/ssl.py); None = plaintext
+        # the controllers: a list of (id, host, port), or a function giving the current one (a dynamic
+        # quorum, KIP-853: the voters come from the metadata log)
+        self._voters_fn = voters if callable(voters) else None
+        self.voters = {vid: (host, port) for vid, host, port in (voters() if callable(voters) else voters)}
         self.leader_id = leader_id
         self.timeout = request_timeout_ms / 1000
         self.backoff = retry_backoff_ms / 1000
@@ -60,12 +67,19 @@ class ControllerChannel:
             host, port = self.voters[vid]
             opts = [("grpc.max_receive_message_length", MAX_GRPC_MESSAGE),
                     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE)]
-            channel = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=opts)
-                       if self.credentials is not None else grpc.aio.insecure_channel(f"{host}:{port}", options=opts))
+            icpt = client_interceptors(self.cluster_id)
+            channel = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=opts, interceptors=icpt)
+                       if self.credentials is not None else
+                       grpc.aio.insecure_channel(f"{host}:{port}", options=opts, interceptors=icpt))
             ch = self._channels[vid] = (channel, pb_grpc.ControllerServiceStub(channel))
         return ch[1]
 
     def _target(self) -> int:
+        if self._voters_fn is not None:
+            for vid, host, port in self._voters_fn():
+                if self.voters.get(vid) != (host, port):
+                    self.voters[vid] = (host, port)
+                    self._channels.pop(vid, None)
         lid = self.leader_id()
         if lid is not None and lid in self.voters:
             return lid
@@ -91,6 +105,10 @@ class ControllerChannel:
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # too large to send: retrying cannot help
                     raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS) from None
+                refused = refused_for_cluster_id(e)
+                if refused:  # a controller of another cluster: asking again cannot help
+                    raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID, f"controller {vid} refused {method}: "
+                                     f"{refused}") from None
                 last_error = KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {vid} unreachable: {e.code().name}")
                 log.debug("%s to controller %d failed: %s", method, vid, e.code().name)
                 await asyncio.sleep(self.backoff)
@@ -204,12 +222,69 @@ class ControllerChannel:
         await self._call("CreatePartitions", req)
 
     async def alter_topic_configs(self, topic: str, ops, validate_only: bool = False) -> None:
-        req = pb.AlterTopicConfigsRequest(topic=topic, validate_only=validate_only)
-        for name, op, value in ops:
-            c = req.configs.add(name=name, op=op)
+        await self._alter_configs(2, topic, ops, validate_only)
+
+    async def alter_broker_configs(self, name: str, ops, validate_only: bool = False) -> None:
+        """Dynamic configs of one broker (``name`` its id) or of every broker (``name`` "")."""
+        await self._alter_configs(4, name, ops, validate_only)
+
+    async def _alter_configs(self, resource_type: int, name: str, ops, validate_only: bool) -> None:
+        req = pb.AlterTopicConfigsRequest(topic=name, validate_only=validate_only, resource_type=resource_type)
+        for key, op, value in ops:
+            c = req.configs.add(name=key, op=op)
             if value is not None:
                 c.value = value
         await self._call("AlterTopicConfigs", req)
+
+    async def describe_quorum(self, timeout: float = 5.0):
+        """The metadata quorum as its leader describes it (raft.proto DescribeQuorum), asked of the
+        leader we know or of each voter in turn; None if no voter leads or answers in time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            vid = self._target()
+            self._stub(vid)  # makes the channel
+            stub = pb_raft_grpc.RaftQuorumStub(self._channels[vid][0])
+            try:
+                resp = await stub.DescribeQuorum(pb_raft.DescribeQuorumRequest(),
+                                                 timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+            except grpc.aio.AioRpcError as e:
+                refused = refused_for_cluster_id(e)
+                if refused:
+                    raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID, refused) from None
+                await asyncio.sleep(self.backoff)
+                continue
+            if resp.error == 0:
+                return resp
+            await asyncio.sleep(self.backoff)
+        return None
+
+    async def change_voters(self, request, timeout: float = 30.0):
+        """KIP-853 AddVoter (``request`` an AddVoterRequest) or RemoveVoter on the quorum's
+        leader, following it; the raft.proto VoterChangeResponse."""
+        method = "AddVoter" if isinstance(request, pb_raft.AddVoterRequest) else "RemoveVoter"
+        deadline = time.monotonic() + timeout
+        while True:
+            vid = self._target()
+            self._stub(vid)
+            stub = pb_raft_grpc.RaftQuorumStub(self._channels[vid][0])
+            try:
+                resp = await getattr(stub, method)(request, timeout=max(0.1, deadline - time.monotonic()))
+            except grpc.aio.AioRpcError as e:
+                refused = refused_for_cluster_id(e)
+                if refused:
+                    raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID, refused) from None
+                resp = None
+            if resp is not None and resp.error != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                return resp
+            if time.monotonic() >= deadline:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"no controller answered {method}")
+            await asyncio.sleep(self.backoff)
+
+    async def update_features(self, updates, validate_only: bool = False) -> None:
+        req = pb.UpdateFeaturesRequest(validate_only=validate_only)
+        for name, level, upgrade_type in updates:
+            req.updates.add(name=name, level=level, upgrade_type=upgrade_type)
+        await self._call("UpdateFeatures", req)
 
     async def create_acls(self, bindings) -> list:
         req = pb.CreateAclsRequest()

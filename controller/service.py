@@ -130,7 +130,16 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
     async def AlterTopicConfigs(self, req, context):
         async def run():
             ops = [(c.name, c.op, c.value if c.HasField("value") else None) for c in req.configs]
-            await self.c.alter_topic_configs(req.topic, ops, req.validate_only)
+            if req.resource_type == 4:  # BROKER
+                await self.c.alter_broker_configs(req.topic, ops, req.validate_only)
+            else:
+                await self.c.alter_topic_configs(req.topic, ops, req.validate_only)
+            return pb.ErrorResponse(error_code=0)
+        return await self._guard(run, pb.ErrorResponse())
+
+    async def UpdateFeatures(self, req, context):
+        async def run():
+            await self.c.update_features([(u.name, u.level, u.upgrade_type) for u in req.updates], req.validate_only)
             return pb.ErrorResponse(error_code=0)
         return await self._guard(run, pb.ErrorResponse(), context)
 

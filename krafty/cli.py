@@ -69,7 +69,7 @@ def cmd_cluster_up(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "metadata-quorum":
-        from raft.cli import main as mq_main
+        from krafty.metadata_quorum import main as mq_main
         return mq_main(argv[1:])
     if argv and argv[0] == "consumer-groups":
         from krafty.consumer_groups import main as cg_main
@@ -98,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "log-dirs":
         from krafty.log_dirs import main as ld_main
         return ld_main(argv[1:])
+    if argv and argv[0] == "features":
+        from krafty.features import main as features_main
+        return features_main(argv[1:])
+    if argv and argv[0] == "storage":
+        from krafty.storage import main as storage_main
+        return storage_main(argv[1:])
     if argv and argv[0] == "healthcheck":
         from krafty.healthcheck import main as hc_main
         return hc_main(argv[1:])
@@ -116,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("healthcheck", help="exit 0 when a broker answers ApiVersions / a controller is in the quorum "
                    "(see: krafty healthcheck --help)")
     sub.add_parser("acls", help="add, remove, list ACLs (see: krafty acls --help)")
-    sub.add_parser("configs", help="describe/alter users' SCRAM credentials and client quotas (see: krafty configs --help)")
+    sub.add_parser("configs", help="describe/alter topic and broker configs, broker log levels, users' SCRAM "
+                   "credentials and client quotas (see: krafty configs --help)")
+    sub.add_parser("features", help="describe, upgrade, downgrade, disable feature levels such as metadata.version "
+                   "(see: krafty features --help)")
+    sub.add_parser("storage", help="format a node's directories, show their cluster identity, make a cluster id "
+                   "(see: krafty storage --help)")
     sub.add_parser("delete-records", help="delete records up to an offset (see: krafty delete-records --help)")
     sub.add_parser("leader-election", help="elect preferred or unclean leaders (see: krafty leader-election --help)")
     sub.add_parser("reassign-partitions", help="move partition replicas between brokers "

@@ -10,6 +10,7 @@ import random
 import time
 
 from broker.apis.admin_apis import AdminApis
+from broker.apis.broker_config_apis import BrokerConfigApis
 from broker.apis.fetch_apis import FetchApis
 from broker.apis.group_apis import GroupApis
 from broker.apis.metadata_apis import MetadataApis
@@ -17,6 +18,7 @@ from broker.apis.offset_apis import OffsetApis
 from broker.apis.ops_apis import PartitionOpsApis
 from broker.apis.produce_apis import CloseConnection, ProduceApis
 from broker.apis.producer_apis import ProducerApis, ProducerIdAllocator
+from broker.apis.quorum_apis import QuorumApis
 from broker.apis.txn_apis import TxnApis
 from broker.apis.txn_data_apis import TxnDataApis
 from broker.fetch_session import FetchSessionCache
@@ -41,7 +43,7 @@ from metadata.image import MetadataImage
 log = logging.getLogger("krafty.apis")
 
 
-class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, AdminApis):
+class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, AdminApis, BrokerConfigApis):
     """Every API of the broker: the families live in their own modules (mixins); this class
     holds the shared state (config, image, replica manager, authorizer, quotas), the
     authorization helpers and the dispatch."""
@@ -95,6 +97,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         # SCRAM credential APIs; SASL requests that get here (broker/security/scram_apis.py)
         self.handlers.update(ScramApis(self).handlers())
         self.handlers.update(PartitionOpsApis(self).handlers())  # DeleteRecords (broker/apis/ops_apis.py)
+        self.handlers.update(QuorumApis(self).handlers())  # UpdateFeatures (broker/apis/quorum_apis.py)
         self.metrics = None  # broker.metrics.BrokerMetrics when metrics are served (krafty.metrics.port)
 
     @property

@@ -51,6 +51,10 @@ class ApiKey(enum.IntEnum):
     ELECT_LEADERS = 43
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    DESCRIBE_QUORUM = 55
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
+    UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -82,6 +86,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.UPDATE_FEATURES: (0, 2),
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
+    ApiKey.ADD_RAFT_VOTER: (0, 1),
+    ApiKey.REMOVE_RAFT_VOTER: (0, 0),
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.FIND_COORDINATOR: (0, 6),
@@ -117,7 +125,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 FIRST_FLEXIBLE: dict[int, int] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3,
     17: 10**6, 18: 3, 19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 29: 2, 30: 2, 31: 2, 32: 4, 33: 2, 35: 2, 37: 2, 42: 2, 43: 2, 44: 1, 45: 0, 46: 0, 64: 0, 75: 0,
-    47: 10**6, 48: 1, 49: 1, 60: 0, 61: 0, 36: 2, 50: 0, 51: 0,
+    47: 10**6, 48: 1, 49: 1, 60: 0, 61: 0, 36: 2, 50: 0, 51: 0, 57: 0, 55: 0, 80: 0, 81: 0,
     24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 65: 0, 66: 0,
 }
 

@@ -123,6 +123,17 @@ class ReplicaManager:
         cfg.update(image.topic_config(topic))
         return cfg
 
+    def set_topic_defaults(self, defaults: dict) -> None:
+        """The broker's topic defaults changed (dynamic log.* configs): every log takes them
+        where its topic has no override."""
+        self._defaults = dict(defaults)
+        image = self._image
+        if image is None:
+            return
+        for topic in {tp[0] for tp in self.partitions}:
+            if topic in image.topics_by_name:
+                self.logs.update_config(topic, self.topic_config(image, topic))
+
     def min_insync_replicas(self, image: MetadataImage, topic: str) -> int:
         v = image.topic_config(topic).get("min.insync.replicas")
         return int(v) if v is not None else self._defaults["min.insync.replicas"]

@@ -16,7 +16,7 @@ from broker.protocol.client import KafkaConnection
 from common.config import Config
 from common.errors import ErrorCode
 from krafty.node import Node
-from tests.protocol.conftest import free_port
+from tests.protocol.conftest import TEST_CLUSTER_ID, free_port
 
 TOPICS = {"t1": 3, "t2": 2}
 
@@ -27,7 +27,7 @@ def _config(tmp_path, port: int, cport: int, **extra) -> Config:
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
         "controller.quorum.voters": f"1@127.0.0.1:{cport}", "log.dirs": str(tmp_path / "data"),
         "group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3",
-        "offsets.topic.replication.factor": "1", **extra,
+        "offsets.topic.replication.factor": "1", "cluster.id": TEST_CLUSTER_ID, **extra,
     })
 
 
@@ -317,7 +317,7 @@ async def test_consumer_offsets_defaults_and_compaction_keep_the_latest_state_ac
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
         "controller.quorum.voters": f"1@127.0.0.1:{cport}", "log.dirs": str(tmp_path / "data"),
         "group.initial.rebalance.delay.ms": "0", "offsets.topic.segment.bytes": "4096",
-        "log.cleaner.backoff.ms": "200"})
+        "log.cleaner.backoff.ms": "200", "cluster.id": TEST_CLUSTER_ID})
     n = await _start(cfg, port)
     c = KafkaConnection("127.0.0.1", port, client_id="compaction-test")
     try:

@@ -17,7 +17,7 @@ from common.errors import ErrorCode as E
 from krafty.node import Node
 from metadata.acl import AclOperation as Op
 from metadata.acl import ResourceType as RT
-from tests.protocol.conftest import free_port
+from tests.protocol.conftest import TEST_CLUSTER_ID, free_port
 from tests.protocol.test_txn_apis import until
 
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -28,7 +28,7 @@ JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_ad
 async def acl_env(tmp_path):
     port, sport, cport = free_port(), free_port(), free_port()
     node = Node(Config({
-        "node.id": "1", "process.roles": "broker,controller",
+        "node.id": "1", "process.roles": "broker,controller", "cluster.id": TEST_CLUSTER_ID,
         "listeners": f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sport},CONTROLLER://127.0.0.1:{cport}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
         "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS,

@@ -20,7 +20,7 @@ from broker.txn import records as rec
 from common.config import Config
 from common.errors import ErrorCode as E
 from krafty.node import Node
-from tests.protocol.conftest import free_port
+from tests.protocol.conftest import TEST_CLUSTER_ID, free_port
 from tests.protocol.fake_leader import FakeLeader, Marker, route_markers_to
 from tests.protocol.test_group_apis import retry as until
 
@@ -29,7 +29,7 @@ TXN_PARTITIONS = 3
 
 def _config(tmp_path, port: int, cport: int, **extra) -> Config:
     return Config({
-        "node.id": "1", "process.roles": "broker,controller",
+        "node.id": "1", "process.roles": "broker,controller", "cluster.id": TEST_CLUSTER_ID,
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
         "controller.quorum.voters": f"1@127.0.0.1:{cport}", "log.dirs": str(tmp_path / "data"),
         "offsets.topic.num.partitions": "3", "offsets.topic.replication.factor": "1",

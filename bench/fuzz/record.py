@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from bench.fuzz import corpus, frames, sessions
@@ -65,6 +66,16 @@ SYNTHETIC: dict[int, dict] = {
         {"name": "fuzz-plain", "partitions": [{"partition_index": 0, "replicas": None}]}]},
     ApiKey.LIST_PARTITION_REASSIGNMENTS: {"timeout": 5000, "topics": None},
     ApiKey.UNREGISTER_BROKER: {"broker_id": 99},
+    # the quorum and features, answered without changing them: an unknown feature, a voter that
+    # is not an observer of the metadata log (refused: not caught up), a voter not in the set
+    ApiKey.DESCRIBE_QUORUM: {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
+    ApiKey.UPDATE_FEATURES: {"timeout": 5000, "feature_updates": [
+        {"feature": "fuzz.unknown", "max_version_level": 1, "upgrade_type": 1, "allow_downgrade": False}],
+        "validate_only": True},
+    ApiKey.ADD_RAFT_VOTER: {"cluster_id": None, "timeout": 5000, "voter_id": 99,
+                            "voter_directory_id": uuid.UUID(int=99),
+                            "listeners": [{"name": "CONTROLLER", "host": "127.0.0.1", "port": 9}]},
+    ApiKey.REMOVE_RAFT_VOTER: {"cluster_id": None, "voter_id": 99, "voter_directory_id": uuid.UUID(int=99)},
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: {"topics": [{"name": "fuzz-plain"}, {"name": "fuzz-compact"}],
                                        "response_partition_limit": 2, "cursor": None},
 }

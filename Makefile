@@ -36,17 +36,21 @@ sim: $(BIN)/krafty
 	$(BIN)/python -m sim.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.replication.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.controller.run --seeds $(SEEDS)
+	$(BIN)/python -m sim.txn_log.run --seeds $(SEEDS)
+	$(BIN)/python -m sim.txn.run --seeds $(SEEDS)
 
 # Long chaos runs, one per nemesis (CHAOS_TIME seconds each; netns needs root, else use
 # CHAOS_CLUSTER=local, where partitions need root too). Output in chaos-out/<nemesis>-<seed>.
+# CHAOS_WORKLOAD=txn adds the transactional workload.
 CHAOS_TIME ?= 600
 CHAOS_SEED ?= 1
 CHAOS_CLUSTER ?= netns
 CHAOS_NEMESES ?= kill pause partition clock
+CHAOS_WORKLOAD ?= plain
 chaos: $(BIN)/krafty system-deps
 	@fail=0; for n in $(CHAOS_NEMESES); do \
 	  $(BIN)/krafty chaos run --cluster $(CHAOS_CLUSTER) --nemesis $$n --time $(CHAOS_TIME) --seed $(CHAOS_SEED) \
-	    --out chaos-out/$$n-$(CHAOS_SEED) || fail=1; done; exit $$fail
+	    --workload $(CHAOS_WORKLOAD) --out chaos-out/$$n-$(CHAOS_SEED) || fail=1; done; exit $$fail
 
 # End-to-end suites against real 3 controller + 3 broker clusters: clients, admin, rolling
 # restart under load, failover, and a 2-minute chaos run per nemesis.

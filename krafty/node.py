@@ -3,63 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import fcntl
 import logging
 import os
 import random
 import signal
-import uuid
 
 from common.config import Config, ConfigError
+from common.errors import ErrorCode, KafkaError
 from controller.loop import QuorumController
 from controller.topics import TopicDefaults
+from krafty import storage
 from metadata import records as r
 from metadata.loader import MetadataLoader
 
 log = logging.getLogger("krafty.node")
-
-
-def _read_meta(path: str) -> dict[str, str]:
-    out = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                k, sep, v = line.strip().partition("=")
-                if sep and not k.startswith("#"):
-                    out[k] = v
-    except FileNotFoundError:
-        pass
-    return out
-
-
-def ensure_meta_properties(cfg: Config) -> str:
-    """Checks or writes meta.properties (node.id, cluster.id) in every log dir; returns the
-    cluster id (from config, from an existing directory, or new)."""
-    dirs = list(dict.fromkeys([*cfg["log.dirs"], cfg["metadata.log.dir"]]))
-    cluster_id = cfg["cluster.id"]
-    for d in dirs:
-        meta = _read_meta(os.path.join(d, "meta.properties"))
-        if meta:
-            if meta.get("node.id") != str(cfg["node.id"]):
-                raise ConfigError(f"log directory {d} belongs to node.id {meta.get('node.id')}, "
-                                  f"but configuration key 'node.id' is {cfg['node.id']}")
-            if cluster_id and meta.get("cluster.id") and meta["cluster.id"] != cluster_id:
-                raise ConfigError(f"log directory {d} belongs to cluster {meta['cluster.id']}, "
-                                  f"but configuration key 'cluster.id' is {cluster_id}")
-            cluster_id = cluster_id or meta.get("cluster.id")
-    cluster_id = cluster_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    for d in dirs:
-        os.makedirs(d, exist_ok=True)
-        p = os.path.join(d, "meta.properties")
-        if not os.path.exists(p):
-            with open(p + ".tmp", "w") as f:
-                f.write(f"#krafty\nversion=1\nnode.id={cfg['node.id']}\ncluster.id={cluster_id}\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(p + ".tmp", p)
-    return cluster_id
 
 
 class StartupError(RuntimeError):
@@ -104,9 +63,9 @@ def unlock_data_dirs(fds: list[int]) -> None:
 
 
 def make_metadata_log(cfg: Config, loader: MetadataLoader):
-    if not cfg["controller.quorum.voters"]:
-        raise ConfigError("configuration key 'controller.quorum.voters' is empty: list the controllers as "
-                          "id@host:port,...")
+    if not cfg["controller.quorum.voters"] and not cfg["controller.quorum.bootstrap.servers"]:
+        raise ConfigError("configuration keys 'controller.quorum.voters' and 'controller.quorum.bootstrap.servers' "
+                          "are empty: list the controllers as id@host:port,... or (a dynamic quorum) host:port,...")
     from raft.driver import RaftMetadataLog
 
     def snapshot(end_offset: int):
@@ -123,10 +82,25 @@ class Node:
         self.roles = cfg["process.roles"]
         self._locks = lock_data_dirs(cfg)
         try:
-            self.cluster_id = ensure_meta_properties(cfg)
+            self._assemble(cfg)
+            # the directories last: a configuration error is reported first, as Kafka does
+            self.cluster_id = storage.check_directories(cfg)
+            bootstrap = storage.read_bootstrap(cfg["metadata.log.dir"])
+        except storage.StorageError as e:
+            unlock_data_dirs(self._locks)
+            raise StartupError(str(e)) from None
         except BaseException:
             unlock_data_dirs(self._locks)
             raise
+        if hasattr(self.metadata_log, "cluster_id"):
+            self.metadata_log.cluster_id = self.cluster_id
+        if self.controller is not None:
+            self.controller.cluster_id, self.controller.bootstrap = self.cluster_id, bootstrap
+        if self.channel is not None:
+            self.channel.cluster_id = self.cluster_id
+
+    def _assemble(self, cfg: Config) -> None:
+        self.cluster_id = ""  # known once the directories are checked
         self.loader = MetadataLoader()
         self.metadata_log = make_metadata_log(cfg, self.loader)
         from broker.security.ssl import controller_grpc_credentials
@@ -135,8 +109,6 @@ class Node:
         self.metadata_log.server_credentials = server_creds
         self.metadata_log.channel_credentials = channel_creds
         self.metadata_log.register(self.loader)
-        if hasattr(self.metadata_log, "cluster_id"):
-            self.metadata_log.cluster_id = self.cluster_id
         self.controller = None
         self.broker = None
         self.channel = None
@@ -157,7 +129,8 @@ class Node:
             from broker.broker import Broker
             from broker.controller_channel import ControllerChannel
             self.channel = ControllerChannel(
-                cfg["controller.quorum.voters"], lambda: self.metadata_log.leader().leader_id,
+                cfg["controller.quorum.voters"] or self.metadata_log.voter_endpoints,
+                lambda: self.metadata_log.leader().leader_id,
                 request_timeout_ms=cfg["request.timeout.ms"],
                 retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds)
             self.broker = Broker(cfg, self.loader, self.channel)
@@ -247,7 +220,9 @@ def _fatal(e: BaseException) -> BaseException:
         return e
     if isinstance(e, OSError):  # the environment (a port in use, a directory not writable): no traceback
         return StartupError(e.strerror or str(e))
-    log.error("fatal error", exc_info=e)
+    if isinstance(e, KafkaError) and e.code == ErrorCode.INCONSISTENT_CLUSTER_ID:  # pointed at another cluster
+        return StartupError(f"this node belongs to another cluster than its controllers: {e.message}")
+    log.error("fatal error in node start-up", exc_info=e)
     return StartupError(f"{type(e).__name__}: {e}")
 
 

@@ -20,9 +20,10 @@ import random
 from collections.abc import Callable
 
 from raft import quorum
-from raft.api import Snapshot
+from raft.api import NotLeaderError, Snapshot
 from raft.core import (
     NEVER,
+    VOTERS_PREFIX,
     Append,
     Committed,
     LeaderChange,
@@ -35,6 +36,8 @@ from raft.core import (
     SaveState,
     Timeouts,
     Truncate,
+    Voter,
+    VoterChangeError,
 )
 from raft.messages import Entry, Message
 
@@ -136,8 +139,10 @@ class SimNode:
         self.timer_at = NEVER
         self.kv = self.sim.new_state_machine(self.id)
         d = self.disk
+        initial = [Voter(v) for v in self.sim.voters] if self.sim.dynamic else None
         self.core = RaftCore(self.id, self.sim.voters, random.Random(self.sim.rng.random()), self.sim.timeouts,
-                             state=d.state, snapshot=d.snapshot, entries=list(d.entries), now_ms=now)
+                             state=d.state, snapshot=d.snapshot, entries=list(d.entries), now_ms=now,
+                             initial_voters=initial)
         self.last_hw = self.core.hw
 
     def crash(self) -> None:
@@ -165,8 +170,14 @@ class FaultConfig:
 class Sim:
     def __init__(self, seed: int, n_voters: int = 3, n_observers: int = 1, timeouts: Timeouts | None = None,
                  faults: FaultConfig | None = None, snapshot_every: int = 60, client_every_ms: int = 40,
-                 trace: Callable[[str], None] | None = None) -> None:
+                 trace: Callable[[str], None] | None = None, dynamic: bool = False,
+                 membership_every_ms: int = 0) -> None:
         self.seed = seed
+        # KIP-853: a quorum whose voters live in the log; every membership_every_ms the leader is
+        # asked to add an observer or remove a voter. The checks then count durability over the
+        # voter set in force (the committing leader's, or the latest committed one).
+        self.dynamic = dynamic
+        self.membership_every_ms = membership_every_ms
         self.rng = random.Random(seed)
         self.voters = list(range(1, n_voters + 1))
         self.observers = list(range(100, 100 + n_observers))
@@ -192,6 +203,31 @@ class Sim:
             self._after(n)
         self._push(self.client_every_ms, "client", None)
         self._push(self.faults.fault_every_ms, "fault", None)
+        if self.membership_every_ms:
+            self._push(self.membership_every_ms, "membership", None)
+
+    def _ev_membership(self, _p) -> None:
+        """Ask the leader to add an observer (one that is caught up) or to remove a voter."""
+        if not self.faults_on:
+            return  # healed: the liveness phase runs on a stable voter set
+        leaders = [n for n in self.nodes.values() if n.alive and n.core.role is Role.LEADER]
+        if leaders:
+            ld = self.rng.choice(leaders)
+            c = ld.core
+            outside = [i for i in self.nodes if i not in c.voters]
+            try:
+                if outside and (len(c.voters) <= 2 or self.rng.random() < 0.5):
+                    nid = self.rng.choice(outside)
+                    c.add_voter(Voter(nid), self.now)
+                    self._log(f"add voter {nid} at leader {ld.id}")
+                elif len(c.voters) > 1:
+                    nid = self.rng.choice(c.voters)
+                    c.remove_voter(nid, "", self.now)
+                    self._log(f"remove voter {nid} at leader {ld.id}")
+            except (VoterChangeError, NotLeaderError) as e:
+                self._log(f"voter change refused: {e}")
+            self._after(ld)
+        self._push(self.now + 1 + self.rng.randrange(self.membership_every_ms * 2), "membership", None)
 
     def new_state_machine(self, node_id: int):
         """What each node replays committed entries into (``load``/``apply``/``snapshot_records``)."""
@@ -296,9 +332,14 @@ class Sim:
                     self._check_durable_majority(o, f"node {n.id} truncated [{start}, {end})")
 
     def _check_durable_majority(self, o: int, why: str) -> None:
+        if self.dynamic:
+            # the voter set changes between the commit and its notification: check() verifies each
+            # leader's high watermark against its voter set of the moment instead
+            return
         e = self.committed[o]
-        holders = [v for v in self.voters if self.nodes[v].disk.has(o, e)]
-        if len(holders) < quorum.majority(len(self.voters)):
+        voters = self.voters
+        holders = [v for v in voters if self.nodes[v].disk.has(o, e)]
+        if len(holders) < quorum.majority(len(voters)):
             self.fail(f"committed offset {o} {e} is durable only on {holders} ({why})")
 
     def _notify(self, n: SimNode, r: Ready) -> None:
@@ -369,7 +410,8 @@ class Sim:
     # ------------------------------------------------------------------ invariants
     def fail(self, msg: str) -> None:
         raise InvariantViolation(f"seed {self.seed} at t={self.now}ms: {msg}\n"
-                                 f"replay: python -m sim.run --seeds 1 --start {self.seed} --verbose")
+                                 f"replay: python -m sim.run --seeds 1 --start {self.seed} --verbose"
+                                 + (" --dynamic" if self.dynamic else ""))
 
     def check(self) -> None:
         for n in self.nodes.values():
@@ -383,17 +425,19 @@ class Sim:
                 other = self.leaders.setdefault(c.epoch, n.id)
                 if other != n.id:
                     self.fail(f"two leaders in epoch {c.epoch}: {other} and {n.id}")
-                if not c.is_voter:
+                if not c.is_voter and not (self.dynamic and c.voter_change_pending()):
                     self.fail(f"observer {n.id} became leader")
             if c.hw < n.last_hw:
                 self.fail(f"node {n.id} high watermark went back from {n.last_hw} to {c.hw}")
-            if c.hw > n.last_hw:
-                # The high watermark may only pass entries a majority of voters has synced.
-                need = quorum.majority(len(self.voters))
+            if c.hw > n.last_hw and (not self.dynamic or c.role is Role.LEADER):
+                # The high watermark may only pass entries a majority of voters has synced (a dynamic
+                # quorum: of the leader's voter set; followers learn their high watermark from it).
+                voters = c.voters if self.dynamic else self.voters
+                need = quorum.majority(len(voters))
                 for o in range(max(n.last_hw, c.log_start), min(c.hw, c.log_end)):
                     e = c.entry_at(o)
                     key = (e.epoch, e.data)
-                    if sum(1 for v in self.voters if self.nodes[v].disk.has(o, key)) < need:
+                    if sum(1 for v in voters if self.nodes[v].disk.has(o, key)) < need:
                         self.fail(f"node {n.id} moved its high watermark to {c.hw} but offset {o} is not "
                                   f"durable on a majority")
             n.last_hw = c.hw
@@ -435,7 +479,7 @@ class SeedResult:
     recovery_ms: int
 
 
-def run_seed(seed: int, safety_ms: int = 8000, verbose: bool = False) -> SeedResult:
+def run_seed(seed: int, safety_ms: int = 8000, verbose: bool = False, dynamic: bool = False) -> SeedResult:
     """One swarm run: random cluster size and fault mix from the seed, a faulty phase with
     invariants checked after every event, then heal and require progress."""
     r = random.Random(seed * 7919 + 1)
@@ -454,8 +498,15 @@ def run_seed(seed: int, safety_ms: int = 8000, verbose: bool = False) -> SeedRes
         partition_weight=r.choice((0.0, 1.0, 2.0)),
         cut_weight=r.choice((0.0, 1.0)),
     )
-    sim = Sim(seed, n_voters=n_voters, n_observers=r.choice((0, 1, 2)), faults=faults, timeouts=timeouts,
-              snapshot_every=r.choice((20, 60, 10_000)), trace=print if verbose else None)
+    n_observers = r.choice((0, 1, 2))
+    snapshot_every = r.choice((20, 60, 10_000))
+    membership = 0
+    if dynamic:  # (drawn last: the static seeds stay as they were)
+        n_observers = max(n_observers, 1)
+        membership = r.choice((100, 300, 1000))
+    sim = Sim(seed, n_voters=n_voters, n_observers=n_observers, faults=faults, timeouts=timeouts,
+              snapshot_every=snapshot_every, trace=print if verbose else None, dynamic=dynamic,
+              membership_every_ms=membership)
     sim.run_until(safety_ms)
     sim.heal()
     healed_at = sim.now
@@ -497,7 +548,7 @@ def _check_final(self: Sim, caught_up_to: int) -> None:
         if o == end:
             break
         _ep, data = self.committed[o]
-        if not data.startswith(b"LeaderChange"):
+        if not data.startswith((b"LeaderChange", VOTERS_PREFIX)):
             k, _, v = data.partition(b"=")
             expect[k] = v
     for n in self.nodes.values():

@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--safety-ms", type=int, default=8000, help="virtual time with faults on, per seed")
     ap.add_argument("--verbose", action="store_true", help="print the event trace")
+    ap.add_argument("--dynamic", action="store_true", help="a KIP-853 quorum whose voters change during the run")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     failed = []
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     recoveries = []
     for seed in range(args.start, args.start + args.seeds):
         try:
-            r = run_seed(seed, safety_ms=args.safety_ms, verbose=args.verbose)
+            r = run_seed(seed, safety_ms=args.safety_ms, verbose=args.verbose, dynamic=args.dynamic)
         except InvariantViolation as e:
             print(f"FAIL {e}", flush=True)
             failed.append(seed)

@@ -50,6 +50,23 @@ SYNTHETIC: dict[int, dict] = {
                               "producer_epoch": -1},
     ApiKey.DELETE_RECORDS: {"topics": [{"name": "fuzz-plain", "partitions": [{"partition_index": 2, "offset": 0}]}],
                             "timeout": 5000},
+    # what a transaction coordinator sends a partition leader (an unknown producer's abort)
+    ApiKey.WRITE_TXN_MARKERS: {"markers": [{"producer_id": 999_999, "producer_epoch": 0, "transaction_result": False,
+                                            "topics": [{"name": "fuzz-plain", "partition_indexes": [1]}],
+                                            "coordinator_epoch": 0}]},
+    ApiKey.DESCRIBE_TRANSACTIONS: {"transactional_ids": ["fuzz-txn-confluent", "fuzz-txn-unknown"]},
+    ApiKey.LIST_TRANSACTIONS: {"state_filters": [], "producer_id_filters": [], "duration_filter": -1},
+    # operator tools (kafka-log-dirs, kafka-leader-election, kafka-reassign-partitions, kafka-topics):
+    # nothing that moves or unregisters the fuzz node's own partitions
+    ApiKey.DESCRIBE_LOG_DIRS: {"topics": None},
+    ApiKey.ELECT_LEADERS: {"election_type": 0, "topic_partitions": [{"topic": "fuzz-plain", "partitions": [0]}],
+                           "timeout": 5000},
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: {"timeout": 5000, "topics": [
+        {"name": "fuzz-plain", "partitions": [{"partition_index": 0, "replicas": None}]}]},
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: {"timeout": 5000, "topics": None},
+    ApiKey.UNREGISTER_BROKER: {"broker_id": 99},
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: {"topics": [{"name": "fuzz-plain"}, {"name": "fuzz-compact"}],
+                                       "response_partition_limit": 2, "cursor": None},
 }
 
 

@@ -117,6 +117,20 @@ def confluent(bootstrap: str, sasl_bootstrap: str) -> None:
     step(c, "offsets for times", lambda: cons.offsets_for_times([TopicPartition("fuzz-plain", p, t0)
                                                                  for p in range(3)], TIMEOUT))
     step(c, "watermarks", lambda: cons.get_watermark_offsets(TopicPartition("fuzz-plain", 0), TIMEOUT))
+
+    # a transaction that commits produced records and the group's offsets, then one that aborts:
+    # InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn
+    tp = Producer({"bootstrap.servers": bootstrap, "transactional.id": "fuzz-txn-confluent", "linger.ms": 5})
+    step(c, "init transactions", lambda: tp.init_transactions(TIMEOUT))
+    for commit in (True, False):
+        tp.begin_transaction()
+        for k, v, h in _messages(3, f"{c}-txn-{commit}"):
+            tp.produce("fuzz-plain", value=v, key=k, headers=h)
+        step(c, f"send offsets to transaction ({'commit' if commit else 'abort'})",
+             lambda: tp.send_offsets_to_transaction([TopicPartition("fuzz-plain", 0, 1)],
+                                                    cons.consumer_group_metadata(), TIMEOUT))
+        step(c, "commit transaction" if commit else "abort transaction",
+             lambda commit=commit: tp.commit_transaction(TIMEOUT) if commit else tp.abort_transaction(TIMEOUT))
     cons.close()
 
     tp0 = TopicPartition("fuzz-plain", 0)

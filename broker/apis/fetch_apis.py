@@ -119,6 +119,7 @@ class FetchApis:
         follower_reads = from_consumer and ver >= 11
         client_rack = (req.rack_id or None) if follower_reads else None
         selector = self.replica_selector if client_rack else None
+        read_committed = from_consumer and req.isolation_level == 1  # Fetch v4+ (the baseline)
         remaining = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
         if max_bytes_cap is not None:
             remaining = min(remaining, max_bytes_cap)
@@ -130,6 +131,7 @@ class FetchApis:
             for p in parts:
                 r = wire.FetchPartitionResult(p.partition, 0, -1, -1, -1, None)
                 out.append(r)
+                throttled = False
                 try:
                     if name in denied:
                         raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -150,13 +152,21 @@ class FetchApis:
                             raise KafkaError(v.error)
                         if v.diverging_epoch is not None:
                             r.diverging_epoch = v.diverging_epoch
-                            r.high_watermark = r.last_stable_offset = st.high_watermark
+                            r.high_watermark = st.high_watermark
+                            r.last_stable_offset = lg.last_stable_offset(st.high_watermark)
                             r.log_start_offset = lg.log_start_offset
                             errors = True  # answer at once
                             continue
                         if first_pass:
-                            self.replicas.on_follower_fetch(part, replica_id, p.fetch_offset)
+                            self.replicas.on_follower_fetch(part, replica_id, p.fetch_offset,
+                                                            p.log_start_offset if ver >= 5 else -1)
                         max_offset = lg.log_end_offset
+                        quota = self.replicas.leader_quota
+                        if quota.enabled and self.replicas.throttled(quota, (name, p.partition),
+                                                                     replica_id in st.isr):
+                            throttled = True  # a reassignment's new replica (leader.replication.throttled.*)
+                            if quota.is_exceeded(time.monotonic()):
+                                max_offset = -1  # nothing this time: answered with the watermarks only
                     else:
                         if ver >= 9:
                             bad = st.check_leader_epoch(p.current_leader_epoch)
@@ -168,21 +178,33 @@ class FetchApis:
                                                                      p.fetch_offset)
                             if preferred is not None:
                                 r.preferred_read_replica = preferred
-                                r.high_watermark = r.last_stable_offset = st.high_watermark
+                                r.high_watermark = st.high_watermark
+                                r.last_stable_offset = lg.last_stable_offset(st.high_watermark)
                                 r.log_start_offset = lg.log_start_offset
                                 errors = True  # answer at once, without records
                                 continue
                     r.high_watermark = st.high_watermark
-                    r.last_stable_offset = st.high_watermark
+                    r.last_stable_offset = lso = lg.last_stable_offset(st.high_watermark)
                     r.log_start_offset = lg.log_start_offset
                     if p.fetch_offset < lg.log_start_offset or p.fetch_offset > lg.log_end_offset:
                         raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                    if read_committed:
+                        max_offset = min(max_offset, lso)  # nothing of an undecided transaction
+                        r.aborted = []
+                    if max_offset < 0:
+                        continue
                     limit = min(p.partition_max_bytes, remaining)
                     sl = lg.read(p.fetch_offset, limit, max_offset, min_one_batch=(total == 0))
                     if sl is not None and sl.size > 0:
                         r.records = FileRegion(sl.fd, sl.position, sl.size, sl.file)
                         total += sl.size
                         remaining -= sl.size
+                        if read_committed and lg.has_aborted_transactions(p.fetch_offset):
+                            # the client drops the records of these (KIP-98): the bytes stay zero-copy
+                            r.aborted = [(t.producer_id, t.first_offset) for t in lg.aborted_transactions(
+                                p.fetch_offset, lg.fetch_upper_bound(sl))]
+                        if throttled:
+                            self.replicas.leader_quota.record(sl.size, time.monotonic())
                 except KafkaError as e:
                     r.error = e.code
                     errors = True

@@ -23,7 +23,7 @@ import os
 import struct
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 _LITTLE = sys.byteorder == "little"
@@ -236,6 +236,13 @@ class OffsetIndex(_LazyIndex):
         self._ensure()
         i = bisect_right(self._pos, position)
         return self._pos[i - 1] if i else 0
+
+    def offset_at_or_after(self, position: int) -> int | None:
+        """Offset of the first entry whose position is >= ``position`` (None if none): an upper
+        bound of the offsets below that position (Kafka's fetchUpperBoundOffset)."""
+        self._ensure()
+        i = bisect_left(self._pos, position)
+        return self.base_offset + self._rel[i] if i < len(self._rel) else None
 
     def append(self, offset: int, position: int) -> None:
         self._ensure()

@@ -45,14 +45,16 @@ from common.errors import ErrorCode, KafkaError
 
 from .batch import (
     BatchHeader,
+    EndTxnMarker,
     assign_offsets,
     batch_crc_ok,
     iter_record_timestamps,
     parse_batches,
+    read_end_txn_marker,
     records_limit,
 )
 from .leader_epoch import LeaderEpochCache, fsync_dir
-from .producer_state import ProducerStateManager
+from .producer_state import CLIENT, CompletedTxn, ProducerStateManager
 from .segment import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -64,6 +66,7 @@ from .segment import (
     SegmentFile,
     write_at,
 )
+from .txn_index import TXNINDEX_SUFFIX, AbortedTxn
 from .validator import CODECS, recompress, validate_async
 
 log = logging.getLogger("krafty.log")
@@ -304,6 +307,9 @@ class Log:
         self._turn: asyncio.Lock | None = None  # orders async appends
         self._damage: CorruptBatchError | None = None  # the lowest known batch that does not parse
         self.recovery_point_lowered = False  # a truncation moved it down: checkpoint it soon
+        # some segment may hold aborted transactions (set when one is indexed; cleared only by a
+        # new open): read_committed fetches of a log that never saw an abort skip the index scan
+        self.any_aborted = False
 
     # =====================================================================================
     # opening and recovery
@@ -351,6 +357,7 @@ class Log:
         log.leader_epoch_cache.truncate_from_end(log.log_end_offset, flush=False)
         log.leader_epoch_cache.truncate_from_start(log._log_start_offset, flush=False)
         log._rebuild_producer_state()
+        log.any_aborted = any(s.txn_index.entries for s in log.segments)
         log.last_flush_ms = now_ms
         return log
 
@@ -420,7 +427,8 @@ class Log:
 
     def _load_segments(self, now_ms: int, recovery_point: int, clean_shutdown: bool, log_start_offset: int) -> None:
         bases: list[int] = []
-        for name in os.listdir(self.path):
+        names = os.listdir(self.path)
+        for name in names:
             full = os.path.join(self.path, name)
             if name.endswith(_STRAY_SUFFIXES):
                 os.unlink(full)
@@ -430,10 +438,16 @@ class Log:
                 bases.append(int(m.group(1)))
         bases.sort()
         # Indexes without a log file are leftovers of an interrupted delete.
-        for name in os.listdir(self.path):
-            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
-                if name.endswith(suffix) and int(name[:20] if name[:20].isdigit() else -1) not in bases:
+        txn_bases = set()
+        for name in names:
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
+                if not name.endswith(suffix):
+                    continue
+                base = int(name[:20]) if name[:20].isdigit() else -1
+                if base not in bases:
                     os.unlink(os.path.join(self.path, name))
+                elif suffix == TXNINDEX_SUFFIX:
+                    txn_bases.add(base)
         segments: list[LogSegment] = []
         corrupted = False
         for i, base in enumerate(bases):
@@ -443,7 +457,8 @@ class Log:
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             recover = not clean_shutdown and (next_base is None or next_base > recovery_point)
             seg, truncated = LogSegment.open(self.path, base, recover=recover, on_batch=self._recovered_batch,
-                                             last=next_base is None, **self._segment_kwargs(now_ms))
+                                             last=next_base is None, txn_index=base in txn_bases,
+                                             **self._segment_kwargs(now_ms))
             if segments and seg.size and seg.base_offset < segments[-1].next_offset:
                 truncated = 1  # overlapping segments: keep the earlier data
                 seg.delete()
@@ -467,26 +482,58 @@ class Log:
         self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
 
     def _rebuild_producer_state(self) -> None:
-        """Load the newest snapshot at or below the log end and replay the batch headers after it."""
+        """Load the newest snapshot at or below the log end and replay the batches after it.
+        A segment whose transaction index must be rebuilt (recovered, or a bad .txnindex)
+        gets its entries again on the way, so the replay starts at or before it (Kafka's
+        LogLoader rebuilds producer state up to a segment before recovering it)."""
         leo = self.log_end_offset
         ps = self.producer_state
         ps.delete_snapshots_after(leo)
-        start = ps.load_latest_snapshot(leo)
+        upto = min([leo] + [s.base_offset for s in self.segments if s.txn_stale])
+        start = ps.load_latest_snapshot(upto)
         self._replay_producer_state(start)
         ps.map_end_offset = leo
 
     def _replay_producer_state(self, start: int) -> None:
         ps = self.producer_state
         for seg in list(self.segments):
+            rebuild = seg.txn_stale
+            seg.txn_stale = False
             if seg.next_offset <= start:
                 continue
             pos = seg.index.lookup(start) if start > seg.base_offset else 0
             try:
                 for h in seg.iter_headers(pos):
-                    if h.base_offset >= start:
-                        ps.apply_batch(h)
+                    if h.base_offset < start:
+                        continue
+                    marker = self._stored_marker(seg, h) if h.is_control and h.producer_id >= 0 else None
+                    done = ps.apply_batch(h, marker)
+                    if done is not None:
+                        self._complete_txn(seg if rebuild else None, done)
             except CorruptBatchError:
                 continue  # a damaged segment (known: reads report it): its batches after the damage are unknown
+
+    def _stored_marker(self, seg: LogSegment, h: BatchHeader) -> EndTxnMarker | None:
+        try:
+            return read_end_txn_marker(seg.read_batch(h.pos, h.size), records_limit(self.config.max_message_bytes))
+        except KafkaError as e:
+            logger.error("%s-%d: the control batch at offset %d (position %d of %s) does not decode: %s", self.topic,
+                         self.partition, h.base_offset, h.pos, seg.log_path, e.message)
+            return None
+
+    def _complete_txn(self, seg: LogSegment | None, txn: CompletedTxn) -> None:
+        """A marker ended ``txn``: an aborted one goes into the transaction index of ``seg``
+        (the marker's segment; None: it is there already) with the LSO of the moment."""
+        ps = self.producer_state
+        try:
+            if seg is not None and txn.aborted:
+                self.any_aborted = True
+                seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                ps.lso_for_completed(txn)))
+        except OSError as e:  # the entry is kept in memory (reads use it) and written with the next one
+            logger.error("%s-%d: cannot write %s: %s", self.topic, self.partition, seg.txn_index.path, e)
+        finally:
+            ps.complete_txn(txn)
 
     # =====================================================================================
     # properties
@@ -519,14 +566,17 @@ class Log:
     # appends
     # =====================================================================================
     def append_as_leader(self, buf: bytearray, headers: list[BatchHeader], leader_epoch: int, now_ms: int,
-                         ) -> AppendInfo:
+                         **producer_checks) -> AppendInfo:
         """Append client batches already checked by ``validate_produce_batches``.
 
         Producer state is checked for every batch before anything is written; a retried
         batch returns its original offsets with ``duplicate=True`` and writes nothing.
+        ``producer_checks`` (see ``ProducerStateManager.check_client_batches``): ``origin``
+        (CLIENT, or COORDINATOR for markers and transactional offset commits),
+        ``verification_guard`` and ``require_verification`` (KIP-890), ``transaction_version``.
         Writes in the calling thread; ``append_as_leader_async`` writes in a writer thread.
         """
-        w = self._prepare_leader(buf, headers, leader_epoch, now_ms)
+        w = self._prepare_leader(buf, headers, leader_epoch, now_ms, producer_checks)
         if isinstance(w, AppendInfo):
             return w
         w.run()
@@ -545,13 +595,14 @@ class Log:
         return self._commit(w)
 
     async def append_as_leader_async(self, buf: bytearray, headers: list[BatchHeader],
-                                     leader_epoch: Callable[[], int], now_ms: int, executor) -> AppendInfo:
+                                     leader_epoch: Callable[[], int], now_ms: int, executor,
+                                     **producer_checks) -> AppendInfo:
         """``append_as_leader`` with the write syscall in ``executor`` (krafty.log.writer.threads;
         None: on the loop), so a write the kernel makes wait (block allocation, dirty-page
         throttling) stalls this partition, not the event loop. Appends to the log are serialised: ``leader_epoch()`` is called once this
         append's turn comes and must raise if the broker no longer leads the partition."""
         async with self._append_turn():
-            w = self._prepare_leader(buf, headers, leader_epoch(), now_ms)
+            w = self._prepare_leader(buf, headers, leader_epoch(), now_ms, producer_checks)
             if isinstance(w, AppendInfo):
                 return w
             return await self._write_async(w, executor)
@@ -595,7 +646,7 @@ class Log:
                 raise asyncio.CancelledError
 
     def _prepare_leader(self, buf, headers: list[BatchHeader], leader_epoch: int,
-                        now_ms: int) -> PendingWrite | AppendInfo:
+                        now_ms: int, producer_checks: dict) -> PendingWrite | AppendInfo:
         if self.closed:
             raise LogClosedError(self)
         if not headers:
@@ -610,7 +661,10 @@ class Log:
         assign_offsets(buf, headers, first, leader_epoch, lat)
         last_h = headers[-1]
         last = last_h.base_offset + last_h.last_offset_delta
-        staged, dup = self.producer_state.check_client_batches(headers)
+        producer_checks.setdefault("origin", CLIENT)
+        staged, dup = self.producer_state.check_client_batches(
+            headers, marker_of=lambda h: read_end_txn_marker(memoryview(buf)[h.pos:h.pos + h.size]),
+            **producer_checks)
         if dup is not None:
             return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp if lat is not None else -1,
                               self._log_start_offset, duplicate=True)
@@ -687,10 +741,25 @@ class Log:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"cannot write to {w.seg.log_path}: {w.error.strerror}") from w.error
         w.seg.commit_append(w.headers, w.start, w.nbytes)
+        ps = self.producer_state
         if w.staged is not None:
-            self.producer_state.commit(w.staged, w.info.last_offset + 1)
+            ps.commit(w.staged, w.info.last_offset + 1)
+            for txn in w.staged.completed:
+                self._complete_txn(w.seg, txn)
         else:
-            self.producer_state.update_unchecked(w.headers)
+            base = w.headers[0].pos
+            for h in w.headers:
+                marker = None
+                if h.is_control and h.producer_id >= 0:
+                    try:
+                        marker = read_end_txn_marker(w.data[h.pos - base:h.pos - base + h.size],
+                                                     records_limit(self.config.max_message_bytes))
+                    except KafkaError as e:
+                        logger.error("%s-%d: replicated control batch at offset %d does not decode: %s", self.topic,
+                                     self.partition, h.base_offset, e.message)
+                done = ps.apply_batch(h, marker)
+                if done is not None:
+                    self._complete_txn(w.seg, done)
         self._maybe_flush_by_count()
         return w.info
 
@@ -856,6 +925,52 @@ class Log:
     def damaged_offset(self) -> int | None:
         """The first offset of the lowest batch known not to parse, or None."""
         return None if self._damage is None else self._damage.offset
+
+    # --- transactions ---------------------------------------------------------------------
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """LSO: the first offset of the earliest transaction still open, or completed with its
+        marker not yet below ``high_watermark``; the high watermark when there is none. Never
+        below the log start (retention or DeleteRecords may have taken a transaction's start,
+        as in Kafka's maybeIncrementFirstUnstableOffset)."""
+        lso = self.producer_state.last_stable_offset(high_watermark)
+        return lso if lso >= self._log_start_offset else min(self._log_start_offset, high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound), from the transaction
+        indexes of the segment holding ``fetch_offset`` on, until one entry says every
+        transaction started below the bound had ended (Kafka's collectAbortedTransactions)."""
+        segs = self.segments
+        out: list[AbortedTxn] = []
+        for seg in segs[self._segment_index_for(fetch_offset):]:
+            if not seg.txn_index.entries:
+                continue
+            found, complete = seg.txn_index.collect(fetch_offset, upper_bound)
+            out += found
+            if complete:
+                break
+        return out
+
+    def has_aborted_transactions(self, from_offset: int) -> bool:
+        """Does any segment from the one holding ``from_offset`` on have aborted transactions?"""
+        if not self.any_aborted:
+            return False
+        segs = self.segments
+        return any(segs[i].txn_index.entries for i in range(self._segment_index_for(from_offset), len(segs)))
+
+    def fetch_upper_bound(self, sl: ReadSlice) -> int:
+        """An offset at or above every offset in the region ``sl``: the first offset index entry
+        at or after its end, else the end of its segment (Kafka's fetchUpperBoundOffset)."""
+        segs = self.segments
+        i = self._segment_index_for(sl.segment_base_offset)
+        seg = segs[i]
+        if seg.base_offset != sl.segment_base_offset:
+            return self.log_end_offset  # the segment went meanwhile: the log end bounds it
+        end = sl.position + sl.size
+        if end < seg.size:
+            found = seg.index.offset_at_or_after(end)
+            if found is not None:
+                return found
+        return segs[i + 1].base_offset if i + 1 < len(segs) else seg.next_offset
 
     def read_bytes(self, slice: ReadSlice) -> bytes:
         out = bytearray()

@@ -59,6 +59,8 @@ class LogManager:
         # flush_check runs in a worker thread: close() waits for it (and writes the checkpoints
         # after it), so the clean-shutdown marker never precedes a flush or a checkpoint
         self._flush_lock = threading.Lock()
+        # a log start moved (DeleteRecords): the flush check writes log-start-offset-checkpoint
+        self._log_starts_dirty = False
         # cleaner_check runs in a worker thread too: stop_cleaner() ends a pass between two
         # batches, and close() waits for it before closing the logs
         self._cleaner_stop = threading.Event()
@@ -251,7 +253,15 @@ class LogManager:
                 lg.flush(up_to=lg.recovery_point)  # just the new directory / epoch entries
         if flushed or lowered:
             self.checkpoint_recovery_points()
+        if self._log_starts_dirty:
+            self._log_starts_dirty = False
+            self.checkpoint_log_start_offsets()
         return flushed
+
+    def log_start_moved(self) -> None:
+        """A log start offset moved (DeleteRecords): the next flush check checkpoints it, off the
+        event loop (Kafka checkpoints log starts periodically too)."""
+        self._log_starts_dirty = True
 
     def writeback(self, min_bytes: int) -> int:
         """Start writeback of the active segments that have ``min_bytes`` of whole pages
@@ -265,6 +275,10 @@ class LogManager:
         return n
 
     # --- checkpoints ---------------------------------------------------------------------------
+    def logs_by_dir(self) -> dict[str, list[Log]]:
+        """Every log dir (``log.dirs``, absolute) and the logs it holds (DescribeLogDirs)."""
+        return self._by_dir()
+
     def _by_dir(self) -> dict[str, list[Log]]:
         out: dict[str, list[Log]] = {d: [] for d in self.log_dirs}
         for lg in self._logs.values():

@@ -103,12 +103,45 @@ def frame(header: bytes, body: bytes) -> bytes:
 
 @functools.cache
 def request_type(api_key: int, version: int):
-    return load_request_schema(api_key, version)
+    return _plain_timestamps(load_request_schema(api_key, version))
 
 
 @functools.cache
 def response_type(api_key: int, version: int):
-    return load_response_schema(api_key, version)
+    return _plain_timestamps(load_response_schema(api_key, version))
+
+
+_CLASS_VARS = ("__type__", "__version__", "__flexible__", "__api_key__", "__header_schema__")
+
+
+@functools.cache
+def _plain_timestamps(cls):
+    """``cls``, or a copy whose non-nullable timestamps (kio's datetime_i64) are plain int64
+    milliseconds: kio refuses to read a negative one, and Kafka sends -1 for "none" (e.g.
+    DescribeTransactions' TransactionStartTimeMs of a transactional id with no transaction)."""
+    hints = typing.get_type_hints(cls)
+    out, changed = [], False
+    for f in dataclasses.fields(cls):
+        tp, md = hints[f.name], dict(f.metadata)
+        if md.get("kafka_type") == "datetime_i64" and _unwrap(tp)[1] is False:
+            tp, md["kafka_type"], changed = int, "int64", True
+        elif typing.get_origin(tp) is tuple and dataclasses.is_dataclass(inner := typing.get_args(tp)[0]):
+            if (plain := _plain_timestamps(inner)) is not inner:
+                tp, changed = tuple[plain, ...], True
+        elif dataclasses.is_dataclass(tp) and (plain := _plain_timestamps(tp)) is not tp:
+            tp, changed = plain, True
+        kw: dict[str, Any] = {"metadata": md}
+        if f.default is not dataclasses.MISSING:
+            kw["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            kw["default_factory"] = f.default_factory
+        out.append((f.name, tp, dataclasses.field(**kw)))
+    if not changed:
+        return cls
+    ns = {k: getattr(cls, k) for k in _CLASS_VARS if hasattr(cls, k)}
+    new = dataclasses.make_dataclass(cls.__name__, out, frozen=True, slots=True, kw_only=True, namespace=ns)
+    new.__annotations__.update(dict.fromkeys(ns, typing.ClassVar))
+    return new
 
 
 @functools.cache

@@ -16,7 +16,7 @@ import broker.server as server_mod
 from broker.server import KafkaServer
 from common.config import Config
 from krafty.node import StartupError, run_node
-from tests.protocol.conftest import free_port
+from tests.protocol.conftest import TEST_CLUSTER_ID, free_port
 
 
 async def _echo_handler(ctx, body):
@@ -108,7 +108,7 @@ async def test_the_node_exits_when_a_client_listener_dies(tmp_path, monkeypatch)
 
     monkeypatch.setattr(KafkaServer, "_accept_loop", broken)
     port, cport = free_port(), free_port()
-    cfg = Config({"node.id": "1", "process.roles": "broker,controller",
+    cfg = Config({"node.id": "1", "process.roles": "broker,controller", "cluster.id": TEST_CLUSTER_ID,
                   "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
                   "controller.quorum.voters": f"1@127.0.0.1:{cport}", "log.dirs": str(tmp_path / "data")})
     with pytest.raises(StartupError, match="listener PLAINTEXT .* stopped accepting connections.*accept loop bug"):

@@ -6,7 +6,11 @@ datadriven tests. A transcript is a sequence of cases separated by blank lines:
     expected output
 
 Commands:
-  cluster voters=1,2,3 [observers=4] [max_records=N] [linger=MS]   create the nodes (time 0)
+  cluster voters=1,2,3 [observers=4] [max_records=N] [linger=MS] [dynamic=1]   create the nodes (time 0);
+                        dynamic=1: a KIP-853 quorum whose initial voters are ``voters``
+  add-voter L N / remove-voter L N   AddRaftVoter / RemoveRaftVoter of node N on leader L
+  update-voter L N host=H port=P     UpdateRaftVoter: node N's new listener, on leader L
+  voters [N...]         each node's voter set (and whether a change is uncommitted)
   campaign N            node N stands for election (pre-vote first)
   tick MS               advance the clock and fire every due timer
   run MS                tick 50 ms + stabilize, repeatedly (prints nothing)
@@ -30,7 +34,16 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from raft.core import Committed, LoadSnapshot, RaftCore, Timeouts
+from raft.core import (
+    VOTERS_PREFIX,
+    Committed,
+    LoadSnapshot,
+    RaftCore,
+    Timeouts,
+    Voter,
+    VoterChangeError,
+    parse_voters_record,
+)
 from raft.messages import Entry, Message
 from sim.cluster import KV, SimDisk
 
@@ -56,6 +69,8 @@ def render(m: Message) -> str:
 
 
 def _entry(e: Entry) -> str:
+    if e.control and e.data.startswith(VOTERS_PREFIX):
+        return f"e{e.epoch}:V{[v.id for v in parse_voters_record(e.data)]}".replace(" ", "")
     return f"e{e.epoch}:LC" if e.control else f"e{e.epoch}:{e.data.decode()}"
 
 
@@ -70,8 +85,9 @@ class Node:
     def start(self) -> None:
         d = self.disk
         self.kv = KV()
+        initial = [Voter(v) for v in self.h.voters] if self.h.dynamic else None
         self.core = RaftCore(self.id, self.h.voters, random.Random(self.id), self.h.timeouts, state=d.state,
-                             snapshot=d.snapshot, entries=list(d.entries), now_ms=self.h.now)
+                             snapshot=d.snapshot, entries=list(d.entries), now_ms=self.h.now, initial_voters=initial)
         self.alive = True
 
 
@@ -83,14 +99,17 @@ class Harness:
         self.queue: list[Message] = []
         self.isolated: set[int] = set()
         self.timeouts = Timeouts()
+        self.dynamic = False
 
     def run(self, cmd: str) -> str:
         words = cmd.split()
-        name, args = words[0], words[1:]
+        name, args = words[0].replace("-", "_"), words[1:]
         kw = dict(a.split("=", 1) for a in args if "=" in a)
         pos = [a for a in args if "=" not in a]
         if name == "propose":
             pos, kw = args, {}
+        if name == "update_voter":
+            pos = [a for a in args if "=" not in a]
         out: list[str] = []
         getattr(self, "cmd_" + name)(pos, kw, out)
         return "\n".join(out) if out else "ok"
@@ -101,6 +120,7 @@ class Harness:
     # ------------------------------------------------------------------ commands
     def cmd_cluster(self, pos, kw, out) -> None:
         self.voters = [int(x) for x in kw["voters"].split(",")]
+        self.dynamic = kw.get("dynamic") == "1"
         observers = [int(x) for x in kw.get("observers", "").split(",") if x]
         self.timeouts = Timeouts(fetch_max_records=int(kw.get("max_records", 2000)),
                                  append_linger_ms=int(kw.get("linger", 0)))
@@ -117,6 +137,31 @@ class Harness:
         for n in self.nodes.values():
             if n.alive:
                 n.core.poll(self.now)
+
+    def cmd_add_voter(self, pos, kw, out) -> None:
+        self._voter_change(out, lambda c: c.add_voter(Voter(int(pos[1])), self.now), int(pos[0]))
+
+    def cmd_update_voter(self, pos, kw, out) -> None:
+        self._voter_change(out, lambda c: c.update_voter(Voter(int(pos[1]), "", kw.get("host", ""),
+                                                               int(kw.get("port", 0))), self.now), int(pos[0]))
+
+    def cmd_remove_voter(self, pos, kw, out) -> None:
+        self._voter_change(out, lambda c: c.remove_voter(int(pos[1]), "", self.now), int(pos[0]))
+
+    def _voter_change(self, out, fn, leader: int) -> None:
+        try:
+            out.append(f"voters record at offset {fn(self.nodes[leader].core)}")
+        except VoterChangeError as e:
+            out.append(f"error {e.code}: {e.message}")
+        except Exception as e:  # NotLeaderError
+            out.append(f"error: {type(e).__name__}")
+
+    def cmd_voters(self, pos, kw, out) -> None:
+        for nid in self._ids(pos):
+            c = self.nodes[nid].core
+            where = " ".join(f"{v.id}@{v.host}:{v.port}" for v in c.voter_info.values() if v.host)
+            out.append(f"{nid}: voters={list(c.voters)} is_voter={c.is_voter} pending={c.voter_change_pending()}"
+                       + (f" at {where}" if where else ""))
 
     def cmd_resign(self, pos, kw, out) -> None:
         self.nodes[int(pos[0])].core.resign(self.now)

@@ -54,3 +54,34 @@ def test_run_cli_reports_pass(capsys):
     assert main(["--seeds", "3", "--start", "500"]) == 0
     out = capsys.readouterr().out
     assert "3/3 seeds passed" in out
+
+
+DYNAMIC_SEEDS = 200
+
+
+@pytest.mark.parametrize("start", range(0, DYNAMIC_SEEDS, 50))
+def test_dynamic_quorum_seeds_keep_invariants_and_recover(start):
+    # KIP-853: the leader is asked every 100 ms-1 s to add an observer or remove a voter, under the
+    # same faults; the voter set in force decides every high watermark
+    for seed in range(start, start + 50):
+        run_seed(seed, dynamic=True)
+
+
+def test_checker_catches_a_removed_leader_that_still_counts_itself(monkeypatch):
+    from raft.core import Role
+
+    orig = RaftCore._update_hw
+
+    def counts_itself(self, now_ms):
+        saved = self.voters
+        if self.role is Role.LEADER and self.id not in self.voters:  # the bug: the old voter set
+            self.voters = tuple(sorted({*self.voters, self.id}))
+        try:
+            orig(self, now_ms)
+        finally:
+            self.voters = saved
+
+    monkeypatch.setattr(RaftCore, "_update_hw", counts_itself)
+    with pytest.raises(InvariantViolation, match="not durable on a majority"):
+        for seed in range(60):
+            run_seed(seed, dynamic=True)

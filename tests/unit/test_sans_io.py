@@ -10,7 +10,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FORBIDDEN = {"asyncio", "socket", "time", "random", "os", "threading", "selectors"}
 CORES = ["raft/core*.py", "raft/quorum*.py", "controller/topics.py", "controller/placement.py", "controller/cluster.py",
          "controller/replication.py", "broker/replica/follower.py",
-         "broker/replica/partition*.py", "broker/group/state*.py", "broker/group/shard.py", "broker/group/lag.py", "broker/group/records.py", "metadata/image.py", "metadata/delta.py",
+         "broker/replica/partition*.py", "broker/group/state*.py", "broker/group/shard.py", "broker/group/lag.py", "broker/group/records.py",
+         "broker/txn/state.py", "broker/txn/records.py", "metadata/image.py", "metadata/delta.py",
          "metadata/records.py"]
 
 

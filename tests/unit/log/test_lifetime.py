@@ -213,8 +213,8 @@ def test_compaction_of_a_log_closed_and_moved_aside_never_touches_the_new_log_at
     new: list = []
     real = cleaner_mod._build_offset_map
 
-    def build_then_move_aside(segs, decoder):
-        latest = real(segs, decoder)
+    def build_then_move_aside(segs, decoder, txns):
+        latest = real(segs, decoder, txns)
         lg.close()
         os.rename(path, path + ".old-stray")
         n = open_compacted(tmp_path, segment_bytes=400)

@@ -17,7 +17,7 @@ async def test_repeated_resources_are_refused_and_cost_nothing(tmp_path):
     node = await start_node(tmp_path)
     try:
         await create_topic(node, "t")
-        resources = [{"resource_type": 4, "resource_name": "", "configuration_keys": None}] * 2000 + [
+        resources = [{"resource_type": 4, "resource_name": "1", "configuration_keys": None}] * 2000 + [
             {"resource_type": 2, "resource_name": "t", "configuration_keys": None}] * 2
         req = codec.build(codec.request_type(32, 4), {"resources": resources, "include_synonyms": True,
                                                       "include_documentation": False})

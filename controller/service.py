@@ -135,7 +135,7 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
             else:
                 await self.c.alter_topic_configs(req.topic, ops, req.validate_only)
             return pb.ErrorResponse(error_code=0)
-        return await self._guard(run, pb.ErrorResponse())
+        return await self._guard(run, pb.ErrorResponse(), context)
 
     async def UpdateFeatures(self, req, context):
         async def run():

@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import secrets
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
 from controller import acls as acl_ops
 from controller import cluster as cluster_ops
@@ -41,13 +40,16 @@ class QuorumController:
                  defaults: topic_ops.TopicDefaults, rng: random.Random | None = None,
                  session_timeout_ms: int = 9000, unclean_default: bool = False,
                  auto_leader_rebalance: bool = True, rebalance_interval_s: int = 300,
-                 colocated_broker_id: int | None = None):
+                 colocated_broker_id: int | None = None, clock: Clock = SYSTEM):
         self.node_id = node_id
+        # Broker sessions are timed with clock.monotonic_ms (never the wall clock: an NTP step
+        # must neither fence a live broker nor keep a dead one alive)
+        self.clock = clock
         self.log = metadata_log
         self.loader = loader
         self.cluster_id = cluster_id
         self.defaults = defaults
-        self.rng = rng or random.Random()
+        self.rng = rng or clock.rng
         self.session_timeout_ms = session_timeout_ms
         self.unclean_default = unclean_default
         self.auto_leader_rebalance = auto_leader_rebalance
@@ -67,6 +69,10 @@ class QuorumController:
         loader.add_leader_listener(self._on_leader_change)
 
     # --- state ---------------------------------------------------------------------------
+    def _now_ms(self) -> int:
+        """The time of broker sessions: monotonic."""
+        return self.clock.monotonic_ms()
+
     @property
     def image(self) -> MetadataImage:
         return self.loader.image
@@ -92,7 +98,7 @@ class QuorumController:
     async def _activate(self) -> None:
         await self._bootstrap()
         # every broker gets a fresh session: a failover must not fence anybody by itself
-        self.cluster.activate(self.loader.image, _now_ms())
+        self.cluster.activate(self.loader.image, self._now_ms())
         loop = asyncio.get_running_loop()
         self._active_tasks.append(loop.create_task(self._fence_timer()))
         if self.auto_leader_rebalance:
@@ -102,11 +108,11 @@ class QuorumController:
         """Fences brokers whose session (broker.session.timeout.ms) expired."""
         while True:
             nxt = self.cluster.next_session_expiry_ms(self.loader.image, self.session_timeout_ms)
-            delay = 1.0 if nxt is None else min(1.0, max(0.05, (nxt - _now_ms()) / 1000))
+            delay = 1.0 if nxt is None else min(1.0, max(0.05, (nxt - self._now_ms()) / 1000))
             await asyncio.sleep(delay)
             try:
                 await self.write(lambda image: (cluster_ops.fence_stale_brokers(
-                    image, self.cluster, _now_ms(), self.session_timeout_ms, self.unclean_default), None))
+                    image, self.cluster, self._now_ms(), self.session_timeout_ms, self.unclean_default), None))
             except KafkaError as e:
                 log.debug("fencing check skipped: %s", e)
 
@@ -128,7 +134,7 @@ class QuorumController:
             if "metadata.version" not in image.features:
                 recs.append(r.FeatureLevelRecord("metadata.version", METADATA_VERSION))
             if image.scram_decoy_seed is None:  # (also for a cluster made before the seed existed)
-                recs.append(r.ScramDecoySeedRecord(secrets.token_bytes(32)))
+                recs.append(r.ScramDecoySeedRecord(self.clock.secret_bytes(32)))
             return recs, None
         try:
             await self.write(op)
@@ -187,7 +193,7 @@ class QuorumController:
     async def create_topics(self, new_topics: list[topic_ops.NewTopic], validate_only: bool = False
                             ) -> list[topic_ops.CreateTopicResult]:
         def op(image):
-            recs, results = topic_ops.create_topics(image, new_topics, self.defaults, self.rng)
+            recs, results = topic_ops.create_topics(image, new_topics, self.defaults, self.rng, self.clock.uuid4)
             return ([] if validate_only else recs), results
         return await self.write(op, user_op=True)
 
@@ -210,17 +216,17 @@ class QuorumController:
                               ) -> int:
         """Registers (or re-registers) a broker, fenced until it catches up; returns its epoch."""
         return await self.write(lambda image: cluster_ops.register_broker(
-            image, self.cluster, broker_id, incarnation_id, tuple(endpoints), rack, _now_ms(),
+            image, self.cluster, broker_id, incarnation_id, tuple(endpoints), rack, self._now_ms(),
             self.session_timeout_ms, next_offset=self.log.next_offset(), unclean_default=self.unclean_default,
             colocated_broker_id=self.colocated_broker_id))
 
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, want_fence: bool,
                         want_shutdown: bool, timeout: float | None = None):
-        received = _now_ms()
+        received = self._now_ms()
 
         def op(image: MetadataImage):
-            self.cluster.touch(broker_id, max(received, _now_ms()))
-            return cluster_ops.heartbeat(image, self.cluster, broker_id, broker_epoch, _now_ms(), metadata_offset,
+            self.cluster.touch(broker_id, max(received, self._now_ms()))
+            return cluster_ops.heartbeat(image, self.cluster, broker_id, broker_epoch, self._now_ms(), metadata_offset,
                                          want_fence, want_shutdown, next_offset=self.log.next_offset(),
                                          unclean_default=self.unclean_default)
         return await self.write(op)
@@ -257,7 +263,7 @@ class QuorumController:
         return await self.write(op)
 
     async def create_acls(self, bindings) -> list:
-        return await self.write(lambda image: acl_ops.create_acls(image, bindings), user_op=True)
+        return await self.write(lambda image: acl_ops.create_acls(image, bindings, self.clock.uuid4), user_op=True)
 
     async def delete_acls(self, filters) -> list:
         return await self.write(lambda image: acl_ops.delete_acls(image, filters), user_op=True)
@@ -272,6 +278,3 @@ class QuorumController:
         """changes: [metadata.controller_api.ScramChange]; returns [(user, error code, message)]."""
         return await self.write(lambda image: scram_ops.alter_user_scram_credentials(image, changes), user_op=True)
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

@@ -14,23 +14,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
-import uuid
 
 from broker.group import records as rec
 from broker.group.shard import GroupShard
 from broker.group.state import Effects, GroupConfig, Write
 from broker.log.batch import CONTROL_BIT, Record, build_batch, decode_records, parse_batches, records_limit
+from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
 from metadata.controller_api import NewTopic
 
 log = logging.getLogger("krafty.group")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _decode_batches(data: bytes, headers, limit: int, pid: int, file_position: int,
@@ -74,8 +69,11 @@ class _Slot:
 
 
 class GroupCoordinator:
-    def __init__(self, config, broker_id: int, replicas, loader, controller):
+    def __init__(self, config, broker_id: int, replicas, loader, controller, clock: Clock = SYSTEM):
         self.config = config
+        # Member sessions and rebalance timers run on clock.monotonic_ms; records carry
+        # clock.wall_ms timestamps (a wall-clock step must never expel a member)
+        self.clock = clock
         self.broker_id = broker_id
         self.replicas = replicas
         self.loader = loader
@@ -109,9 +107,17 @@ class GroupCoordinator:
         self._started = False
         for t in self._tasks + list(self._pending):
             t.cancel()
-        now = now_ms()
+        now = self.now()
         for pid in list(self.slots):
             self._unload(pid, now)
+
+    def now(self) -> int:
+        """Monotonic ms: the time of sessions and deadlines (the shard's ``now``)."""
+        return self.clock.monotonic_ms()
+
+    def wall(self) -> int:
+        """Wall-clock ms: the timestamps records carry (the shard's ``wall``)."""
+        return self.clock.wall_ms()
 
     # --- which partitions we coordinate ------------------------------------------------------
     def num_partitions(self) -> int:
@@ -132,7 +138,7 @@ class GroupCoordinator:
             for pid, p in t.partitions.items():
                 if p.leader == self.broker_id:
                     led[pid] = p.leader_epoch
-        now = now_ms()
+        now = self.now()
         for pid in list(self.slots):
             if led.get(pid) != self.slots[pid].epoch:
                 self._unload(pid, now)
@@ -152,7 +158,7 @@ class GroupCoordinator:
             log.debug("%s-%d: unloaded group coordinator state", OFFSETS_TOPIC, pid)
 
     async def _load(self, pid: int, epoch: int) -> None:
-        t0 = time.monotonic()
+        t0 = self.clock.monotonic()
         shard = GroupShard(pid, self.group_config, metadata_max_bytes=self.metadata_max_bytes)
         tp = (OFFSETS_TOPIC, pid)
         n = bad = 0
@@ -181,11 +187,11 @@ class GroupCoordinator:
                 # bounded decoding, but linear in the bytes read: off the event loop
                 batches = await asyncio.to_thread(_decode_batches, data, headers, records_limit(
                     lg.config.max_message_bytes), pid, sl.position, sl.segment_base_offset)
-                now = now_ms()
+                now, wall = self.now(), self.wall()
                 for records in batches:
                     for r in records:
                         try:
-                            shard.replay(r.key, r.value, now)
+                            shard.replay(r.key, r.value, now, wall)
                             n += 1
                         except (rec.RecordFormatError, ValueError) as e:
                             bad += 1
@@ -203,7 +209,7 @@ class GroupCoordinator:
         slot = self.slots.get(pid)
         if slot is None or slot.epoch != epoch:
             return
-        now = now_ms()
+        now = self.now()
         for g in shard.groups.values():
             for m in g.members.values():
                 m.heartbeat_deadline = now + m.session_timeout_ms
@@ -211,7 +217,7 @@ class GroupCoordinator:
         slot.task = None
         log.log(logging.INFO if n else logging.DEBUG,
                 "%s-%d: loaded %d groups (%d records%s) in epoch %d in %.3fs", OFFSETS_TOPIC, pid,
-                 len(shard.groups), n, f", {bad} undecodable" if bad else "", epoch, time.monotonic() - t0)
+                 len(shard.groups), n, f", {bad} undecodable" if bad else "", epoch, self.clock.monotonic() - t0)
         self._kick()
 
     def shard_for(self, group_id: str) -> GroupShard:
@@ -257,14 +263,15 @@ class GroupCoordinator:
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
         slot = self.slots.get(pid)
-        now = now_ms()
+        now = self.now()
         try:
             if slot is None or slot.shard is None:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             part = self.replicas.leader_partition((OFFSETS_TOPIC, pid))
             if part.state.leader_epoch != slot.epoch:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            batch = build_batch([Record(i, now, k, v, []) for i, (k, v) in enumerate(w.records)], base_offset=0)
+            ts = self.wall()
+            batch = build_batch([Record(i, ts, k, v, []) for i, (k, v) in enumerate(w.records)], base_offset=0)
             if len(batch) > part.log.config.max_message_bytes:
                 raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE)
             headers = parse_batches(batch)
@@ -291,7 +298,7 @@ class GroupCoordinator:
     async def _await_commit(self, pid: int, epoch: int, last_offset: int, min_isr: int, w: Write, offsets: bool,
                             done: asyncio.Future) -> None:
         tp = (OFFSETS_TOPIC, pid)
-        deadline = time.monotonic() + self.commit_timeout_ms / 1000
+        deadline = self.clock.monotonic() + self.commit_timeout_ms / 1000
         err = ErrorCode.NONE
         try:
             while True:
@@ -303,7 +310,7 @@ class GroupCoordinator:
                 if res is not None:
                     err = res
                     break
-                left = deadline - time.monotonic()
+                left = deadline - self.clock.monotonic()
                 if left <= 0:
                     err = ErrorCode.REQUEST_TIMED_OUT
                     break
@@ -326,20 +333,20 @@ class GroupCoordinator:
     # --- timers -------------------------------------------------------------------------------
     async def _timer_loop(self) -> None:
         while True:
-            now = now_ms()
+            now, wall = self.now(), self.wall()
             nearest = None
             for pid, slot in list(self.slots.items()):
                 if slot.shard is None:
                     continue
                 try:
-                    self._run(pid, slot.shard.tick(now))
+                    self._run(pid, slot.shard.tick(now, wall))
                 except Exception:
                     log.exception("%s-%d: group timer failed", OFFSETS_TOPIC, pid)
                 d = slot.shard.next_deadline() if pid in self.slots else None
                 if d is not None and (nearest is None or d < nearest):
                     nearest = d
             self._wake.clear()
-            wait = 1.0 if nearest is None else min(max((nearest - now_ms()) / 1000, 0.005), 1.0)
+            wait = 1.0 if nearest is None else min(max((nearest - self.now()) / 1000, 0.005), 1.0)
             try:
                 await asyncio.wait_for(self._wake.wait(), wait)
             except TimeoutError:
@@ -348,9 +355,10 @@ class GroupCoordinator:
     async def _expiry_loop(self) -> None:
         while True:
             await asyncio.sleep(self.retention_check_ms / 1000)
-            self.expire_offsets(now_ms())
+            self.expire_offsets(self.wall())
 
     def expire_offsets(self, now: int) -> int:
+        """``now``: the wall clock (offsets expire by their wall-clock commit timestamps)."""
         n = 0
         for pid, slot in list(self.slots.items()):
             if slot.shard is None:
@@ -395,9 +403,8 @@ class GroupCoordinator:
                 await asyncio.sleep(0.02)
             return ErrorCode.NONE
 
-    @staticmethod
-    def new_member_id(client_id: str) -> str:
-        return f"{client_id}-{uuid.uuid4()}"
+    def new_member_id(self, client_id: str) -> str:
+        return f"{client_id}-{self.clock.uuid4()}"
 
 
 __all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "map_append_error"]

@@ -2,6 +2,10 @@
 committed offsets (Kafka's CoordinatorShard for the classic protocol). Pure: loading
 replays records, requests return responses and ``Write``s (see ``state.py``).
 
+``now`` is monotonic ms (deadlines); the optional ``wall`` is the wall clock at the same
+instant, for the timestamps records carry (commit and state timestamps; None: equal to
+``now``), see state.py.
+
 Offsets are applied to memory when their records are appended (the shell calls
 ``Write.on_append``); answers go out once the high watermark passes them. Records above
 the high watermark only exist while this broker stays leader, and a leadership change
@@ -42,7 +46,12 @@ class GroupShard:
         self.offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
 
     # --- loading ------------------------------------------------------------------------------
-    def replay(self, key: bytes | None, value: bytes | None, now: int) -> None:
+    def _at(self, g: ClassicGroup, now: int, wall: int | None) -> ClassicGroup:
+        """``g`` with the wall clock of this call (see state.py)."""
+        g.wall_offset_ms = 0 if wall is None else wall - now
+        return g
+
+    def replay(self, key: bytes | None, value: bytes | None, now: int, wall: int | None = None) -> None:
         """Apply one record read from the partition (raises RecordFormatError if undecodable)."""
         if key is None:
             raise rec.RecordFormatError("record without a key")
@@ -58,12 +67,13 @@ class GroupShard:
             v = rec.decode_offset_value(value)
             self.offsets.setdefault(k.group, {})[(k.topic, k.partition)] = v
             if k.group not in self.groups:
-                self.groups[k.group] = ClassicGroup(k.group, now, self.config)
+                self.groups[k.group] = ClassicGroup(k.group, now, self.config, wall)
             return
         if value is None:
             self.groups.pop(k.group, None)
             return
-        self.groups[k.group] = ClassicGroup.from_value(k.group, rec.decode_group_value(value), now, self.config)
+        self.groups[k.group] = ClassicGroup.from_value(k.group, rec.decode_group_value(value), now, self.config,
+                                                       wall)
 
     def unload(self, now: int) -> Effects:
         fx = Effects()
@@ -78,16 +88,16 @@ class GroupShard:
         ds = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
         return min(ds) if ds else None
 
-    def tick(self, now: int) -> Effects:
+    def tick(self, now: int, wall: int | None = None) -> Effects:
         fx = Effects()
         for g in list(self.groups.values()):
             d = g.next_deadline()
             if d is not None and now >= d:
-                fx.add(g.tick(now))
+                fx.add(self._at(g, now, wall).tick(now))
         return fx
 
     # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
-    def join(self, now: int, req: JoinRequest, waiter: Any) -> Effects:
+    def join(self, now: int, req: JoinRequest, waiter: Any, wall: int | None = None) -> Effects:
         fx = Effects()
         if not req.group_id:
             fx.reply(waiter, join_error(ErrorCode.INVALID_GROUP_ID, req.member_id))
@@ -100,14 +110,14 @@ class GroupShard:
             if req.member_id != "":
                 fx.reply(waiter, join_error(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id))
                 return fx
-            g = self.groups[req.group_id] = ClassicGroup(req.group_id, now, self.config)
-        fx.add(g.join(now, req, waiter))
+            g = self.groups[req.group_id] = ClassicGroup(req.group_id, now, self.config, wall)
+        fx.add(self._at(g, now, wall).join(now, req, waiter))
         self._forget_if_unused(g)
         return fx
 
     def sync(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int,
              protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
-             waiter: Any) -> Effects:
+             waiter: Any, wall: int | None = None) -> Effects:
         fx = Effects()
         if not group_id:
             fx.reply(waiter, sync_error(ErrorCode.INVALID_GROUP_ID))
@@ -116,7 +126,8 @@ class GroupShard:
         if g is None:
             fx.reply(waiter, sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
             return fx
-        return g.sync(now, member_id, instance_id, generation, protocol_type, protocol_name, assignments, waiter)
+        return self._at(g, now, wall).sync(now, member_id, instance_id, generation, protocol_type, protocol_name,
+                                           assignments, waiter)
 
     def heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int) -> int:
         if not group_id:
@@ -126,7 +137,7 @@ class GroupShard:
             return ErrorCode.UNKNOWN_MEMBER_ID
         return g.heartbeat(now, member_id, instance_id, generation)
 
-    def leave(self, now: int, group_id: str, identities: list[tuple[str, str | None]]
+    def leave(self, now: int, group_id: str, identities: list[tuple[str, str | None]], wall: int | None = None
               ) -> tuple[int, list[dict], Effects]:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, [], Effects()
@@ -135,7 +146,7 @@ class GroupShard:
             return ErrorCode.UNKNOWN_MEMBER_ID, [], Effects()
         if g.state == DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, [], Effects()
-        results, fx = g.leave(now, identities)
+        results, fx = self._at(g, now, wall).leave(now, identities)
         return ErrorCode.NONE, results, fx
 
     def _forget_if_unused(self, g: ClassicGroup) -> None:
@@ -169,12 +180,13 @@ class GroupShard:
 
     def commit_offsets(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int,
                        api_version: int, topics: list[tuple[str, list[tuple[int, int, int, str | None]]]],
-                       retention_ms: int = -1) -> tuple[list[dict], Write | None]:
+                       retention_ms: int = -1, wall: int | None = None) -> tuple[list[dict], Write | None]:
         """``topics``: [(name, [(partition, offset, leader_epoch, metadata)])]. Returns the
         response topics (error codes filled in for refused partitions) and the Write.
         ``retention_ms`` (OffsetCommit v2-v4) other than -1 gives the offsets an expire
-        timestamp of their own, as Kafka does."""
-        expire = -1 if retention_ms == -1 else min(now + retention_ms, 2**63 - 1)
+        timestamp of their own, as Kafka does. Commit and expire timestamps are wall-clock."""
+        stamp = now if wall is None else wall
+        expire = -1 if retention_ms == -1 else min(stamp + retention_ms, 2**63 - 1)
         out = []
         if not group_id:
             err = ErrorCode.INVALID_GROUP_ID
@@ -192,7 +204,7 @@ class GroupShard:
                 pout.append({"partition_index": p, "error_code": int(code)})
                 if code:
                     continue
-                v = rec.OffsetValue(offset, epoch, metadata or "", now, expire)
+                v = rec.OffsetValue(offset, epoch, metadata or "", stamp, expire)
                 records.append((rec.offset_commit_key(group_id, name, p), rec.offset_commit_value(v)))
                 applied.append((name, p, v))
         if not records:
@@ -200,7 +212,7 @@ class GroupShard:
 
         def on_append() -> None:
             if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(group_id, now, self.config)
+                self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
             offs = self.offsets.setdefault(group_id, {})
             for name, p, v in applied:
                 offs[(name, p)] = v
@@ -284,7 +296,8 @@ class GroupShard:
         return codes, Write(records, on_append=on_append), fx
 
     def expire_offsets(self, now: int, retention_ms: int) -> Write | None:
-        """Offsets of empty groups expire ``retention_ms`` after the group became empty
+        """``now`` is the wall clock here: expiry compares it with the records' timestamps.
+        Offsets of empty groups expire ``retention_ms`` after the group became empty
         (after their commit for groups that never had members); those of topics a consumer
         group no longer subscribes to after their commit (KIP-211/496). An empty group left
         without offsets is deleted."""

@@ -55,7 +55,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
             self.replica_selector = make_selector(config["replica.selector.class"])
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        self.fetch_sessions = FetchSessionCache(self.rng, config["max.incremental.fetch.session.cache.slots"])
         self.handlers = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,

@@ -184,7 +184,8 @@ class GroupAdmin:
 
     async def metadata(self, topics: list[str] | None = None):
         req_topics = None if topics is None else [{"name": t, "topic_id": uuid.UUID(int=0)} for t in topics]
-        r = await self._send(self._any, ApiKey.METADATA, {"topics": req_topics, "allow_auto_topic_creation": False})
+        r = await self._send(self._any, ApiKey.METADATA, {"topics": req_topics, "allow_auto_topic_creation": False,
+                                                           "include_topic_authorized_operations": False})
         self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in r.brokers}
         return r
 

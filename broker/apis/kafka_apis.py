@@ -159,8 +159,13 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
             return None
         if isinstance(result, list):
             return [codec.response_header(key, ver, h.correlation_id), *result]
-        return self._frame_obj(ctx, result if not isinstance(result, dict) else
-                               codec.build_response(key, ver, result))
+        if isinstance(result, dict):
+            try:
+                result = codec.build_response(key, ver, result)
+            except codec.MessageBuildError:  # a handler bug: say so, and answer as for any other bug
+                log.exception("error building the %s v%d response", ApiKey(key).name, ver)
+                result = codec.error_response(key, ver, ErrorCode.UNKNOWN_SERVER_ERROR)
+        return self._frame_obj(ctx, result)
 
     def _frame_obj(self, ctx, obj) -> list:
         h = ctx.header

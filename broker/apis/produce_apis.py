@@ -41,7 +41,7 @@ class ProduceApis:
                           0 if self.authorize(ctx, Op.WRITE, RT.TOPIC, name) else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             for p in parts:
                 res = {"index": p.index, "error_code": 0, "base_offset": -1, "log_append_time": -1,
-                       "log_start_offset": -1}
+                       "log_start_offset": -1, "record_errors": []}
                 out.append(res)
                 try:
                     if auth_error:

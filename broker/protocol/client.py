@@ -67,7 +67,7 @@ class KafkaConnection:
     async def _roundtrip(self, api_key: int, version: int, data: dict, timeout: float = 30.0):
         self._cid += 1
         cid = self._cid
-        body = codec.encode(codec.build(codec.request_type(api_key, version), data))
+        body = codec.encode(codec.build_request(api_key, version, data))
         cb = self.client_id.encode()
         header = struct.pack(">hhih", api_key, version, cid, len(cb)) + cb
         if is_flexible(api_key, version):

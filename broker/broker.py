@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
-import uuid
 
 from broker.apis.kafka_apis import KafkaApis
 from broker.log.manager import LogManager
@@ -20,6 +18,7 @@ from broker.security.limits import ConnectionLimits
 from broker.security.sasl import inter_broker_security, listener_security
 from broker.security.scram import ScramCredential
 from broker.server import KafkaServer
+from common.clock import SYSTEM, Clock
 from common.config import Config, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from metadata import records as r
@@ -30,12 +29,13 @@ WRITEBACK_INTERVAL_MS = 100  # how often krafty.log.writeback.bytes is checked
 
 
 class Broker:
-    def __init__(self, config: Config, loader: MetadataLoader, controller):
+    def __init__(self, config: Config, loader: MetadataLoader, controller, clock: Clock = SYSTEM):
         self.config = config
         self.node_id: int = config["node.id"]
         self.loader = loader
         self.controller = controller
-        self.incarnation_id = uuid.uuid4()
+        self.clock = clock  # timestamps and retention: wall; everything else through the loop or monotonic
+        self.incarnation_id = clock.uuid4()
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.apis: KafkaApis | None = None
@@ -60,17 +60,18 @@ class Broker:
 
     def open_logs(self) -> None:
         """Loads and recovers every partition log; must run before the metadata log replays."""
-        t0 = time.monotonic()
-        self.logs = LogManager(self.config["log.dirs"], topic_defaults(self.config), now_ms=int(time.time() * 1000),
-                               writer_threads=self.config["krafty.log.writer.threads"])
+        t0 = self.clock.monotonic()
+        self.logs = LogManager(self.config["log.dirs"], topic_defaults(self.config),
+                               writer_threads=self.config["krafty.log.writer.threads"], clock=self.clock)
         self.replicas = ReplicaManager(self.node_id, self.config, self.logs, channel=self.controller,
-                                       broker_epoch=lambda: self.broker_epoch, endpoint_of=self._endpoint_of)
+                                       broker_epoch=lambda: self.broker_epoch, endpoint_of=self._endpoint_of,
+                                       clock=self.clock)
         self.loader.add_publisher(self.replicas.on_metadata)
-        self.apis = KafkaApis(self.config, self.node_id, self.loader, self.replicas, self.controller)
+        self.apis = KafkaApis(self.config, self.node_id, self.loader, self.replicas, self.controller, clock=self.clock)
         self.replicas.fetchers.security = self.inter_broker_security  # TLS/SASL to other brokers
         # after the replica manager's publisher: a partition we now lead has its log when we load it
         self.loader.add_publisher(self.apis.group_coordinator.on_metadata, catch_up=False)
-        log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), time.monotonic() - t0)
+        log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), self.clock.monotonic() - t0)
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
         """Where to reach another broker: its inter-broker listener."""
@@ -236,9 +237,9 @@ class Broker:
             await asyncio.sleep(interval_ms / 1000)
             try:
                 if in_thread:
-                    await loop.run_in_executor(None, fn, int(time.time() * 1000))
+                    await loop.run_in_executor(None, fn, self.clock.wall_ms())
                 else:
-                    fn(int(time.time() * 1000))
+                    fn(self.clock.wall_ms())
             except Exception:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Callable
 
 import grpc
 
+from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
 from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_to_pb
 from metadata.controller_api import TOO_MANY_RECORDS, CreateTopicResult, HeartbeatResult, NewTopic
@@ -29,7 +29,8 @@ _RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR}
 class ControllerChannel:
     def __init__(self, voters: list[tuple[int, str, int]], leader_id: Callable[[], int | None], *,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 50,
-                 credentials: grpc.ChannelCredentials | None = None):
+                 credentials: grpc.ChannelCredentials | None = None, clock: Clock = SYSTEM):
+        self.clock = clock  # deadlines of calls (monotonic)
         self.credentials = credentials  # TLS to the controllers (broker/security/ssl.py); None = plaintext
         self.voters = {vid: (host, port) for vid, host, port in voters}
         self.leader_id = leader_id
@@ -58,10 +59,10 @@ class ControllerChannel:
         return ids[self._rr % len(ids)]
 
     async def _call(self, method: str, request, timeout: float | None = None):
-        deadline = time.monotonic() + (timeout or self.timeout)
+        deadline = self.clock.monotonic() + (timeout or self.timeout)
         last_error: KafkaError | None = None
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if left <= 0:
                 raise last_error or KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"controller did not answer {method}")
             vid = self._target()

@@ -23,12 +23,12 @@ import datetime
 import re
 import struct
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
+from common.clock import SYSTEM
 from common.errors import ErrorCode
 
 CLIENT_ID = "krafty-consumer-groups"
@@ -202,7 +202,7 @@ class GroupAdmin:
         return out
 
     async def find_coordinator(self, group: str, deadline: float | None = None) -> tuple[int, str, int]:
-        deadline = deadline or time.monotonic() + max(self.timeout, 10.0)
+        deadline = deadline or SYSTEM.monotonic() + max(self.timeout, 10.0)
         last = "no answer"
         while True:
             v = self.version(ApiKey.FIND_COORDINATOR)
@@ -213,18 +213,18 @@ class GroupAdmin:
             if code == ErrorCode.NONE:
                 return int(c.node_id), c.host, int(c.port)
             last = _err_name(code)
-            if code not in _COORDINATOR_RETRY or time.monotonic() > deadline:
+            if code not in _COORDINATOR_RETRY or SYSTEM.monotonic() > deadline:
                 raise ToolError(f"FindCoordinator for group '{group}' failed: {last}")
             await asyncio.sleep(0.2)
 
     async def _coordinated(self, group: str, api: int, data: dict, error_of):
         """Send to the group's coordinator; find it again on NOT_COORDINATOR and the like."""
-        deadline = time.monotonic() + max(self.timeout, 10.0)
+        deadline = SYSTEM.monotonic() + max(self.timeout, 10.0)
         while True:
             node = await self.find_coordinator(group, deadline)
             r = await self._send((node[1], node[2]), api, data)
             code = _err(error_of(r))
-            if code in _COORDINATOR_RETRY and time.monotonic() < deadline:
+            if code in _COORDINATOR_RETRY and SYSTEM.monotonic() < deadline:
                 await asyncio.sleep(0.2)
                 continue
             return node, r
@@ -717,7 +717,7 @@ class Tool:
             return {tp: committed.get(tp, ends.get(tp)) for tp in tps}
         if a.to_datetime is not None or a.by_duration is not None:
             ts = (parse_datetime_ms(a.to_datetime) if a.to_datetime is not None
-                  else int(time.time() * 1000) - parse_duration_ms(a.by_duration))
+                  else SYSTEM.wall_ms() - parse_duration_ms(a.by_duration))
             found = await self.admin.list_offsets(tps, ts, leaders)
             late = [tp for tp, off in found.items() if off < 0]
             ends = await self.admin.list_offsets(late, LATEST, leaders) if late else {}

@@ -8,10 +8,9 @@ import contextlib
 import fcntl
 import logging
 import os
-import random
 import signal
-import uuid
 
+from common.clock import SYSTEM, Clock
 from common.config import Config, ConfigError
 from controller.loop import QuorumController
 from controller.topics import TopicDefaults
@@ -34,7 +33,7 @@ def _read_meta(path: str) -> dict[str, str]:
     return out
 
 
-def ensure_meta_properties(cfg: Config) -> str:
+def ensure_meta_properties(cfg: Config, clock: Clock = SYSTEM) -> str:
     """Checks or writes meta.properties (node.id, cluster.id) in every log dir; returns the
     cluster id (from config, from an existing directory, or new)."""
     dirs = list(dict.fromkeys([*cfg["log.dirs"], cfg["metadata.log.dir"]]))
@@ -49,7 +48,7 @@ def ensure_meta_properties(cfg: Config) -> str:
                 raise ConfigError(f"log directory {d} belongs to cluster {meta['cluster.id']}, "
                                   f"but configuration key 'cluster.id' is {cluster_id}")
             cluster_id = cluster_id or meta.get("cluster.id")
-    cluster_id = cluster_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = cluster_id or base64.urlsafe_b64encode(clock.uuid4().bytes).decode().rstrip("=")
     for d in dirs:
         os.makedirs(d, exist_ok=True)
         p = os.path.join(d, "meta.properties")
@@ -102,7 +101,7 @@ def unlock_data_dirs(fds: list[int]) -> None:
     fds.clear()
 
 
-def make_metadata_log(cfg: Config, loader: MetadataLoader):
+def make_metadata_log(cfg: Config, loader: MetadataLoader, clock: Clock = SYSTEM):
     if not cfg["controller.quorum.voters"]:
         raise ConfigError("configuration key 'controller.quorum.voters' is empty: list the controllers as "
                           "id@host:port,...")
@@ -113,21 +112,24 @@ def make_metadata_log(cfg: Config, loader: MetadataLoader):
         if image.offset >= end_offset:
             raise RuntimeError(f"metadata image at {image.offset} is past the snapshot end {end_offset}")
         return [r.encode(x) for x in image.to_records()]
-    return RaftMetadataLog.from_config(cfg, snapshot_provider=snapshot)
+    return RaftMetadataLog.from_config(cfg, snapshot_provider=snapshot, clock=clock)
 
 
 class Node:
-    def __init__(self, cfg: Config):
+    """``clock``: the node's time and randomness (common/clock.py); sim/ passes a virtual one."""
+
+    def __init__(self, cfg: Config, clock: Clock = SYSTEM):
         self.cfg = cfg
+        self.clock = clock
         self.roles = cfg["process.roles"]
         self._locks = lock_data_dirs(cfg)
         try:
-            self.cluster_id = ensure_meta_properties(cfg)
+            self.cluster_id = ensure_meta_properties(cfg, clock)
         except BaseException:
             unlock_data_dirs(self._locks)
             raise
         self.loader = MetadataLoader()
-        self.metadata_log = make_metadata_log(cfg, self.loader)
+        self.metadata_log = make_metadata_log(cfg, self.loader, clock)
         from broker.security.ssl import controller_grpc_credentials
 
         server_creds, channel_creds = controller_grpc_credentials(cfg)  # controller listener TLS (SSL), or None
@@ -144,11 +146,11 @@ class Node:
             self.controller = QuorumController(
                 cfg["node.id"], self.metadata_log, self.loader, cluster_id=self.cluster_id,
                 defaults=TopicDefaults(cfg["num.partitions"], cfg["default.replication.factor"]),
-                rng=random.Random(), session_timeout_ms=cfg["broker.session.timeout.ms"],
+                session_timeout_ms=cfg["broker.session.timeout.ms"],
                 unclean_default=cfg["unclean.leader.election.enable"],
                 auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],
                 rebalance_interval_s=cfg["leader.imbalance.check.interval.seconds"],
-                colocated_broker_id=cfg["node.id"] if "broker" in self.roles else None)
+                colocated_broker_id=cfg["node.id"] if "broker" in self.roles else None, clock=clock)
             from controller.service import add_to_server
             self.metadata_log.servicers.append(lambda server: add_to_server(server, self.controller))
         if "broker" in self.roles:
@@ -157,8 +159,9 @@ class Node:
             self.channel = ControllerChannel(
                 cfg["controller.quorum.voters"], lambda: self.metadata_log.leader().leader_id,
                 request_timeout_ms=cfg["request.timeout.ms"],
-                retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds)
-            self.broker = Broker(cfg, self.loader, self.channel)
+                retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds,
+                clock=clock)
+            self.broker = Broker(cfg, self.loader, self.channel, clock)
 
     async def start(self) -> None:
         if self.cfg["krafty.loop.stall.warn.ms"] > 0:

@@ -14,11 +14,11 @@ import errno
 import logging
 import os
 import random
-import time
 from collections.abc import Callable, Sequence
 
 import grpc
 
+from common.clock import SYSTEM, Clock
 from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
@@ -60,8 +60,10 @@ class RaftMetadataLog:
     def __init__(self, node_id: int, voters: Sequence[tuple[int, str, int]], data_dir: str, *,
                  listen: tuple[str, int] | None = None, timeouts: Timeouts = Timeouts(),
                  snapshot_provider: SnapshotProvider | None = None,
-                 max_bytes_between_snapshots: int = 20 * 1024 * 1024, rng: random.Random | None = None) -> None:
+                 max_bytes_between_snapshots: int = 20 * 1024 * 1024, rng: random.Random | None = None,
+                 clock: Clock = SYSTEM) -> None:
         self.node_id = node_id
+        self.clock = clock  # the core's time is monotonic; DescribeQuorum shows wall-clock timestamps
         self.voters = {vid: (host, port) for vid, host, port in voters}
         self.is_voter = node_id in self.voters
         self.data_dir = data_dir
@@ -69,7 +71,7 @@ class RaftMetadataLog:
         self.timeouts = timeouts
         self.snapshot_provider = snapshot_provider
         self.max_bytes_between_snapshots = max_bytes_between_snapshots
-        self.rng = rng or random.Random()
+        self.rng = rng or clock.rng
         self.listeners: list[Listener] = []
         # Extra gRPC services to serve on the controller listener, e.g. the controller's own:
         # each is called with the grpc.aio.Server before it starts (voters only).
@@ -86,8 +88,7 @@ class RaftMetadataLog:
         # set by the node from the controller listener's ssl.* keys (broker/security/ssl.py)
         self.server_credentials: grpc.ServerCredentials | None = None
         self.channel_credentials: grpc.ChannelCredentials | None = None
-        self._t0 = time.monotonic()
-        self._wall0 = time.time() * 1000
+        self._t0 = clock.monotonic()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._pending: list[_Pending] = []
@@ -102,7 +103,8 @@ class RaftMetadataLog:
         self._held_leader: tuple[LeaderAndEpoch, int] | None = None
 
     @classmethod
-    def from_config(cls, cfg, snapshot_provider: SnapshotProvider | None = None) -> RaftMetadataLog:
+    def from_config(cls, cfg, snapshot_provider: SnapshotProvider | None = None, *,
+                    clock: Clock = SYSTEM) -> RaftMetadataLog:
         node_id = cfg["node.id"]
         voters = cfg["controller.quorum.voters"]
         listen = None
@@ -114,7 +116,7 @@ class RaftMetadataLog:
         data_dir = os.path.join(cfg["metadata.log.dir"], "__cluster_metadata-0")
         return cls(node_id, voters, data_dir, listen=listen, timeouts=timeouts_from_config(cfg),
                    snapshot_provider=snapshot_provider,
-                   max_bytes_between_snapshots=cfg["metadata.log.max.record.bytes.between.snapshots"])
+                   max_bytes_between_snapshots=cfg["metadata.log.max.record.bytes.between.snapshots"], clock=clock)
 
     # ------------------------------------------------------------------ MetadataLog
     def register(self, listener: Listener) -> None:
@@ -124,7 +126,7 @@ class RaftMetadataLog:
         return self._leader
 
     def now_ms(self) -> int:
-        return int((time.monotonic() - self._t0) * 1000)
+        return int((self.clock.monotonic() - self._t0) * 1000)
 
     async def append(self, records: Sequence[bytes], expected_epoch: int | None = None) -> int:
         _last, fut = self.propose(records, expected_epoch)
@@ -338,7 +340,8 @@ class RaftMetadataLog:
 
     # ------------------------------------------------------------------ DescribeQuorum
     def _wall(self, t: int) -> int:
-        return -1 if t < 0 else int(self._wall0 + t)
+        """The wall-clock time of core time ``t`` (as if the wall clock had not stepped since)."""
+        return -1 if t < 0 else self.clock.wall_ms() - (self.now_ms() - t)
 
     def describe_pb(self) -> pb.DescribeQuorumResponse:
         core = self.core

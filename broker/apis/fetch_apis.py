@@ -4,7 +4,6 @@ reads sent with sendfile, preferred read replicas (KIP-392)."""
 from __future__ import annotations
 
 import logging
-import time
 
 from broker.apis import wire
 from broker.fetch_session import FetchContext, PartitionData
@@ -28,7 +27,7 @@ class FetchApis:
         image = self.image
         replica_id = req.replica_state.replica_id if ver >= 15 else req.replica_id
         max_wait = req.max_wait.total_seconds()
-        deadline = time.monotonic() + max_wait
+        deadline = self.clock.monotonic() + max_wait
         # KIP-227: the request may name only what changed in a fetch session; the context
         # gives every partition to read (keyed by topic id from v13, by name before)
         requested = [((t.topic_id if ver >= 13 else t.topic, p.partition), PartitionData(
@@ -39,7 +38,7 @@ class FetchApis:
             forgotten = [(t.topic_id if ver >= 13 else t.topic, int(pid))
                          for t in req.forgotten_topics_data for pid in t.partitions]
             fctx = self.fetch_sessions.context(req.session_id, req.session_epoch, requested, forgotten,
-                                               int(time.time() * 1000), replica_id >= 0)
+                                               self.clock.monotonic_ms(), replica_id >= 0)
             if fctx.error:
                 return wire.encode_fetch_response(ver, [], error=fctx.error)
         else:
@@ -78,7 +77,7 @@ class FetchApis:
             topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image, denied,
                                                          quota_cap)
             first_pass = False
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if total >= req.min_bytes or errors or left <= 0 or not wanted:
                 break
             if replica_id >= 0 and fctx.session is not None and any(
@@ -92,7 +91,7 @@ class FetchApis:
             throttle = await self._throttle(ctx, FETCH, total, ver >= 8)
             if throttle:  # over quota: an empty response (Kafka's getThrottledResponse)
                 self.quotas.unrecord(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)), ctx.header.client_id or "",
-                                     total, time.monotonic())
+                                     total, self.clock.monotonic())
                 for _, _, parts in topics_out:
                     for pr in parts:
                         pr.records = None

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import time
 
 from broker.apis.admin_apis import AdminApis
 from broker.apis.fetch_apis import FetchApis
@@ -27,6 +25,7 @@ from broker.security.authorizer import ANONYMOUS, make_authorizer
 from broker.security.quotas import ClientQuotas, user_of
 from broker.security.scram_apis import ScramApis
 from broker.server import RequestContext
+from common.clock import SYSTEM, Clock
 from common.config import Config, ConfigError, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from metadata.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS
@@ -42,14 +41,17 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
     holds the shared state (config, image, replica manager, authorizer, quotas), the
     authorization helpers and the dispatch."""
 
-    def __init__(self, config: Config, broker_id: int, loader, replicas: ReplicaManager, controller):
+    def __init__(self, config: Config, broker_id: int, loader, replicas: ReplicaManager, controller,
+                 clock: Clock = SYSTEM):
         self.config = config
+        # deadlines and quotas on clock.monotonic; fetch sessions idle by monotonic ms too
+        self.clock = clock
         self.broker_id = broker_id
         self.loader = loader
         self.replicas = replicas
         self.controller = controller
         self.producer_ids = ProducerIdAllocator(controller, broker_id)
-        self.rng = random.Random()
+        self.rng = clock.rng
         self._topic_defaults = topic_defaults(config)
         try:
             self.replica_selector = make_selector(config["replica.selector.class"])
@@ -73,7 +75,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
         }
         # the group coordinator (broker/group) and its handlers (broker/apis/group_apis.py)
-        self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller)
+        self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller, clock)
         self.handlers.update(GroupApis(self, self.group_coordinator).handlers())
         # authorization (authorizer.class.name; None = every request allowed) and the ACL/quota APIs
         self.authorizer = make_authorizer(config)
@@ -106,7 +108,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         q.update(self.image.client_quotas)
         if not q.enabled:
             return 0
-        now = time.monotonic()
+        now = self.clock.monotonic()
         ms = q.record(key, user_of(getattr(ctx, "principal", ANONYMOUS)), ctx.header.client_id or "", nbytes, now)
         if ms > 0:
             if kip219:
@@ -130,8 +132,8 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
     async def __call__(self, ctx: RequestContext, body: memoryview):
         if self._muted:  # a throttled connection's next request waits out the throttle (KIP-219)
             until = self._muted.pop((ctx.listener, ctx.connection_id), None)
-            if until is not None and until > time.monotonic():
-                await asyncio.sleep(until - time.monotonic())
+            if until is not None and until > self.clock.monotonic():
+                await asyncio.sleep(until - self.clock.monotonic())
         h = ctx.header
         key, ver = h.api_key, h.api_version
         rng = SUPPORTED.get(key)

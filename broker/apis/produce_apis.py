@@ -3,8 +3,6 @@ append through the replica manager and the acks=all wait."""
 
 from __future__ import annotations
 
-import time
-
 from broker.apis import wire
 from broker.log.batch import validate_produce_batches
 from broker.log.validator import RecordValidationError
@@ -92,7 +90,7 @@ class ProduceApis:
 
     async def _await_replication(self, ctx, appended, timeout_ms: int) -> None:
         """The produce purgatory: acks=all completes when the HW passes each batch."""
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        deadline = self.clock.monotonic() + max(timeout_ms, 0) / 1000
         for tp, last_offset, min_isr, res in appended:
             while True:
                 part = self.replicas.partitions.get(tp)
@@ -103,7 +101,7 @@ class ProduceApis:
                 if done is not None:
                     res["error_code"] = done
                     break
-                left = deadline - time.monotonic()
+                left = deadline - self.clock.monotonic()
                 if left <= 0:
                     res["error_code"] = ErrorCode.REQUEST_TIMED_OUT
                     break

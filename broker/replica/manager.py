@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable
 
@@ -20,6 +19,7 @@ from broker.log.log import Log
 from broker.log.manager import LogManager
 from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.partition import PartitionState
+from common.clock import SYSTEM, Clock
 from common.config import topic_defaults
 from common.errors import ErrorCode, KafkaError
 from metadata.delta import MetadataDelta
@@ -29,10 +29,6 @@ log = logging.getLogger("krafty.replica")
 
 TopicPartition = tuple[str, int]
 CREATE_SLICE = 100  # a delta with more new local partitions than this creates their logs in slices
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclasses.dataclass(slots=True)
@@ -78,8 +74,11 @@ class _Waiters:
 class ReplicaManager:
     def __init__(self, broker_id: int, config, log_manager: LogManager, *, channel=None,
                  broker_epoch: Callable[[], int] = lambda: -1,
-                 endpoint_of: Callable[[int], tuple[str, int] | None] = lambda b: None):
+                 endpoint_of: Callable[[int], tuple[str, int] | None] = lambda b: None, clock: Clock = SYSTEM):
         self.broker_id = broker_id
+        # ISR lag and follower progress run on clock.monotonic_ms (a wall-clock step must not
+        # shrink every ISR); log appends are stamped with clock.wall_ms
+        self.clock = clock
         self.config = config
         self.logs = log_manager
         self.channel = channel
@@ -89,7 +88,7 @@ class ReplicaManager:
         self._lag_ms = config["replica.lag.time.max.ms"]
         self._hw_waiters = _Waiters()
         self._leo_waiters = _Waiters()
-        self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of)
+        self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of, clock)
         self._alter_wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
         # partitions of a large delta whose logs are still to be made: tp -> (topic id, registration, leader?)
@@ -125,7 +124,7 @@ class ReplicaManager:
         new = [r[0] for r in roles if r[0] not in self.partitions and r[0] not in self._pending
                and not r[0][0].startswith("__") and self.logs.get(*r[0]) is None]
         defer = set(new) if len(new) > CREATE_SLICE else set()
-        now = now_ms()
+        now = self.clock.monotonic_ms()
         for tp, tid, reg, leader in roles:
             if tp in self._pending or tp in defer:
                 self._pending[tp] = (tid, reg, leader)  # the latest role wins when its log is made
@@ -171,18 +170,18 @@ class ReplicaManager:
         time, yielding to requests and heartbeats between slices instead of stalling the loop
         for seconds. Until its log exists a partition answers NOT_LEADER_OR_FOLLOWER /
         UNKNOWN_TOPIC_OR_PARTITION, which clients and followers retry."""
-        t0 = time.monotonic()
+        t0 = self.clock.monotonic()
         made = 0
         while self._pending:
             for _ in range(min(CREATE_SLICE, len(self._pending))):
                 tp, (tid, reg, leader) = next(iter(self._pending.items()))
                 del self._pending[tp]
-                self._become(tp, tid, reg, leader, self._image, now_ms())
+                self._become(tp, tid, reg, leader, self._image, self.clock.monotonic_ms())
                 made += 1
             if self._alter_wake is not None:
                 self._alter_wake.set()
             await asyncio.sleep(0)
-        log.info("created %d logs in %.2f s", made, time.monotonic() - t0)
+        log.info("created %d logs in %.2f s", made, self.clock.monotonic() - t0)
 
     def _partition(self, image: MetadataImage, tp: TopicPartition, tid: uuid.UUID) -> Partition:
         part = self.partitions.get(tp)
@@ -215,7 +214,7 @@ class ReplicaManager:
     def append(self, part: Partition, buf, headers):
         """Append in the calling thread (the group coordinator's small writes to its own
         internal partitions, which must be in the log before it goes on)."""
-        info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, now_ms())
+        info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, self.clock.wall_ms())
         self._appended(part)
         return info
 
@@ -231,7 +230,7 @@ class ReplicaManager:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             return part.state.leader_epoch
 
-        now = now_ms()
+        now = self.clock.wall_ms()  # record timestamps: the wall clock
         buf, headers = await part.log.validate_client_batches(buf, headers, now)
         info = await part.log.append_as_leader_async(buf, headers, leader_epoch, now, self.logs.writer)
         self._appended(part)
@@ -245,7 +244,7 @@ class ReplicaManager:
 
     def on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
         st = part.state
-        if st.on_follower_fetch(replica_id, fetch_offset, part.log.log_end_offset, now_ms()):
+        if st.on_follower_fetch(replica_id, fetch_offset, part.log.log_end_offset, self.clock.monotonic_ms()):
             self._wake((st.topic, st.partition))
         if st.pending_alter is not None and self._alter_wake is not None:
             self._alter_wake.set()
@@ -254,7 +253,7 @@ class ReplicaManager:
         """Kafka checks every replica.lag.time.max.ms / 2 for followers that fell behind."""
         while True:
             await asyncio.sleep(max(self._lag_ms / 2000, 0.05))
-            now = now_ms()
+            now = self.clock.monotonic_ms()
             proposed = False
             for tp, part in list(self.partitions.items()):
                 if part.state.is_leader and part.state.maybe_shrink_isr(part.log.log_end_offset, now):

@@ -9,7 +9,7 @@ SEEDS ?= 1000
 
 .PHONY: run test lint sim bench system-deps clean chaos test-cluster docker-deps test-docker test-spark pipeline-demo pipeline-bench
 
-$(BIN)/krafty: pyproject.toml
+$(BIN)/krafty: pyproject.toml setup.py broker/log/_records.pyx
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

@@ -3,6 +3,7 @@
     .venv/bin/python bench/produce_consume.py                      # starts its own krafty node in a temp dir
     .venv/bin/python bench/produce_consume.py --bootstrap 127.0.0.1:9092   # an already running broker
     .venv/bin/python bench/produce_consume.py --records 200000 --max-seconds 20 --json /tmp/pc.json
+    .venv/bin/python bench/produce_consume.py --metrics            # krafty.metrics.port on, scraped every 5 s
 
 For each target (krafty, then the mock cluster as a reference), each value size (1 KiB, 100 B) and
 each acks setting (1, all) it produces --records records into a fresh single-partition topic
@@ -27,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from krafty_node import KraftyNode, MockCluster, wait_until  # noqa: E402
+from krafty_node import KraftyNode, MockCluster, free_port, wait_until  # noqa: E402
 
 
 @dataclass
@@ -43,16 +44,23 @@ class Result:
     consume_s: float
     consume_rps: float
     consume_mbps: float
+    produce_broker_cpu_ms_per_mb: float | None = None  # the node's CPU (all threads) per MB produced
 
 
-def create_topic(bootstrap: str, topic: str, mock: bool) -> None:
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, all threads (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def create_topic(bootstrap: str, topic: str, mock: bool, config: dict[str, str] | None = None) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     if not mock:
         admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive its futures
         fs = admin.create_topics(
-            [NewTopic(topic, num_partitions=1, replication_factor=1)], operation_timeout=30
+            [NewTopic(topic, num_partitions=1, replication_factor=1, config=config or {})], operation_timeout=30
         )
         fs[topic].result(60)
     p = Producer({"bootstrap.servers": bootstrap})
@@ -70,7 +78,7 @@ def create_topic(bootstrap: str, topic: str, mock: bool) -> None:
 
 
 def produce(bootstrap: str, topic: str, n: int, size: int, acks: str, max_s: float,
-            compression: str = "none") -> tuple[int, float]:
+            compression: str = "none", keyed: bool = False) -> tuple[int, float]:
     from confluent_kafka import Producer
 
     p = Producer(
@@ -104,7 +112,10 @@ def produce(bootstrap: str, topic: str, n: int, size: int, acks: str, max_s: flo
     produce_ = p.produce
     while sent < n:
         try:
-            produce_(topic, value, partition=0, on_delivery=cb)
+            if keyed:
+                produce_(topic, value, key=b"%08d" % sent, partition=0, on_delivery=cb)
+            else:
+                produce_(topic, value, partition=0, on_delivery=cb)
             sent += 1
         except BufferError:
             p.poll(0.01)
@@ -169,13 +180,18 @@ def consume(bootstrap: str, topic: str, n: int, max_s: float) -> tuple[int, int,
     return got, nbytes, elapsed
 
 
-def run_target(name: str, bootstrap: str, mock: bool, args) -> list[Result]:
+def run_target(name: str, bootstrap: str, mock: bool, args, pid: int | None = None) -> list[Result]:
+    """``pid``: the broker process, whose CPU time per MB produced is reported (less sensitive to
+    other load on the machine than the rates)."""
     results = []
     for size in args.sizes:
         for acks in args.acks:
             topic = f"bench-{size}b-acks{acks}-{uuid.uuid4().hex[:6]}"
-            create_topic(bootstrap, topic, mock)
-            n, ps = produce(bootstrap, topic, args.records, size, acks, args.max_seconds, args.compression)
+            create_topic(bootstrap, topic, mock, {"cleanup.policy": "compact"} if args.compacted else None)
+            cpu0 = process_cpu_s(pid) if pid else 0.0
+            n, ps = produce(bootstrap, topic, args.records, size, acks, args.max_seconds, args.compression,
+                            keyed=args.compacted)
+            cpu_ms_per_mb = round((process_cpu_s(pid) - cpu0) * 1e3 / (n * size / 1e6), 2) if pid else None
             if mock:
                 # The mock cluster keeps only ~5 MB per partition: its consume rate is no reference.
                 got, nbytes, cs = 0, 0, 0.0
@@ -193,6 +209,7 @@ def run_target(name: str, bootstrap: str, mock: bool, args) -> list[Result]:
                 round(cs, 3),
                 round(got / cs) if cs else 0,
                 round(nbytes / cs / 1e6, 1) if cs else 0.0,
+                cpu_ms_per_mb,
             )
             cons = (
                 f"consume {r.consume_rps:>9,} rec/s {r.consume_mbps:>7} MB/s   ({n:,} produced, {got:,} consumed)"
@@ -201,7 +218,7 @@ def run_target(name: str, bootstrap: str, mock: bool, args) -> list[Result]:
             )
             print(
                 f"  {name:7} {size:>5} B  acks={acks:<3}  produce {r.produce_rps:>9,} rec/s {r.produce_mbps:>7} MB/s"
-                f"   {cons}",
+                f"   {cons}" + (f"   broker CPU {cpu_ms_per_mb} ms/MB produced" if pid else ""),
                 flush=True,
             )
             results.append(r)
@@ -250,10 +267,15 @@ def main(argv=None) -> int:
     ap.add_argument("--acks", type=lambda s: s.split(","), default=["1", "all"])
     ap.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"],
                     help="producer compression.type (random values: measures the broker's work, not the ratio)")
+    ap.add_argument("--compacted", action="store_true",
+                    help="cleanup.policy=compact topics, each record with its own 8-byte key (not counted in MB)")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="cap per produce / consume phase")
     ap.add_argument("--no-mock", action="store_true", help="skip the librdkafka mock-cluster reference")
     ap.add_argument("--no-krafty", action="store_true", help="only the mock-cluster reference")
     ap.add_argument("--json", help="also write the results (and the machine) to this JSON file")
+    ap.add_argument("--metrics", action="store_true",
+                    help="serve metrics on the krafty node (krafty.metrics.port) and scrape them every 5 s, as "
+                         "Prometheus would (bench/metrics_cost.py has the per-request CPU)")
     args = ap.parse_args(argv)
 
     import confluent_kafka
@@ -269,12 +291,23 @@ def main(argv=None) -> int:
             results += run_target("krafty", args.bootstrap, False, args)
         else:
             with tempfile.TemporaryDirectory(prefix="krafty-bench-") as d:
-                node = KraftyNode(d)
+                mport = free_port()
+                node = KraftyNode(d, overrides={"krafty.metrics.port": str(mport), "krafty.metrics.host": "127.0.0.1"}
+                                  if args.metrics else None)
+                scraper = None
                 try:
                     node.start()
-                    print(f"krafty node on {node.bootstrap} (data in {d})", flush=True)
-                    results += run_target("krafty", node.bootstrap, False, args)
+                    print(f"krafty node on {node.bootstrap} (data in {d})"
+                          + (f", metrics on :{mport} scraped every 5 s" if args.metrics else ""), flush=True)
+                    if args.metrics:
+                        from metrics_cost import Scraper
+                        scraper = Scraper(mport, 5.0)
+                        scraper.start()
+                    results += run_target("krafty+metrics" if args.metrics else "krafty", node.bootstrap, False, args,
+                                          pid=node.proc.pid)
                 finally:
+                    if scraper is not None:
+                        scraper.stop.set()
                     node.close()
     if not args.no_mock:
         mock = MockCluster().start()

@@ -5,6 +5,7 @@ request (the steadier figures on a loaded machine).
 
     .venv/bin/python bench/request_read.py 1048576 1000     # 1 MiB requests (Produce-sized)
     .venv/bin/python bench/request_read.py 200 200000       # small pipelined requests
+    .venv/bin/python bench/request_read.py 200 200000 --metrics   # with the request metrics on
 
 Run it with PYTHONPATH pointing at another checkout to compare (the script works against a
 KafkaServer with or without a memory pool)."""
@@ -65,6 +66,9 @@ async def main(size: int, n: int) -> None:
         from broker.memory_pool import RequestMemoryPool
         kw["memory_pool"] = RequestMemoryPool(256 * 1024 * 1024)
     srv = KafkaServer("PLAINTEXT", "127.0.0.1", 0, handler, max_request_size=100 << 20, **kw)
+    if "--metrics" in sys.argv:
+        from broker.metrics import BrokerMetrics
+        srv.metrics = BrokerMetrics(1)
     await srv.start()
     ctx = mp.get_context("fork")
     q = ctx.Queue()

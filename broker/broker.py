@@ -57,6 +57,13 @@ class Broker:
         self.listener_security = {lst.name: listener_security(config, lst.name)
                                   for lst in config["listeners"] if lst.name not in ctrl}
         self.inter_broker_security = inter_broker_security(config)
+        # metrics (broker/metrics.py), counted only when served (krafty.metrics.port)
+        self.metrics = None
+        self.lag_monitor = None
+        if config["krafty.metrics.port"] >= 0:
+            from broker.metrics import BrokerMetrics
+            self.metrics = BrokerMetrics(self.node_id, clock=self.clock)
+            self.metrics.broker = self
 
     def open_logs(self) -> None:
         """Loads and recovers every partition log; must run before the metadata log replays."""
@@ -68,6 +75,7 @@ class Broker:
                                        clock=self.clock)
         self.loader.add_publisher(self.replicas.on_metadata)
         self.apis = KafkaApis(self.config, self.node_id, self.loader, self.replicas, self.controller, clock=self.clock)
+        self.apis.metrics = self.metrics
         self.replicas.fetchers.security = self.inter_broker_security  # TLS/SASL to other brokers
         # after the replica manager's publisher: a partition we now lead has its log when we load it
         self.loader.add_publisher(self.apis.group_coordinator.on_metadata, catch_up=False)
@@ -122,11 +130,17 @@ class Broker:
             s = KafkaServer(lst.name, lst.host, lst.port, self.apis,
                             max_request_size=self.config["socket.request.max.bytes"],
                             security=self.listener_security[lst.name], scram_lookup=self._scram_credential,
-                            limits=self.limits, memory_pool=self.memory_pool)
+                            limits=self.limits, memory_pool=self.memory_pool, clock=self.clock)
+            s.metrics = self.metrics
             s.bind()
             self.servers.append(s)
         await self.replicas.start()
         await self.apis.group_coordinator.start()
+        if self.metrics is not None:  # consumer lag of the groups we coordinate
+            from broker.group.lag_monitor import ConsumerLagMonitor
+            self.lag_monitor = ConsumerLagMonitor(self, self.config["krafty.metrics.consumer.lag.interval.ms"] / 1000,
+                                                 clock=self.clock)
+            self.lag_monitor.start()
         await self._register()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_loop()))
@@ -251,6 +265,8 @@ class Broker:
         for s in self.servers:
             await s.close()
         self.limits.close()
+        if self.lag_monitor is not None:
+            await self.lag_monitor.close()
         if self.apis:
             await self.apis.group_coordinator.close()
         if self.replicas:

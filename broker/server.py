@@ -25,6 +25,7 @@ import struct
 from collections.abc import Awaitable, Callable
 
 from broker.protocol.codec import FramingError, RequestHeader, parse_request_header
+from common.clock import SYSTEM, Clock
 
 log = logging.getLogger("krafty.network")
 _I32 = struct.Struct(">i")
@@ -72,11 +73,16 @@ class RequestContext:
     principal: str = "User:ANONYMOUS"
     security_protocol: str = "PLAINTEXT"
     connection: Connection | None = None
+    # for the request metrics (broker/metrics.py): seconds parked in a purgatory (RemoteTimeMs),
+    # the quota throttle given, whether a Fetch came from a follower replica
+    parked: float = 0.0
+    throttle_ms: int = 0
+    from_follower: bool = False
 
     def park(self, aw: Awaitable) -> Awaitable:
         """``aw`` (a long-poll wait), cancelled with the request if the client closes the
         connection meanwhile (see Connection.park)."""
-        return aw if self.connection is None else self.connection.park(aw)
+        return aw if self.connection is None else self.connection.park(aw, self)
 
 
 Handler = Callable[[RequestContext, memoryview], Awaitable["Chunks | None"]]
@@ -204,6 +210,8 @@ class Connection:
 
     async def _serve(self, frame: bytearray, protocol: str) -> bool:
         """Handles one request; False when the connection must close."""
+        metrics, clock = self.server.metrics, self.server.clock
+        start = clock.monotonic() if metrics is not None else 0.0
         try:
             self.in_request, self.active_at = True, self.loop.time()
             if self.sasl is not None:
@@ -228,21 +236,32 @@ class Connection:
                 header = parse_request_header(frame)
             ctx = RequestContext(header, self.server.listener_name, self.addr[0], self.cid, self.principal,
                                  protocol, self)
+            dispatched = clock.monotonic() if metrics is not None else 0.0
             chunks = await self.server.handler(ctx, memoryview(frame)[header.size:])
+            if metrics is None:
+                if chunks is not None:
+                    await self.send(chunks)
+                return True
+            handled = clock.monotonic()
             if chunks is not None:
                 await self.send(chunks)
+            metrics.record_request(ctx, start, dispatched, handled, clock.monotonic())
             return True
         finally:
             self.in_request, self.active_at = False, self.loop.time()
             self._release()
 
     # --- a parked request -------------------------------------------------------------------
-    async def park(self, aw: Awaitable):
+    async def park(self, aw: Awaitable, ctx: RequestContext | None = None):
         """Awaits ``aw``, a wait in which the request has no work in progress (a long-poll
         Fetch, an acks=all Produce waiting for its replicas), watching the socket meanwhile:
         if the client closes the connection, the request is cancelled and the connection
         closes. (Nothing reads the socket while a request is in hand, so a client gone during
-        a long poll would otherwise keep its socket, fd and request until the wait ends.)"""
+        a long poll would otherwise keep its socket, fd and request until the wait ends.)
+        With metrics on, the wait is counted in the purgatory's size and the request's
+        RemoteTimeMs."""
+        if ctx is not None and self.server.metrics is not None:
+            return await self._park_timed(aw, ctx)
         if self.peer_gone or self._parked:
             return await aw
         self._parked = True
@@ -254,6 +273,16 @@ class Connection:
             return await aw
         finally:
             self._stop_watch()
+
+    async def _park_timed(self, aw: Awaitable, ctx: RequestContext):
+        parked, key, clock = self.server.parked, ctx.header.api_key, self.server.clock
+        parked[key] = parked.get(key, 0) + 1
+        t0 = clock.monotonic()
+        try:
+            return await self.park(aw)
+        finally:
+            ctx.parked += clock.monotonic() - t0
+            parked[key] -= 1
 
     def _stop_watch(self) -> None:
         if self._parked:
@@ -340,6 +369,7 @@ class Connection:
             from broker.security.sasl import SaslSession
 
             self.sasl = SaslSession(sec, self.server.scram_lookup, client=f"{self.addr[0]}:{self.addr[1]}")
+            self.sasl.on_auth = self.server.count_authentication
 
     async def send(self, chunks: Chunks) -> None:
         total = sum(c.size if isinstance(c, FileRegion) else len(c) for c in chunks)
@@ -405,8 +435,12 @@ class KafkaServer:
     """One listener: accepts connections and runs them until closed."""
 
     def __init__(self, listener_name: str, host: str, port: int, handler: Handler, *, max_request_size: int,
-                 security=None, scram_lookup=None, limits=None, memory_pool=None):
+                 security=None, scram_lookup=None, limits=None, memory_pool=None, clock: Clock = SYSTEM):
         self.listener_name = listener_name
+        self.clock = clock
+        self.metrics = None  # broker.metrics.BrokerMetrics when metrics are served (krafty.metrics.port)
+        self.parked: dict[int, int] = {}  # api key -> requests parked now (the purgatories' sizes)
+        self.auth_ok = self.auth_failed = 0  # SASL authentications (socket-server-metrics)
         self.memory_pool = memory_pool  # broker.memory_pool.RequestMemoryPool (queued.max.request.bytes), shared
         self.limits = limits  # broker.security.limits.ConnectionLimits (max.connections, ...), shared by listeners
         self.security = security  # broker.security.sasl.ListenerSecurity, None = PLAINTEXT
@@ -434,6 +468,12 @@ class KafkaServer:
                                    f"{e.strerror}") from None
         self._sock = s
         self.port = s.getsockname()[1]
+
+    def count_authentication(self, ok: bool) -> None:
+        if ok:
+            self.auth_ok += 1
+        else:
+            self.auth_failed += 1
 
     async def start(self) -> None:
         if self._sock is None:

@@ -143,6 +143,8 @@ class ComposeCluster(BaseCluster):
             extra += ["--override", f"{k}={v}"]
         override = {"version": cfg.get("version", "3.8"), "services": {}} if "version" in cfg else {"services": {}}
         for name, svc in cfg["services"].items():
+            if not (svc.get("command") or [None])[0] == "node":  # not a krafty node (the prometheus service)
+                continue
             cmd = list(svc["command"])
             override["services"][name] = {"command": cmd + extra, "image": self.image}
             nid = self._node_id(svc)
@@ -190,7 +192,7 @@ class ComposeCluster(BaseCluster):
         self.project_up = True
         self.log(f"docker compose up of {self.image} (session timeouts: {self.override_file}) "
                  f"as compose project {self.project}")
-        self._compose(*self._files(), "up", "-d", "--no-build")
+        self._compose(*self._files(), "up", "-d", "--no-build", *self.nodes)  # the nodes, not prometheus
         for name, node in self.nodes.items():
             node.container = self._compose(*self._files(), "ps", "-q", name).strip()
             if not node.container:

@@ -295,6 +295,12 @@ KEYS: dict[str, Key] = {
             "broker's CPU is busy)", min=0, max=64),
         Key("krafty.loop.stall.warn.ms", _int, 0, "log a warning with the loop thread's stack when the event "
             "loop runs no callback for this long (0: off)", min=0),
+        Key("krafty.metrics.port", _int, -1, "HTTP port serving Prometheus /metrics, /health and /ready "
+            "(-1: off; 0: any free port)", min=-1, max=65535),
+        Key("krafty.metrics.host", _str, "0.0.0.0", "address the metrics endpoint binds to"),
+        Key("krafty.metrics.consumer.lag.interval.ms", _int, 10_000, "how often the group coordinator samples "
+            "the high watermarks of the partitions its groups committed offsets for (consumer lag)", min=100),
+        Key("krafty.log.format", _choice("text", "json"), "text", "log lines as text, or one JSON object per line"),
     ]
 }
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
+from common.metrics import Histogram
 from controller import acls as acl_ops
 from controller import cluster as cluster_ops
 from controller import replication as replication_ops
@@ -67,6 +68,7 @@ class QuorumController:
         self._spec_commit: asyncio.Future | None = None  # completes when the speculative image's last write commits
         loader.add_publisher(self._on_publish, catch_up=False)
         loader.add_leader_listener(self._on_leader_change)
+        self.processing_times = Histogram(now=self.clock.monotonic())  # EventQueueProcessingTimeMs (metrics)
 
     # --- state ---------------------------------------------------------------------------
     def _now_ms(self) -> int:
@@ -160,6 +162,7 @@ class QuorumController:
         leader = self.log.leader()
         if leader.leader_id != self.node_id or self._active_epoch != leader.epoch:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node is not the active controller")
+        t0 = self.clock.monotonic()
         committed = self.loader.image
         spec = self._spec if self._spec is not None and self._spec.offset > committed.offset else None
         records, result = op(spec or committed)
@@ -176,6 +179,7 @@ class QuorumController:
                 d.replay(x)
             self._spec = d.apply(last, leader.epoch)
             self._spec_commit = fut
+            self.processing_times.record(self.clock.monotonic() - t0)
         elif spec is not None:
             last, fut = spec.offset, self._spec_commit  # answer only once what it saw is committed
         else:

@@ -34,6 +34,9 @@ def cmd_node(args) -> int:
     except ConfigError as e:
         print(f"krafty: {e}", file=sys.stderr)
         return 2
+    if cfg["krafty.log.format"] == "json":
+        from common.jsonlog import use_json_logs
+        use_json_logs(cfg["node.id"])
     from krafty.node import StartupError, run_node
     try:
         return _run(run_node(cfg))

@@ -2,11 +2,14 @@
 
     krafty healthcheck broker HOST:PORT
     krafty healthcheck controller HOST:PORT --node-id N
+    krafty healthcheck ready [URL]        (default http://127.0.0.1:9404/ready)
 
 A broker is healthy when its listener answers ApiVersions without error. A controller is
 healthy when the quorum it belongs to has a leader and that leader counts the node among
-its voters and has heard from it recently (or the node is the leader itself). Exit code 0
-when healthy, 1 otherwise, with one line on stderr saying why.
+its voters and has heard from it recently (or the node is the leader itself). ``ready`` asks
+the node's own metrics endpoint (krafty.metrics.port): a broker registered, unfenced and
+accepting clients, a controller in the quorum. Exit code 0 when healthy, 1 otherwise, with one
+line on stderr saying why.
 """
 
 from __future__ import annotations
@@ -88,6 +91,25 @@ def check_controller(addr: str, node_id: int, max_lag_ms: int = 10_000, timeout_
             f"log end offset {me.log_end_offset}, high watermark {resp.high_watermark}")
 
 
+def check_ready(url: str, timeout_s: float = 5.0) -> str:
+    """GET the node's /ready: 200 is ready; otherwise the reason it gives."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            body = r.read()
+    except urllib.error.HTTPError as e:
+        raise ConnectionError(f"{url} answered {e.code}: {e.read().decode(errors='replace').strip()}") from None
+    except urllib.error.URLError as e:
+        raise ConnectionError(f"{url}: {e.reason}") from None
+    try:
+        return f"{url}: {json.loads(body)}"
+    except ValueError:
+        return f"{url}: {body[:200]!r}"
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="krafty healthcheck", description="Exit 0 when a node is ready to serve.")
     sub = ap.add_subparsers(dest="role", required=True)
@@ -98,12 +120,16 @@ def main(argv: list[str]) -> int:
     c.add_argument("--node-id", type=int, required=True)
     c.add_argument("--max-lag-ms", type=int, default=10_000,
                    help="unhealthy when the leader has not heard from the node for this long")
-    for p in (b, c):
+    r = sub.add_parser("ready", help="the node's metrics endpoint says it is ready (GET /ready answers 200)")
+    r.add_argument("url", nargs="?", default="http://127.0.0.1:9404/ready")
+    for p in (b, c, r):
         p.add_argument("--timeout", type=float, default=5.0, help="seconds")
     args = ap.parse_args(argv)
     try:
         if args.role == "broker":
             msg = check_broker(args.address, args.timeout)
+        elif args.role == "ready":
+            msg = check_ready(args.url, args.timeout)
         else:
             msg = check_controller(args.address, args.node_id, args.max_lag_ms, args.timeout)
     except (OSError, ValueError, struct.error) as e:

@@ -142,6 +142,7 @@ class Node:
         self.broker = None
         self.channel = None
         self.stallwatch = None
+        self.metrics_server = None
         if "controller" in self.roles:
             self.controller = QuorumController(
                 cfg["node.id"], self.metadata_log, self.loader, cluster_id=self.cluster_id,
@@ -164,11 +165,17 @@ class Node:
             self.broker = Broker(cfg, self.loader, self.channel, clock)
 
     async def start(self) -> None:
+        if self.cfg["krafty.metrics.port"] >= 0:  # first: /health and /ready answer during start-up
+            from krafty.metrics_server import MetricsServer
+            self.metrics_server = MetricsServer(self, self.cfg["krafty.metrics.host"], self.cfg["krafty.metrics.port"])
+            await self.metrics_server.start()
         if self.cfg["krafty.loop.stall.warn.ms"] > 0:
             from common.stallwatch import StallWatch
             self.stallwatch = StallWatch(asyncio.get_running_loop(), self.cfg["krafty.loop.stall.warn.ms"])
             self.stallwatch.start()
         if self.broker:
+            from broker.log.record_walk import WALKER
+            log.info("produce validation walks every record with the %s", WALKER)
             self.broker.open_logs()
         await self.metadata_log.start()
         if self.broker:
@@ -186,6 +193,8 @@ class Node:
             await self.metadata_log.close()
             if self.stallwatch:
                 self.stallwatch.stop()
+            if self.metrics_server:
+                await self.metrics_server.close()
         finally:
             unlock_data_dirs(self._locks)
 

@@ -25,6 +25,7 @@ from proto import raft_pb2_grpc as pb_grpc
 from raft.api import Batch, LeaderAndEpoch, Listener, NotLeaderError, Snapshot
 from raft.core import Committed, LeaderChange, LoadSnapshot, RaftCore, Role, Timeouts
 from raft.messages import NONE, NOT_LEADER, Message
+from raft.metrics import RaftStats
 from raft.store import SqliteStore
 from raft.transport import GrpcTransport, RaftServicer
 
@@ -47,10 +48,10 @@ def timeouts_from_config(cfg) -> Timeouts:
 
 
 class _Pending:
-    __slots__ = ("epoch", "last", "future")
+    __slots__ = ("epoch", "last", "future", "at")
 
-    def __init__(self, epoch: int, last: int, future: asyncio.Future) -> None:
-        self.epoch, self.last, self.future = epoch, last, future
+    def __init__(self, epoch: int, last: int, future: asyncio.Future, at: int = -1) -> None:
+        self.epoch, self.last, self.future, self.at = epoch, last, future, at
 
 
 class RaftMetadataLog:
@@ -101,6 +102,7 @@ class RaftMetadataLog:
         # entry up to the epoch's start (its leader-change record), as KafkaRaftClient does:
         # before that a new leader's state machine may miss entries an old leader committed.
         self._held_leader: tuple[LeaderAndEpoch, int] | None = None
+        self.stats = RaftStats(self.now_ms())  # raft-metrics (raft/metrics.py)
 
     @classmethod
     def from_config(cls, cfg, snapshot_provider: SnapshotProvider | None = None, *,
@@ -135,9 +137,11 @@ class RaftMetadataLog:
     def propose(self, records: Sequence[bytes], expected_epoch: int | None = None) -> tuple[int, asyncio.Future]:
         if self.core is None or self._closing:
             raise NotLeaderError(self._leader)
-        epoch, last = self.core.propose(list(records), self.now_ms(), expected_epoch)
+        now = self.now_ms()
+        epoch, last = self.core.propose(list(records), now, expected_epoch)
         fut = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(epoch, last, fut))
+        self._pending.append(_Pending(epoch, last, fut, now))
+        self.stats.proposed(len(records), now)
         self._wake.set()
         return last, fut
 
@@ -241,6 +245,7 @@ class RaftMetadataLog:
                     core.advance(r, self.now_ms())
                     self._maybe_snapshot()
                     core.poll(self.now_ms())
+                self.stats.role(core.role, core.epoch, self.now_ms())
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -274,6 +279,7 @@ class RaftMetadataLog:
                         lst.handle_commit(batches)
                 self._bytes_since_snapshot += sum(len(e.data) for e in note.entries)
                 self._delivered_end = note.base_offset + len(note.entries)
+                self.stats.committed(-1, len(note.entries), self.now_ms())
                 self._complete_appends(note)
             elif isinstance(note, LeaderChange):
                 self._leader = note.leader
@@ -320,6 +326,7 @@ class RaftMetadataLog:
                 continue
             if p.last >= note.base_offset and note.entries[p.last - note.base_offset].epoch == p.epoch:
                 p.future.set_result(p.last)
+                self.stats.committed(p.at, 0, self.now_ms())
             else:
                 # Another leader's entry was committed at that offset: ours was lost.
                 p.future.set_exception(NotLeaderError(self._leader))

@@ -102,6 +102,8 @@ class FetchApis:
                                       or r.current_leader is not None) for k, r in keyed.items()})
             topics_out = [(name, tid, kept) for name, tid, out in topics_out
                           if (kept := [r for r in out if ((tid if ver >= 13 else name), r.index) in chosen])]
+        if self.metrics is not None:
+            self.metrics.fetched(ctx, topics_out, replica_id)
         return wire.encode_fetch_response(ver, topics_out, throttle_ms=throttle, session_id=fctx.session_id)
 
     def _fetch_once(self, ver, wanted, req, replica_id, first_pass, image, denied=frozenset(), max_bytes_cap=None):

@@ -87,6 +87,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         self._muted: dict[tuple[str, int], float] = {}
         # SCRAM credential APIs; SASL requests that get here (broker/security/scram_apis.py)
         self.handlers.update(ScramApis(self).handlers())
+        self.metrics = None  # broker.metrics.BrokerMetrics when metrics are served (krafty.metrics.port)
 
     @property
     def image(self) -> MetadataImage:
@@ -111,6 +112,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         now = self.clock.monotonic()
         ms = q.record(key, user_of(getattr(ctx, "principal", ANONYMOUS)), ctx.header.client_id or "", nbytes, now)
         if ms > 0:
+            ctx.throttle_ms = ms  # ThrottleTimeMs of the request metrics
             if kip219:
                 if len(self._muted) > 100_000:
                     self._muted = {k: t for k, t in self._muted.items() if t > now}
@@ -159,6 +161,8 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
             return self._frame_obj(ctx, codec.error_response(key, ver, ErrorCode.UNKNOWN_SERVER_ERROR))
         if result is None:
             return None
+        if self.metrics is not None and key != ApiKey.PRODUCE and not isinstance(result, list):
+            self.metrics.count_errors(key, result)  # (Produce and Fetch count theirs as they go)
         if isinstance(result, list):
             return [codec.response_header(key, ver, h.correlation_id), *result]
         if isinstance(result, dict):

@@ -64,10 +64,14 @@ class ProduceApis:
                     res["base_offset"] = info.first_offset
                     res["log_append_time"] = info.log_append_time_ms
                     res["log_start_offset"] = info.log_start_offset
+                    if self.metrics is not None:
+                        self.metrics.produced(name, len(p.records), info.last_offset - info.first_offset + 1)
                     if req.acks == -1:
                         appended.append(((name, p.index), info.last_offset, min_isr, res))
                 except KafkaError as e:
                     any_error = True
+                    if self.metrics is not None:
+                        self.metrics.produce_failed(name, len(p.records) if p.records is not None else 0, e.code)
                     res["error_code"] = e.code
                     res["error_message"] = e.message
                     if isinstance(e, RecordValidationError):  # KIP-467 (v8+)

@@ -52,6 +52,15 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000  # Kafka's group.new.member.join.timeout
 
 
+class GroupStats:
+    """Rebalances of the groups sharing one GroupConfig (one coordinator), for its metrics."""
+
+    __slots__ = ("rebalances", "completed_rebalances")
+
+    def __init__(self) -> None:
+        self.rebalances = self.completed_rebalances = 0
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class GroupConfig:
     min_session_timeout_ms: int = 6000
@@ -59,6 +68,7 @@ class GroupConfig:
     initial_rebalance_delay_ms: int = 3000
     max_size: int = 2**31 - 1
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+    stats: GroupStats = dataclasses.field(default_factory=GroupStats, compare=False, repr=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -186,6 +196,12 @@ class ClassicGroup:
     def transition(self, state: str, now: int) -> None:
         if self.state not in _VALID_PREVIOUS[state] and state != self.state:
             raise AssertionError(f"group {self.group_id}: illegal transition {self.state} -> {state}")
+        if state != self.state and state in (PREPARING_REBALANCE, STABLE):
+            stats = self.config.stats
+            if state == STABLE:
+                stats.completed_rebalances += 1
+            else:
+                stats.rebalances += 1
         self.previous_state = self.state
         self.state = state
         self.state_timestamp = now + self.wall_offset_ms

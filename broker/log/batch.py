@@ -39,6 +39,17 @@ from crc32c import crc32c
 
 from common.errors import ErrorCode, KafkaError
 
+from .record_walk import (  # noqa: F401 (MIN_RECORD_*, RecordScan, scan_records, timestamp_deltas: re-exported)
+    MIN_RECORD_BODY,
+    MIN_RECORD_SIZE,
+    RecordScan,
+    check_records_count,
+    read_varint,
+    read_varlong,
+    scan_records,
+    timestamp_deltas,
+)
+
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a batch with no records
@@ -265,8 +276,6 @@ def batch_crc_ok(buf, h: BatchHeader, base: int = 0) -> bool:
 # DefaultRecord.readFrom raises InvalidRecordException for those). The work is still linear in
 # the section's size: callers on the event loop run it in a thread (see validator.py).
 
-MIN_RECORD_BODY = 6  # attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount
-MIN_RECORD_SIZE = 1 + MIN_RECORD_BODY  # with its length varint
 # A records section may decompress to at most DECOMPRESSION_FACTOR x max.message.bytes (or x its
 # default when set lower, so batches written before it was lowered still decode). librdkafka caps a
 # batch at ~1 MB uncompressed (batch.size); Java producers close a batch at batch.size of estimated
@@ -292,33 +301,6 @@ def _invalid(message: str) -> KafkaError:
 
 def _corrupt(message: str) -> KafkaError:
     return KafkaError(ErrorCode.CORRUPT_MESSAGE, message)
-
-
-def _uvarint(buf, pos: int) -> tuple[int, int]:
-    """Unsigned varint at ``pos`` (at most 10 bytes) -> (value, next pos); IndexError past the end."""
-    shift = 0
-    raw = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return raw, pos
-        shift += 7
-        if shift > 63:
-            raise _invalid("varint longer than 10 bytes in a record")
-
-
-def _read_varint(buf, pos: int) -> tuple[int, int]:
-    raw, pos = _uvarint(buf, pos)
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
-def check_records_count(count: int, section_bytes: int) -> None:
-    """O(1): a batch cannot hold more records than its records section has room for."""
-    if count < 0 or count * MIN_RECORD_SIZE > section_bytes:
-        raise _invalid(f"record batch claims {count} records in a records section of {section_bytes} bytes "
-                       f"(a record takes at least {MIN_RECORD_SIZE})")
 
 
 def decompress_records(codec: int, data, limit: int = DEFAULT_RECORDS_LIMIT) -> bytes:
@@ -498,30 +480,30 @@ def section_records(h: BatchHeader, data: bytes) -> Iterator[Record]:
     pos = 0
     for i in range(count):
         try:
-            length, pos = _read_varint(data, pos)
+            length, pos = read_varint(data, pos)
             rend = pos + length
             if length < MIN_RECORD_BODY or rend > end:
                 raise _invalid(f"record {i} of {count} has length {length} with {end - pos} bytes left")
             p = pos + 1  # attributes (unused in v2)
-            ts_delta, p = _read_varint(data, p)
-            off_delta, p = _read_varint(data, p)
-            klen, p = _read_varint(data, p)
+            ts_delta, p = read_varlong(data, p)
+            off_delta, p = read_varint(data, p)
+            klen, p = read_varint(data, p)
             key = None if klen < 0 else bytes(data[p:p + klen])
             p += max(klen, 0)
-            vlen, p = _read_varint(data, p)
+            vlen, p = read_varint(data, p)
             value = None if vlen < 0 else bytes(data[p:p + vlen])
             p += max(vlen, 0)
-            nh, p = _read_varint(data, p)
+            nh, p = read_varint(data, p)
             if nh < 0 or nh > rend - p:
                 raise _invalid(f"record {i} has an invalid number of headers {nh}")
             headers = []
             for _j in range(nh):
-                hk, p = _read_varint(data, p)
+                hk, p = read_varint(data, p)
                 if hk < 0:
                     raise _invalid(f"record {i} has a negative header key size {hk}")
                 name = bytes(data[p:p + hk]).decode("utf-8", "replace")
                 p += hk
-                hv, p = _read_varint(data, p)
+                hv, p = read_varint(data, p)
                 hval = None if hv < 0 else bytes(data[p:p + hv])
                 p += max(hv, 0)
                 headers.append((name, hval))
@@ -564,12 +546,12 @@ def _scan_offsets_and_timestamps(data: bytes, count: int) -> Iterator[tuple[int,
     pos = 0
     for i in range(count):
         try:
-            length, pos = _read_varint(data, pos)
+            length, pos = read_varint(data, pos)
             rend = pos + length
             if length < MIN_RECORD_BODY or rend > end:
                 raise _invalid(f"record {i} of {count} has length {length} with {end - pos} bytes left")
-            ts_delta, p = _read_varint(data, pos + 1)
-            off_delta, p = _read_varint(data, p)
+            ts_delta, p = read_varlong(data, pos + 1)
+            off_delta, p = read_varint(data, p)
         except IndexError:
             raise _invalid(f"record {i} of {count} runs past the end of the records section") from None
         if p > rend:
@@ -577,141 +559,6 @@ def _scan_offsets_and_timestamps(data: bytes, count: int) -> Iterator[tuple[int,
         yield off_delta, ts_delta
         pos = rend
     _records_end(pos, end, count, count)
-
-
-@dataclass(slots=True)
-class RecordScan:
-    """What the produce path needs to know about the records of one batch."""
-
-    min_timestamp_delta: int
-    max_timestamp_delta: int
-    offsets_in_order: bool  # offsetDelta of record i is i (else Kafka re-assigns them)
-    null_keys: list[int]  # indexes of records without a key (when asked for)
-
-
-def scan_records(data: bytes, count: int, *, fields: bool = False) -> RecordScan:
-    """Walk the records section ``data`` of a batch claiming ``count`` records without building
-    any object per record: each record's length is at least its minimum and inside the section,
-    the lengths add up to the section, and each record's timestampDelta and offsetDelta are
-    inside it. With ``fields`` also every other field, as Kafka's DefaultRecord.readFrom (each
-    inside its record, and together exactly the record), listing the keyless records.
-
-    The produce path's per-record work (compressed batches; ``fields`` on compacted topics), so
-    the common one- and two-byte varints are decoded inline (~0.2 us a record, ~0.7 with
-    ``fields``, on the benchmark machine).
-    """
-    check_records_count(count, len(data))
-    end = len(data)
-    pos = 0
-    tmin = 1 << 63
-    tmax = -(1 << 63)
-    in_order = True
-    null_keys: list[int] = []
-    uv = _uvarint
-    i = 0
-    try:
-        for i in range(count):
-            b = data[pos]  # length
-            if b < 0x80:
-                v = b
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | (c << 7)
-                    pos += 2
-                else:
-                    v, pos = uv(data, pos)
-            rend = pos + ((v >> 1) ^ -(v & 1))
-            if rend - pos < MIN_RECORD_BODY or rend > end:
-                raise _invalid(f"record {i} of {count} has length {rend - pos} with {end - pos} bytes left")
-            p = pos + 1  # timestampDelta, after the attributes (unused in v2)
-            b = data[p]
-            if b < 0x80:
-                v = b
-                p += 1
-            else:
-                c = data[p + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | (c << 7)
-                    p += 2
-                else:
-                    v, p = uv(data, p)
-            v = (v >> 1) ^ -(v & 1)
-            if v < tmin:
-                tmin = v
-            if v > tmax:
-                tmax = v
-            b = data[p]  # offsetDelta
-            if b < 0x80:
-                v = b
-                p += 1
-            else:
-                c = data[p + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | (c << 7)
-                    p += 2
-                else:
-                    v, p = uv(data, p)
-            if v != i << 1:  # zig-zag of i
-                in_order = False
-            if fields:
-                p = _key_value_headers(data, p, rend, i, null_keys)
-                if p != rend:
-                    raise _invalid(f"Invalid record size: expected to read {rend - pos} bytes in record {i}, "
-                                   f"but instead read {p - pos}")
-            elif p > rend:
-                raise _invalid(f"record {i} of {count} is shorter than its fields")
-            pos = rend
-    except IndexError:
-        raise _invalid(f"record {i} of {count} runs past the end of the records section") from None
-    _records_end(pos, end, count, count)
-    if not count:
-        tmin = tmax = 0
-    return RecordScan(tmin, tmax, in_order, null_keys)
-
-
-def _key_value_headers(data, p: int, rend: int, i: int, null_keys: list[int]) -> int:
-    """Past the key, value and headers of record ``i`` (from its keyLength at ``p``)."""
-    k = data[p]
-    if k < 0x80:  # the common one-byte length, inline
-        p += 1
-    else:
-        k, p = _uvarint(data, p)
-    if k & 1:  # negative: null
-        null_keys.append(i)
-    else:
-        p += k >> 1
-    v = data[p]
-    if v < 0x80:
-        p += 1
-    else:
-        v, p = _uvarint(data, p)
-    if not v & 1:
-        p += v >> 1
-    if data[p]:
-        return _skip_headers(data, p, rend, i)
-    return p + 1
-
-
-def _skip_headers(data, p: int, rend: int, i: int) -> int:
-    n, p = _read_varint(data, p)
-    if n < 0 or n > rend - p:
-        raise _invalid(f"record {i} has an invalid number of headers {n}")
-    for _ in range(n):
-        hk, p = _read_varint(data, p)
-        if hk < 0:
-            raise _invalid(f"record {i} has a negative header key size {hk}")
-        p += hk
-        hv, p = _read_varint(data, p)
-        if hv > 0:
-            p += hv
-    return p
-
-
-def timestamp_deltas(data: bytes, count: int) -> list[int]:
-    """timestampDelta of each record of a section ``scan_records`` accepted (for per-record errors)."""
-    return [ts for _off, ts in _scan_offsets_and_timestamps(data, count)]
 
 
 # --- encoding (log cleaner, internal topics, tests; not the produce path) ----------------

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from common.clock import SYSTEM, Clock
+from common.metrics import Histogram
 from common.topic_names import CLUSTER_METADATA_TOPIC
 
 from .cleaner import compact
@@ -59,6 +60,8 @@ class LogManager:
         # flush_check runs in a worker thread: close() waits for it (and writes the checkpoints
         # after it), so the clean-shutdown marker never precedes a flush or a checkpoint
         self._flush_lock = threading.Lock()
+        self.clock = clock
+        self.flush_times = Histogram(now=self.clock.monotonic())  # fsyncs of logs (LogFlushStats)
         start_ms = self._clock() if now_ms is None or callable(now_ms) else now_ms
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
@@ -207,12 +210,15 @@ class LogManager:
                 continue
             due = now_ms - lg.last_flush_ms >= lg.config.flush_ms and lg.unflushed_messages > 0
             rolled = lg.segments[-1].base_offset > lg.recovery_point
+            t0 = self.clock.monotonic()
             if due:
                 lg.flush(now_ms=now_ms)
                 flushed += 1
             elif rolled:
                 lg.flush(up_to=lg.segments[-1].base_offset)
                 flushed += 1
+            if due or rolled:
+                self.flush_times.record(self.clock.monotonic() - t0)  # LogFlushRateAndTimeMs
             elif lg.needs_sync:
                 lg.flush(up_to=lg.recovery_point)  # just the new directory / epoch entries
         if flushed or lowered:

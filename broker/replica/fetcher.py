@@ -188,6 +188,8 @@ class FetcherThread:
                 continue
             err = ErrorCode(int(p.error_code))
             records = bytes(p.records) if p.records else b""
+            self.m.leader_hw[tp] = p.high_watermark  # for MaxLag and ReplicationBytesIn (broker metrics)
+            self.m.bytes_in += len(records)
             headers = parse_batches(records) if records else []
             div = p.diverging_epoch
             answer = FetchAnswer(
@@ -236,6 +238,8 @@ class ReplicaFetcherManager:
         self.backoff_s = max(config["controller.quorum.retry.backoff.ms"], 100) / 1000
         self.threads: dict[int, FetcherThread] = {}
         self.following: dict[TopicPartition, int] = {}
+        self.leader_hw: dict[TopicPartition, int] = {}  # the leader's high watermark in its last answer
+        self.bytes_in = 0  # bytes of records received from leaders
 
     def follow(self, tp: TopicPartition, leader: int, leader_epoch: int, high_watermark: int) -> None:
         self.unfollow(tp)
@@ -251,6 +255,7 @@ class ReplicaFetcherManager:
         th.wake.set()
 
     def unfollow(self, tp: TopicPartition) -> None:
+        self.leader_hw.pop(tp, None)
         leader = self.following.pop(tp, None)
         if leader is not None and leader in self.threads:
             fs = self.threads[leader].states.pop(tp, None)

@@ -95,6 +95,7 @@ class ReplicaManager:
         self._pending: dict[TopicPartition, tuple[uuid.UUID, PartitionRegistration, bool]] = {}
         self._creating: asyncio.Task | None = None
         self._image: MetadataImage | None = None
+        self.isr_shrinks = self.isr_expands = 0  # ISR changes committed for partitions we lead (metrics)
 
     async def start(self) -> None:
         self._alter_wake = asyncio.Event()
@@ -153,15 +154,19 @@ class ReplicaManager:
         part = self._partition(image, tp, tid)
         lg, st = part.log, part.state
         if leader:
+            isr_before = len(st.isr) if st.is_leader else None
             if st.make_leader(reg, lg.log_end_offset, now):
                 lg.abort_append()  # a write still in flight belongs to the old role or epoch
                 lg.leader_epoch_cache.assign(reg.leader_epoch, lg.log_end_offset)
                 log.info("%s-%d: leader in epoch %d at offset %d, ISR %s", tp[0], tp[1], reg.leader_epoch,
-                         lg.log_end_offset, list(reg.isr))
+                         lg.log_end_offset, list(reg.isr), extra={"topic": tp[0], "partition": tp[1]})
+            elif isr_before is not None:  # still the leader: the controller changed the ISR (a fenced follower)
+                self._count_isr_change(isr_before, len(st.isr))
             self.fetchers.unfollow(tp)
         elif st.make_follower(reg):
             lg.abort_append()
-            log.info("%s-%d: following %d in epoch %d", tp[0], tp[1], reg.leader, reg.leader_epoch)
+            log.info("%s-%d: following %d in epoch %d", tp[0], tp[1], reg.leader, reg.leader_epoch,
+                     extra={"topic": tp[0], "partition": tp[1]})
             self.fetchers.follow(tp, reg.leader, reg.leader_epoch, st.high_watermark)
         self._wake(tp)
 
@@ -257,7 +262,8 @@ class ReplicaManager:
             proposed = False
             for tp, part in list(self.partitions.items()):
                 if part.state.is_leader and part.state.maybe_shrink_isr(part.log.log_end_offset, now):
-                    log.info("%s-%d: proposing ISR shrink to %s", tp[0], tp[1], list(part.state.pending_alter.new_isr))
+                    log.info("%s-%d: proposing ISR shrink to %s", tp[0], tp[1], list(part.state.pending_alter.new_isr),
+                             extra={"topic": tp[0], "partition": tp[1]})
                     proposed = True
             if proposed:
                 self._alter_wake.set()
@@ -291,16 +297,23 @@ class ReplicaManager:
                 code, reg = by_key.get((req.topic_id, req.partition), (ErrorCode.UNKNOWN_SERVER_ERROR, None))
                 st = part.state
                 if code == ErrorCode.NONE and reg is not None:
+                    self._count_isr_change(len(st.isr), len(reg.isr))
                     if st.on_isr_committed(reg, part.log.log_end_offset, req):
                         self._wake((st.topic, st.partition))
                     log.info("%s-%d: ISR now %s (partition epoch %d)", st.topic, st.partition, list(st.isr),
-                             st.partition_epoch)
+                             st.partition_epoch, extra={"topic": st.topic, "partition": st.partition})
                 else:
                     resend |= bool(st.on_alter_partition_error(ErrorCode(code), req))
                     log.info("%s-%d: AlterPartition refused: %s", st.topic, st.partition, ErrorCode(code).name)
             if resend:  # transient errors: the partition keeps its proposal; send it again shortly
                 await asyncio.sleep(0.1)
                 self._alter_wake.set()
+
+    def _count_isr_change(self, before: int, after: int) -> None:
+        if after < before:
+            self.isr_shrinks += 1
+        elif after > before:
+            self.isr_expands += 1
 
     # --- waiting -----------------------------------------------------------------------------------
     def wake_hw(self, tp: TopicPartition) -> None:

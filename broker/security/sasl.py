@@ -173,6 +173,7 @@ class SaslSession:
         self.principal: str | None = None
         self.expires_at: float | None = None
         self._scram: scram.ScramServer | None = None
+        self.on_auth: Callable[[bool], None] | None = None  # told of each completed or failed authentication
 
     @property
     def authenticated(self) -> bool:
@@ -201,7 +202,7 @@ class SaslSession:
 
     def raw_token(self, frame: bytes) -> tuple[bytes | None, bool]:
         """A bare SASL token after SaslHandshake v0: returns (reply token or None, close_after)."""
-        ok, reply = self._step(frame)
+        ok, reply = self._counted_step(frame)
         if not ok:
             return None, True
         if self.state == "authenticated":
@@ -239,7 +240,7 @@ class SaslSession:
         return self._reply(header, {"error_code": ErrorCode.NONE, "mechanisms": mechs}), False
 
     def _authenticate_reply(self, header, token: bytes) -> tuple[list, bool]:
-        ok, reply = self._step(token)
+        ok, reply = self._counted_step(token)
         if not ok:
             return self._reply(header, {"error_code": ErrorCode.SASL_AUTHENTICATION_FAILED,
                                         "error_message": AUTH_FAILED_MESSAGE, "auth_bytes": b""}), True
@@ -248,6 +249,12 @@ class SaslSession:
             lifetime = self.sec.reauth_ms
         return self._reply(header, {"error_code": ErrorCode.NONE, "auth_bytes": reply or b"",
                                     "session_lifetime": lifetime}), False
+
+    def _counted_step(self, token: bytes) -> tuple[bool, bytes | None]:
+        ok, reply = self._step(token)
+        if self.on_auth is not None and (not ok or self.state == "authenticated"):
+            self.on_auth(ok)  # successful/failed authentications (broker metrics)
+        return ok, reply
 
     def _step(self, token: bytes) -> tuple[bool, bytes | None]:
         """One client token; returns (ok, server token). On success of the last step the

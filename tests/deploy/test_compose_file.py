@@ -35,7 +35,7 @@ def compose_command() -> list[str]:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KRAFTY_", "BASE_IMAGE", "COMPOSE_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KRAFTY_", "BASE_IMAGE", "BUILD_IMAGE", "COMPOSE_"))}
     env.update(extra)
     return env
 
@@ -103,7 +103,7 @@ def _published(service: dict) -> dict[int, int]:
 def test_every_advertised_listener_is_reachable_by_its_clients(env):
     doc = _resolved(**env)
     services = doc["services"]
-    nodes = {name: _node_config(s) for name, s in services.items()}
+    nodes = {name: _node_config(s) for name, s in services.items() if name != "prometheus"}
     controllers = {n: c for n, c in nodes.items() if c["process.roles"] == ["controller"]}
     brokers = {n: c for n, c in nodes.items() if c["process.roles"] == ["broker"]}
     assert len(controllers) == 3 and len(brokers) == 3
@@ -141,16 +141,15 @@ def test_services_have_health_checks_restart_policies_and_named_volumes():
     doc = _resolved()
     named = set(doc.get("volumes") or {})
     for name, s in doc["services"].items():
+        if name == "prometheus":
+            continue
         cfg = _node_config(s)
         assert s["restart"] in ("unless-stopped", "always"), name
         test = s["healthcheck"]["test"]
-        assert test[:3] == ["CMD", "krafty", "healthcheck"], test
+        # the node's own /ready: a broker unfenced and accepting clients, a controller in the quorum
+        assert test == ["CMD", "krafty", "healthcheck", "ready", f"http://127.0.0.1:{cfg['krafty.metrics.port']}/ready"]
         if cfg["process.roles"] == ["broker"]:
-            assert test[3:] == ["broker", f"127.0.0.1:{cfg.listener('INTERNAL').port}"], test
             assert set(s["depends_on"]) == {"controller-1", "controller-2", "controller-3"}
-        else:
-            assert test[3:] == ["controller", f"127.0.0.1:{cfg.listener('CONTROLLER').port}",
-                                "--node-id", str(cfg["node.id"])], test
         vols = s["volumes"]
         assert len(vols) == 1
         v = vols[0]
@@ -158,15 +157,32 @@ def test_services_have_health_checks_restart_policies_and_named_volumes():
         assert source in named and target == "/var/lib/krafty", v
         assert cfg["log.dirs"][0].startswith("/var/lib/krafty/")
         assert s["build"]["dockerfile"] == "deploy/Dockerfile" and s["build"]["args"]["BASE_IMAGE"]
-    assert len(named) == 6
+        assert s["build"]["args"]["BUILD_IMAGE"]
+    assert len(named) == 7  # six nodes and prometheus
 
 
-def test_dockerfile_takes_the_base_image_as_a_build_argument():
+def test_prometheus_scrapes_every_node_on_its_metrics_port():
+    doc = _resolved()
+    services = doc["services"]
+    prom = services["prometheus"]
+    assert prom["build"]["dockerfile"] == "deploy/prometheus/Dockerfile" and prom["build"]["args"]["BASE_IMAGE"]
+    assert _published(prom) == {9090: 9090}
+    scrape = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    targets = {t for job in scrape["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    expected = {f"{name}:{_node_config(s)['krafty.metrics.port']}" for name, s in services.items()
+                if name != "prometheus"}
+    assert targets == expected and len(expected) == 6
+    assert set(prom["depends_on"]) == set(services) - {"prometheus"}
+
+
+def test_dockerfile_takes_the_base_and_build_images_as_build_arguments():
     text = (ROOT / "deploy" / "Dockerfile").read_text()
     assert text.count("ARG BASE_IMAGE=python:3.11-slim") == 1
+    assert text.count("ARG BUILD_IMAGE=python:3.11\n") == 1  # with a C compiler: the compiled record walker
     assert [ln for ln in text.splitlines() if ln.startswith("FROM ")] == [
-        "FROM ${BASE_IMAGE} AS build", "FROM ${BASE_IMAGE}"]
+        "FROM ${BUILD_IMAGE} AS build", "FROM ${BASE_IMAGE}"]
     # everything COPY takes must survive .dockerignore
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
-    for needed in ("pyproject.toml", "README.md", "deploy/config/", "krafty/", "broker/", "common/"):
+    for needed in ("pyproject.toml", "setup.py", "README.md", "deploy/config/", "deploy/prometheus/", "krafty/", "broker/",
+                   "common/"):
         assert f"!{needed}" in ignore, needed

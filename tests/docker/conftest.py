@@ -2,8 +2,9 @@
 starts one with deploy/docker-engine.sh).
 
 Nothing is pulled from a registry. The base image is a Debian bookworm root filesystem made
-with debootstrap (python3, python3-venv, and kcat for the in-network client) and turned into
-an image with `docker import`; it is passed to deploy/Dockerfile as BASE_IMAGE. The image's
+with debootstrap (python3, python3-venv, kcat for the in-network client, and a C compiler with
+Python's headers for the record walker) and turned into an image with `docker import`; it is
+passed to deploy/Dockerfile as BASE_IMAGE and BUILD_IMAGE. The image's
 Python dependencies come from a wheelhouse built on the host (build/docker-wheelhouse), so
 the build needs no network either. The cluster runs under its own compose project name with
 free host ports, and `down -v` removes its containers, network and volumes at the end."""
@@ -25,11 +26,14 @@ from tests.cluster.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "deploy" / "docker-compose.yml"
-BASE_TAG = "krafty-test-base:bookworm"
+BASE_TAG = "krafty-test-base:bookworm-cc-prometheus"
 IMAGE_TAG = "krafty-test:latest"
+PROMETHEUS_TAG = "krafty-test-prometheus:latest"
 ROOTFS = ROOT / "build" / "docker-base" / "rootfs"
 WHEELHOUSE = ROOT / "build" / "docker-wheelhouse"
-BASE_PACKAGES = "python3,python3-venv,ca-certificates,kcat"
+# prometheus: Debian's package, for the compose file's prometheus service (deploy/prometheus/Dockerfile);
+# gcc and headers: the build stage compiles the record walker
+BASE_PACKAGES = "python3,python3-venv,ca-certificates,kcat,prometheus,gcc,libc6-dev,python3-dev"
 MIRROR = os.environ.get("KRAFTY_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
@@ -63,7 +67,7 @@ def _free_ports(n: int) -> list[int]:
 def ensure_base_image() -> None:
     if run(["docker", "image", "inspect", BASE_TAG], check=False).returncode == 0:
         return
-    if not (ROOTFS / "usr" / "bin" / "kcat").exists():
+    if not all((ROOTFS / "usr" / "bin" / b).exists() for b in ("kcat", "prometheus", "gcc")):
         if ROOTFS.exists():
             shutil.rmtree(ROOTFS)
         ROOTFS.parent.mkdir(parents=True, exist_ok=True)
@@ -88,10 +92,13 @@ def ensure_wheelhouse() -> None:
 class ComposeCluster:
     def __init__(self):
         self.project = f"kraftytest{os.getpid()}"
-        ports = _free_ports(3)
+        ports = _free_ports(4)
         self.ports = {4: ports[0], 5: ports[1], 6: ports[2]}
+        self.prometheus_port = ports[3]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("KRAFTY_", "COMPOSE_"))}
-        self.env.update({"KRAFTY_IMAGE": IMAGE_TAG, "BASE_IMAGE": BASE_TAG,
+        self.env.update({"KRAFTY_IMAGE": IMAGE_TAG, "BASE_IMAGE": BASE_TAG, "BUILD_IMAGE": BASE_TAG,
+                         "KRAFTY_PROMETHEUS_IMAGE": PROMETHEUS_TAG,
+                         "KRAFTY_PROMETHEUS_PORT": str(self.prometheus_port),
                          **{f"KRAFTY_PORT_{n}": str(p) for n, p in self.ports.items()}})
         self.compose = [*compose_command(), "-p", self.project, "-f", str(COMPOSE_FILE)]
         self.services = ["controller-1", "controller-2", "controller-3", "broker-4", "broker-5", "broker-6"]

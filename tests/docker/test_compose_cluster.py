@@ -53,6 +53,8 @@ def test_all_six_nodes_are_healthy_and_the_quorum_has_three_voters(compose_clust
     out = c.run("exec", "-T", "controller-1", "krafty", "metadata-quorum", "--bootstrap-controller",
                 "controller-1:9093", "describe", "--status").stdout
     assert "CurrentVoters:          [1,2,3]" in out, out
+    logs = c.run("logs", "--no-color", "broker-4").stdout
+    assert "produce validation walks every record with the compiled walker" in logs, logs[-3000:]
 
 
 def test_host_clients_kcat_and_python(compose_cluster):

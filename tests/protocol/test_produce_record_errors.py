@@ -55,3 +55,32 @@ async def test_future_timestamp_names_the_record(node):
     assert r.error_code == ErrorCode.INVALID_TIMESTAMP
     assert [e.batch_index for e in r.record_errors] == [0]
     assert r.error_message == "One or more records have been rejected due to invalid timestamp"
+
+
+def _section_with_a_lying_record(lie: str) -> bytes:
+    from broker.log.batch import _zigzag_varint as v
+    good = b"\x00" + v(0) + v(0) + v(-1) + v(2) + b"ok" + v(0)  # offset 0, null key, value b"ok", no headers
+    fields = {  # record 1: after attributes, timestampDelta 0 and offsetDelta 1
+        "key-length": v(40) + b"k" + v(-1) + v(0),
+        "header-count": v(-1) + v(-1) + v(9),
+        "record-length": v(-1) + v(-1) + v(0) + b"\x00\x00",
+    }[lie]
+    body = b"\x00\x00\x02" + fields
+    return v(len(good)) + good + v(len(body)) + body
+
+
+@pytest.mark.parametrize("compression", [0, 3])
+@pytest.mark.parametrize("lie", ["key-length", "header-count", "record-length"])
+async def test_batch_whose_record_does_not_parse_is_refused_on_a_plain_topic(node, lie, compression):
+    """Kafka's LogValidator walks every record of every batch (DefaultRecord.readFrom): a batch
+    with one malformed record fails whole with INVALID_RECORD and nothing of it is stored."""
+    from broker.log.batch import assemble_batch, compress_records
+    await create_topic(node, "p", {})
+    now = int(time.time() * 1000)
+    bad = bytes(assemble_batch(0, -1, compression, 1, now, now, -1, -1, -1, 2,
+                               compress_records(compression, _section_with_a_lying_record(lie))))
+    r = await produce(node, 9, "p", bad)
+    assert r.error_code == ErrorCode.INVALID_RECORD and "record 1 of 2" in r.error_message, r
+    assert list(r.record_errors) == []
+    r = await produce(node, 9, "p", batch([None, None], now))
+    assert (r.error_code, r.base_offset) == (0, 0)  # nothing of the refused batch was appended

@@ -26,7 +26,7 @@ CORES = [
     "controller/topics.py", "controller/placement.py", "controller/cluster.py", "controller/replication.py",
     "controller/acls.py", "controller/scram.py",
     "broker/replica/partition.py", "broker/replica/follower.py", "broker/replica/selector.py",
-    "broker/group/state.py", "broker/group/shard.py", "broker/group/records.py",
+    "broker/group/state.py", "broker/group/shard.py", "broker/group/records.py", "broker/group/lag.py",
     "broker/fetch_session.py",
     "common/errors.py", "common/topic_names.py",
 ]

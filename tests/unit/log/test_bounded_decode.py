@@ -87,29 +87,29 @@ def test_fields_overrunning_their_record_are_invalid_record():
     r = bytearray(record(0, b"key", b"value"))
     r[4] = varint(100)[0]  # key length 100 in a 14-byte record
     assert _code(decode_records, batch(bytes(r), 1)) == ErrorCode.INVALID_RECORD
-    assert _code(scan_records, bytes(r), 1, fields=True) == ErrorCode.INVALID_RECORD
+    assert _code(scan_records, bytes(r), 1, keys=True) == ErrorCode.INVALID_RECORD
 
 
 def test_header_count_beyond_the_record_is_invalid_record():
     body = b"\x00" + varint(0) + varint(0) + varint(-1) + varint(-1) + varint(1_000_000_000)
     section = varint(len(body)) + body
     assert _code(decode_records, batch(section, 1)) == ErrorCode.INVALID_RECORD
-    assert _code(scan_records, section, 1, fields=True) == ErrorCode.INVALID_RECORD
+    assert _code(scan_records, section, 1, keys=True) == ErrorCode.INVALID_RECORD
 
 
 @pytest.mark.parametrize("cut", [1, 5, 20])
 def test_truncated_record_set_is_invalid_record(cut):
     section = b"".join(record(i, b"k%d" % i, b"v" * 30) for i in range(3))
     assert _code(decode_records, batch(section[:-cut], 3)) == ErrorCode.INVALID_RECORD
-    for fields in (False, True):
-        assert _code(scan_records, section[:-cut], 3, fields=fields) == ErrorCode.INVALID_RECORD
+    for keys in (False, True):
+        assert _code(scan_records, section[:-cut], 3, keys=keys) == ErrorCode.INVALID_RECORD
 
 
 def test_records_left_over_after_the_count_are_invalid_record():
     section = b"".join(record(i, b"k", b"v") for i in range(3))
     assert _code(decode_records, batch(section, 2)) == ErrorCode.INVALID_RECORD
-    for fields in (False, True):
-        assert _code(scan_records, section, 2, fields=fields) == ErrorCode.INVALID_RECORD
+    for keys in (False, True):
+        assert _code(scan_records, section, 2, keys=keys) == ErrorCode.INVALID_RECORD
 
 
 @pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4, ZSTD])
@@ -182,23 +182,23 @@ def test_data_just_under_the_limit_decompresses(codec):
         ErrorCode.CORRUPT_MESSAGE
 
 
-@pytest.mark.parametrize("fields", [False, True])
-def test_scan_reports_timestamps_offsets_and_null_keys(fields):
+@pytest.mark.parametrize("keys", [False, True])
+def test_scan_reports_timestamps_offsets_and_null_keys(keys):
     section = record(0, b"k", b"v", ts_delta=5) + record(1, None, b"v", ts_delta=-3) + record(7, b"k", None)
-    s = scan_records(section, 3, fields=fields)
+    s = scan_records(section, 3, keys=keys)
     assert (s.min_timestamp_delta, s.max_timestamp_delta, s.offsets_in_order) == (-3, 5, False)
-    assert s.null_keys == ([1] if fields else [])
+    assert s.null_keys == ([1] if keys else [])
     many = b"".join(record(i, b"k" * 300, b"v" * 3000, ts_delta=i * 1000) for i in range(200))  # 2-byte varints
-    s = scan_records(many, 200, fields=fields)
+    s = scan_records(many, 200, keys=keys)
     assert (s.min_timestamp_delta, s.max_timestamp_delta, s.offsets_in_order, s.null_keys) == (0, 199_000, True, [])
 
 
-@pytest.mark.parametrize("fields", [False, True])
+@pytest.mark.parametrize("keys", [False, True])
 @pytest.mark.parametrize("section,count", [
     (varint(-1) * 16, 2),  # length -1
     (varint(5) + b"\x00" * 5, 1),  # shorter than the minimum record
     (varint(6) + b"\x00" + b"\xff" * 5, 1),  # timestampDelta runs past its record
     (record(0, b"k", b"v") + b"\x00", 1),  # a byte left after the last record
 ])
-def test_scan_rejects_bad_framing(section, count, fields):
-    assert _code(scan_records, section, count, fields=fields) == ErrorCode.INVALID_RECORD
+def test_scan_rejects_bad_framing(section, count, keys):
+    assert _code(scan_records, section, count, keys=keys) == ErrorCode.INVALID_RECORD

@@ -9,11 +9,12 @@ import time
 
 import pytest
 from batch_builder import make_batch
-from hostile import ZSTD, batch, count_lie, record, zstd_rle_bomb
+from hostile import ZSTD, batch, count_lie, record, varint, zstd_rle_bomb
 
 from broker.log import LogConfig, validate_produce_batches
 from broker.log.batch import decode_records, unpack_header
 from broker.log.validator import (
+    INLINE_MAX_RECORDS,
     RecordValidationError,
     _TooMuchForTheLoop,
     validate_async,
@@ -113,13 +114,52 @@ def test_uncompressed_batch_with_a_future_header_is_walked_to_name_the_record():
     assert [i for i, _ in e.record_errors] == [5]
 
 
-def test_uncompressed_batch_on_a_plain_topic_is_checked_in_constant_time():
-    """The hot path: its records are not walked (a malformed record inside passes here; every
-    later decoder is bounded), but its count must fit its bytes."""
+@pytest.mark.parametrize("policy", ["delete", "compact"])
+def test_uncompressed_batch_whose_records_do_not_parse_is_invalid_record_on_every_topic(policy):
+    """Kafka walks every record of every batch on append; so does krafty (main stored this
+    batch on a plain topic, for every consumer to fail on)."""
     garbage = batch(b"\x00" * 70, 10, base_timestamp=NOW)
-    assert run(garbage)[0] == garbage
-    assert rejected(count_lie()).code == ErrorCode.INVALID_RECORD
-    assert rejected(garbage, cfg(cleanup_policy="compact")).code == ErrorCode.INVALID_RECORD
+    e = rejected(garbage, cfg(cleanup_policy=policy))
+    assert e.code == ErrorCode.INVALID_RECORD and "record 0 of 10 has length 0" in e.message
+    assert rejected(count_lie(), cfg(cleanup_policy=policy)).code == ErrorCode.INVALID_RECORD
+
+
+LIES = {  # record 1 (offsetDelta 1) whose field lengths lie, built by hand: the fuzzer's families
+    "key length past the record": lambda: _record_body(b"\x00" + varint(0) + varint(1) + varint(50) + b"k"
+                                                        + varint(1) + b"v" + varint(0)),
+    "value length past the record": lambda: _record_body(b"\x00" + varint(0) + varint(1) + varint(-1)
+                                                          + varint(40) + b"v" + varint(0)),
+    "header count past the record": lambda: _record_body(b"\x00" + varint(0) + varint(1) + varint(-1)
+                                                          + varint(1) + b"v" + varint(30)),
+    "negative header count": lambda: _record_body(b"\x00" + varint(0) + varint(1) + varint(-1) + varint(1)
+                                                   + b"v" + varint(-2)),
+    "negative header key length": lambda: _record_body(b"\x00" + varint(0) + varint(1) + varint(-1) + varint(1)
+                                                        + b"v" + varint(1) + varint(-1) + varint(-1)),
+    "header value past the record": lambda: _record_body(b"\x00" + varint(0) + varint(1) + varint(-1)
+                                                          + varint(1) + b"v" + varint(1) + varint(1) + b"h"
+                                                          + varint(9)),
+    "fields shorter than the record": lambda: _record_body(b"\x00" + varint(0) + varint(1) + varint(-1)
+                                                            + varint(1) + b"v" + varint(0) + b"\x00\x00"),
+    "six-byte varint": lambda: _record_body(b"\x00" + varint(0) + b"\x80\x80\x80\x80\x80\x00" + varint(-1)
+                                             + varint(-1) + varint(0)),
+}
+
+
+def _record_body(body: bytes) -> bytes:
+    return varint(len(body)) + body
+
+
+@pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("lie", list(LIES))
+def test_records_whose_fields_lie_are_invalid_record_on_a_plain_topic(lie, compression):
+    """Every field of every record is checked, compressed or not, on every topic (main checked
+    keys, values and headers only on compacted topics)."""
+    from broker.log.batch import compress_records
+    section = record(0, None, b"fine") + LIES[lie]() + record(2, None, b"fine")
+    b = batch(compress_records(compression, section), 3, codec=compression, base_timestamp=NOW)
+    e = rejected(b)
+    assert e.code == ErrorCode.INVALID_RECORD and "record 1 of 3" in e.message, e.message
+    assert not isinstance(e, RecordValidationError)  # the batch fails whole, as Kafka's InvalidRecordException
 
 
 def test_compressed_count_lie_and_bomb_are_rejected():
@@ -170,7 +210,9 @@ def test_walked_batch_gets_the_max_timestamp_of_its_records():
 def test_small_batches_validate_on_the_loop_and_large_ones_refuse_to():
     small = make_batch([b"v"] * 10, compression=ZSTD, base_timestamp=NOW)
     assert run(small, inline=True)[0] == small
-    large = make_batch([b"v"] * 2000, compression=ZSTD, base_timestamp=NOW)
+    whole = make_batch([bytes(100)] * 9000, base_timestamp=NOW)  # ~1 MiB uncompressed: the compiled walk is cheap
+    assert run(whole, inline=True)[0] == whole
+    large = make_batch([b"v"] * (INLINE_MAX_RECORDS + 1), compression=ZSTD, base_timestamp=NOW)
     with pytest.raises(_TooMuchForTheLoop):
         run(large, inline=True)
     inflating = make_batch([bytes(100_000)] * 5, compression=ZSTD, base_timestamp=NOW)  # 500 KB from a few KB
@@ -181,7 +223,8 @@ def test_small_batches_validate_on_the_loop_and_large_ones_refuse_to():
 
 
 async def test_validate_async_moves_large_work_off_the_loop():
-    large = bytearray(make_batch([b"v"] * 2000, keys=[b"k"] * 2000, compression=ZSTD, base_timestamp=NOW))
+    n = INLINE_MAX_RECORDS + 1
+    large = bytearray(make_batch([b"v"] * n, keys=[b"k"] * n, compression=ZSTD, base_timestamp=NOW))
     headers = validate_produce_batches(large, MAX)
     ticks = 0
 
@@ -198,7 +241,7 @@ async def test_validate_async_moves_large_work_off_the_loop():
         t.cancel()
     assert out == large
     assert ticks > 0, "the loop ran while the batch was validated"
-    bad = bytearray(make_batch([b"v"] * 2000, compression=ZSTD, base_timestamp=NOW))
+    bad = bytearray(make_batch([b"v"] * n, compression=ZSTD, base_timestamp=NOW))
     with pytest.raises(RecordValidationError):
         await validate_async(bad, validate_produce_batches(bad, MAX), cfg(cleanup_policy="compact"), NOW, "t-0")
 

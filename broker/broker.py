@@ -21,6 +21,7 @@ from broker.server import KafkaServer
 from common.clock import SYSTEM, Clock
 from common.config import Config, topic_defaults
 from common.errors import ErrorCode, KafkaError
+from common.net import REAL, Net
 from metadata import records as r
 from metadata.loader import MetadataLoader
 
@@ -29,12 +30,13 @@ WRITEBACK_INTERVAL_MS = 100  # how often krafty.log.writeback.bytes is checked
 
 
 class Broker:
-    def __init__(self, config: Config, loader: MetadataLoader, controller, clock: Clock = SYSTEM):
+    def __init__(self, config: Config, loader: MetadataLoader, controller, clock: Clock = SYSTEM, net: Net = REAL):
         self.config = config
         self.node_id: int = config["node.id"]
         self.loader = loader
         self.controller = controller
         self.clock = clock  # timestamps and retention: wall; everything else through the loop or monotonic
+        self.net = net  # the listeners' sockets (the OS's, or sim/'s network)
         self.incarnation_id = clock.uuid4()
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
@@ -130,7 +132,8 @@ class Broker:
             s = KafkaServer(lst.name, lst.host, lst.port, self.apis,
                             max_request_size=self.config["socket.request.max.bytes"],
                             security=self.listener_security[lst.name], scram_lookup=self._scram_credential,
-                            limits=self.limits, memory_pool=self.memory_pool, clock=self.clock)
+                            limits=self.limits, memory_pool=self.memory_pool, clock=self.clock,
+                            net=self.net)
             s.metrics = self.metrics
             s.bind()
             self.servers.append(s)

@@ -14,6 +14,7 @@ import grpc
 
 from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
+from common.net import REAL, Net
 from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_to_pb
 from metadata.controller_api import TOO_MANY_RECORDS, CreateTopicResult, HeartbeatResult, NewTopic
 from metadata.image import PartitionRegistration
@@ -29,8 +30,10 @@ _RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR}
 class ControllerChannel:
     def __init__(self, voters: list[tuple[int, str, int]], leader_id: Callable[[], int | None], *,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 50,
-                 credentials: grpc.ChannelCredentials | None = None, clock: Clock = SYSTEM):
-        self.clock = clock  # deadlines of calls (monotonic)
+                 credentials: grpc.ChannelCredentials | None = None, clock: Clock = SYSTEM,
+                 net: Net = REAL):
+        self.clock = clock
+        self.net = net  # gRPC to the controllers (or sim/'s network)  # deadlines of calls (monotonic)
         self.credentials = credentials  # TLS to the controllers (broker/security/ssl.py); None = plaintext
         self.voters = {vid: (host, port) for vid, host, port in voters}
         self.leader_id = leader_id
@@ -45,8 +48,7 @@ class ControllerChannel:
             host, port = self.voters[vid]
             opts = [("grpc.max_receive_message_length", MAX_GRPC_MESSAGE),
                     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE)]
-            channel = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=opts)
-                       if self.credentials is not None else grpc.aio.insecure_channel(f"{host}:{port}", options=opts))
+            channel = self.net.grpc_channel(f"{host}:{port}", self.credentials, opts)
             ch = self._channels[vid] = (channel, pb_grpc.ControllerServiceStub(channel))
         return ch[1]
 

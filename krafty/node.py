@@ -12,6 +12,7 @@ import signal
 
 from common.clock import SYSTEM, Clock
 from common.config import Config, ConfigError
+from common.net import REAL, Net
 from controller.loop import QuorumController
 from controller.topics import TopicDefaults
 from metadata import records as r
@@ -101,7 +102,7 @@ def unlock_data_dirs(fds: list[int]) -> None:
     fds.clear()
 
 
-def make_metadata_log(cfg: Config, loader: MetadataLoader, clock: Clock = SYSTEM):
+def make_metadata_log(cfg: Config, loader: MetadataLoader, clock: Clock = SYSTEM, net: Net = REAL, store=None):
     if not cfg["controller.quorum.voters"]:
         raise ConfigError("configuration key 'controller.quorum.voters' is empty: list the controllers as "
                           "id@host:port,...")
@@ -112,13 +113,15 @@ def make_metadata_log(cfg: Config, loader: MetadataLoader, clock: Clock = SYSTEM
         if image.offset >= end_offset:
             raise RuntimeError(f"metadata image at {image.offset} is past the snapshot end {end_offset}")
         return [r.encode(x) for x in image.to_records()]
-    return RaftMetadataLog.from_config(cfg, snapshot_provider=snapshot, clock=clock)
+    return RaftMetadataLog.from_config(cfg, snapshot_provider=snapshot, clock=clock, net=net, store=store)
 
 
 class Node:
-    """``clock``: the node's time and randomness (common/clock.py); sim/ passes a virtual one."""
+    """``clock``: the node's time and randomness (common/clock.py); ``net``: where its gRPC
+    goes (common/net.py); ``raft_store``: its metadata log's store (default SQLite in
+    metadata.log.dir). sim/ passes virtual ones of each."""
 
-    def __init__(self, cfg: Config, clock: Clock = SYSTEM):
+    def __init__(self, cfg: Config, clock: Clock = SYSTEM, net: Net = REAL, raft_store=None):
         self.cfg = cfg
         self.clock = clock
         self.roles = cfg["process.roles"]
@@ -129,7 +132,7 @@ class Node:
             unlock_data_dirs(self._locks)
             raise
         self.loader = MetadataLoader()
-        self.metadata_log = make_metadata_log(cfg, self.loader, clock)
+        self.metadata_log = make_metadata_log(cfg, self.loader, clock, net, raft_store)
         from broker.security.ssl import controller_grpc_credentials
 
         server_creds, channel_creds = controller_grpc_credentials(cfg)  # controller listener TLS (SSL), or None
@@ -161,8 +164,8 @@ class Node:
                 cfg["controller.quorum.voters"], lambda: self.metadata_log.leader().leader_id,
                 request_timeout_ms=cfg["request.timeout.ms"],
                 retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds,
-                clock=clock)
-            self.broker = Broker(cfg, self.loader, self.channel, clock)
+                clock=clock, net=net)
+            self.broker = Broker(cfg, self.loader, self.channel, clock, net)
 
     async def start(self) -> None:
         if self.cfg["krafty.metrics.port"] >= 0:  # first: /health and /ready answer during start-up

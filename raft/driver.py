@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from common.clock import SYSTEM, Clock
+from common.net import REAL, Net
 from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
@@ -62,8 +63,9 @@ class RaftMetadataLog:
                  listen: tuple[str, int] | None = None, timeouts: Timeouts = Timeouts(),
                  snapshot_provider: SnapshotProvider | None = None,
                  max_bytes_between_snapshots: int = 20 * 1024 * 1024, rng: random.Random | None = None,
-                 clock: Clock = SYSTEM) -> None:
+                 clock: Clock = SYSTEM, net: Net = REAL, store=None) -> None:
         self.node_id = node_id
+        self.net = net  # where the quorum RPCs go (gRPC, or sim/'s network)
         self.clock = clock  # the core's time is monotonic; DescribeQuorum shows wall-clock timestamps
         self.voters = {vid: (host, port) for vid, host, port in voters}
         self.is_voter = node_id in self.voters
@@ -78,7 +80,7 @@ class RaftMetadataLog:
         # each is called with the grpc.aio.Server before it starts (voters only).
         self.servicers: list[Callable[[grpc.aio.Server], None]] = []
         self.cluster_id = ""  # reported by DescribeQuorum
-        self.store = SqliteStore(data_dir)
+        self.store = store if store is not None else SqliteStore(data_dir)  # sim/ passes its own disk
         self.core: RaftCore | None = None
         self.transport: GrpcTransport | None = None
         self.server: grpc.aio.Server | None = None
@@ -106,7 +108,7 @@ class RaftMetadataLog:
 
     @classmethod
     def from_config(cls, cfg, snapshot_provider: SnapshotProvider | None = None, *,
-                    clock: Clock = SYSTEM) -> RaftMetadataLog:
+                    clock: Clock = SYSTEM, net: Net = REAL, store=None) -> RaftMetadataLog:
         node_id = cfg["node.id"]
         voters = cfg["controller.quorum.voters"]
         listen = None
@@ -118,7 +120,8 @@ class RaftMetadataLog:
         data_dir = os.path.join(cfg["metadata.log.dir"], "__cluster_metadata-0")
         return cls(node_id, voters, data_dir, listen=listen, timeouts=timeouts_from_config(cfg),
                    snapshot_provider=snapshot_provider,
-                   max_bytes_between_snapshots=cfg["metadata.log.max.record.bytes.between.snapshots"], clock=clock)
+                   max_bytes_between_snapshots=cfg["metadata.log.max.record.bytes.between.snapshots"], clock=clock,
+                   net=net, store=store)
 
     # ------------------------------------------------------------------ MetadataLog
     def register(self, listener: Listener) -> None:
@@ -155,13 +158,12 @@ class RaftMetadataLog:
                              snapshot=snap, entries=entries, now_ms=self.now_ms())
         peers = dict(self.voters)
         self.transport = GrpcTransport(self.node_id, peers, self._deliver, self._unreachable,
-                                       self.timeouts.request_ms / 1000, credentials=self.channel_credentials)
+                                       self.timeouts.request_ms / 1000, credentials=self.channel_credentials,
+                                       net=self.net)
         if self.is_voter and self.listen is not None:
-            self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
-                                                   ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE)])
+            self.server = self.net.grpc_server([("grpc.so_reuseport", 0),
+                                                ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE)])
             pb_grpc.add_RaftQuorumServicer_to_server(RaftServicer(self.transport, self.describe_pb), self.server)
-            for add in self.servicers:
-                add(self.server)
             for add in self.servicers:
                 add(self.server)
             addr = f"{self.listen[0]}:{self.listen[1]}"

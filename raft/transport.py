@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import grpc
 
+from common.net import REAL, Net
 from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
@@ -135,8 +136,9 @@ class GrpcTransport:
 
     def __init__(self, node_id: int, peers: dict[int, tuple[str, int]], deliver: Callable[[m.Message], None],
                  unreachable: Callable[[int, int], None], request_timeout_s: float,
-                 credentials: grpc.ChannelCredentials | None = None) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, net: Net = REAL) -> None:
         self.node_id = node_id
+        self.net = net
         self.credentials = credentials  # TLS to the other voters; None = plaintext
         self.peers = peers
         self.deliver = deliver
@@ -153,8 +155,7 @@ class GrpcTransport:
         stub = self._stubs.get(peer)
         if stub is None:
             host, port = self.peers[peer]
-            ch = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=CHANNEL_OPTIONS)
-                  if self.credentials is not None else grpc.aio.insecure_channel(f"{host}:{port}", options=CHANNEL_OPTIONS))
+            ch = self.net.grpc_channel(f"{host}:{port}", self.credentials, CHANNEL_OPTIONS)
             self._channels.append(ch)
             stub = self._stubs[peer] = pb_grpc.RaftQuorumStub(ch)
         return stub

@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SEEDS ?= 1000
+SIM_SAFETY_S ?= 4
+SIM_JOBS ?= $(shell nproc)
 
 .PHONY: run test lint sim bench system-deps clean chaos test-cluster docker-deps test-docker test-spark pipeline-demo pipeline-bench
 
@@ -33,9 +35,8 @@ lint: $(BIN)/krafty
 	$(BIN)/ruff check .
 
 sim: $(BIN)/krafty
-	$(BIN)/python -m sim.run --seeds $(SEEDS)
+	$(BIN)/python -m sim.run_world --seeds $(SEEDS) --safety-s $(SIM_SAFETY_S) --jobs $(SIM_JOBS)
 	$(BIN)/python -m sim.replication.run --seeds $(SEEDS)
-	$(BIN)/python -m sim.controller.run --seeds $(SEEDS)
 
 # Long chaos runs, one per nemesis (CHAOS_TIME seconds each; netns needs root, else use
 # CHAOS_CLUSTER=local, where partitions need root too). Output in chaos-out/<nemesis>-<seed>.

@@ -233,3 +233,32 @@ class Consumer:
                     self.seen[(p, off)] = value
                     self.pos[p] = off + 1
             await asyncio.sleep(0.02)
+
+
+TOPIC_POOL = ("orders", "clicks", "payments", "audit")
+
+
+class Admin:
+    """Creates topics from a small pool, the same names from several admins at once, through
+    whichever broker it picks (forwarded to the active controller): a name must be created
+    successfully at most once, and every topic acknowledged must exist in the end."""
+
+    def __init__(self, world, name: str):
+        self.world, self.name = world, name
+        self.cl = Cluster(world, name)
+        self.created: list[str] = []
+
+    async def run(self, until: float) -> None:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until:
+            await asyncio.sleep(0.2 + self.cl.rng.random() * 0.6)
+            topic = self.cl.rng.choice(TOPIC_POOL)
+            b = self.cl.rng.choice(self.world.broker_ids)
+            try:
+                r = await self.cl.request(b, ApiKey.CREATE_TOPICS, 5, {"topics": [
+                    {"name": topic, "num_partitions": 1, "replication_factor": self.cl.rng.randint(1, 3),
+                     "assignments": [], "configs": []}], "timeout": 5000, "validate_only": False})
+            except (ConnectionError, TimeoutError, OSError):
+                continue
+            if ErrorCode(int(r.topics[0].error_code)) == ErrorCode.NONE:
+                self.created.append(topic)

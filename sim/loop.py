@@ -95,7 +95,7 @@ class SimLoop(asyncio.BaseEventLoop):
 
     # -- callbacks owned by simulated processes ----------------------------------------
     def _owned(self, callback, context):
-        owner = (context if context is not None else contextvars.copy_context()).get(NODE)
+        owner = context.get(NODE) if context is not None else NODE.get()
         if owner is None:
             return callback
 
@@ -114,7 +114,7 @@ class SimLoop(asyncio.BaseEventLoop):
         return self.call_soon(callback, *args, context=context)
 
     def create_task(self, coro, *, name=None, context=None):
-        owner = (context if context is not None else contextvars.copy_context()).get(NODE)
+        owner = context.get(NODE) if context is not None else NODE.get()
         task = super().create_task(coro, name=name, context=context)
         if owner is not None:
             live = self._tasks.setdefault(owner, set())

@@ -26,7 +26,7 @@ import random
 import time
 
 from raft.core import Role
-from sim.client import Cluster, Consumer, Producer, create_topic, read_partition
+from sim.client import Admin, Cluster, Consumer, Producer, create_topic, read_partition
 from sim.world import InvariantViolation, Settings, World
 
 TOPIC = "sim"
@@ -52,7 +52,7 @@ def schedule(seed: int, world_nodes: list[int], controllers: list[int], safety_s
     n = rng.randint(1, 6) if n_faults is None else n_faults
     out = []
     for _ in range(n):
-        kind = rng.choices(["kill", "partition", "cut", "loss", "clock", "eio"], [4, 2, 1, 1, 2, 1])[0]
+        kind = rng.choices(["kill", "kill_active", "partition", "cut", "loss", "clock", "eio"], [4, 2, 2, 1, 1, 2, 1])[0]
         node = rng.choice(world_nodes)
         at = rng.random() * safety_s * 0.8
         dur = 0.5 + rng.random() * 6
@@ -73,6 +73,8 @@ class Checker:
         self.checked_hw: dict[tuple, int] = {}
         self.part_hw: dict[tuple, int] = {}
         self.fenced: set[int] = set()  # brokers seen fenced (in any node's image) after the workload began
+        self.images: dict[tuple, object] = {}  # process -> the image last checked
+        self.leader_epochs: dict[tuple, int] = {}  # (process, topic id, partition) -> leader epoch
         self.n = 0
 
     def step(self) -> None:
@@ -101,12 +103,37 @@ class Checker:
                                       f"another node {seen[0]}:{seen[1][:20]!r}")
             if hw > lo:
                 self.checked_hw[key] = hw
+            img = p.node.loader.image
+            if self.images.get(key) is not img:
+                self.images[key] = img
+                self._image(nid, key, img)
         if self.n % 20 == 0:
             self._hw_monotonic()
             for nid in w.controller_ids:
                 n = w.node(nid)
                 if n is not None:
                     self.fenced.update(b for b, reg in n.loader.image.brokers.items() if reg.fenced)
+
+    def _image(self, nid: int, key, img) -> None:
+        """A node's metadata image, each time it changes: what the controller managers promise."""
+        w = self.w
+        if len(img.topics_by_name) != len(img.topics_by_id):
+            raise w.violation(f"node {nid}: two topics share a name at metadata offset {img.offset}")
+        for t in img.topics_by_id.values():
+            for pid, reg in t.partitions.items():
+                where = f"node {nid}, {t.name}-{pid} at metadata offset {img.offset}"
+                if not reg.isr or not set(reg.isr) <= set(reg.replicas):
+                    raise w.violation(f"{where}: ISR {reg.isr} is empty or not within replicas {reg.replicas}")
+                if reg.leader >= 0:
+                    if reg.leader not in reg.isr:
+                        raise w.violation(f"{where}: leader {reg.leader} is not in the ISR {reg.isr}")
+                    b = img.brokers.get(reg.leader)
+                    if b is None or b.fenced:
+                        raise w.violation(f"{where}: leader {reg.leader} is fenced or unregistered")
+                k = (key, t.topic_id, pid)
+                if reg.leader_epoch < self.leader_epochs.get(k, -1):
+                    raise w.violation(f"{where}: leader epoch went back to {reg.leader_epoch}")
+                self.leader_epochs[k] = reg.leader_epoch
 
     def _hw_monotonic(self) -> None:
         w = self.w
@@ -142,6 +169,11 @@ class Result:
 def _apply(w: World, f: Fault, down: set[int]) -> None:
     """Starts fault ``f`` now and schedules its end."""
     loop = w.loop
+    if f.kind == "kill_active":  # the active controller, whichever it is now
+        active = w.active_controller()
+        if active is None:
+            return
+        f = dataclasses.replace(f, kind="kill", node=active)
     if f.kind == "kill":
         if f.node in w.controller_ids and any(c in down for c in w.controller_ids):
             return  # one controller down at a time: the quorum must be able to recover
@@ -227,7 +259,9 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     until = start + safety_s
     producers = [Producer(w, f"producer-{i}", TOPIC, PARTITIONS) for i in range(2)]
     consumer = Consumer(w, "consumer-0", TOPIC, PARTITIONS)
+    admins = [Admin(w, f"admin-{i}") for i in range(2)]
     tasks = [w.spawn(p.name, p.run(until)) for p in producers] + [w.spawn(consumer.name, consumer.run(until))]
+    tasks += [w.spawn(a.name, a.run(until)) for a in admins]
 
     def watchdog():
         _restart_failed(w, down)
@@ -261,6 +295,12 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
         raise w.violation("no write acknowledged after healing")
     loop.on_step = None
     _check_history(w, producers + [last], consumer)
+    created = [t for a in admins for t in a.created]
+    if len(set(created)) != len(created):
+        raise w.violation(f"a topic was created twice: {sorted(created)}")
+    img = w.procs[w.controller_ids[0]].node.loader.image
+    if not set(created) <= set(img.topics_by_name):
+        raise w.violation(f"acknowledged topics missing: {set(created) - set(img.topics_by_name)}")
     res = Result(seed, loop.time() - 1000, time.perf_counter() - t0, sum(len(p.acked) for p in producers),
                  len(consumer.seen), plan, w.trace, loop.steps, checker.fenced)
     if verbose:

@@ -92,9 +92,10 @@ class Producer:
     """An idempotent producer with one request in flight (max.in.flight=1), acks=all,
     retrying a batch with its sequence until it is acknowledged."""
 
-    def __init__(self, world, name: str, topic: str, partitions: int):
+    def __init__(self, world, name: str, topic: str, partitions: int, pause_s: float = 0.05):
         self.world, self.name, self.topic, self.partitions = world, name, topic, partitions
         self.cl = Cluster(world, name)
+        self.pause_s = pause_s  # mean pause between two batches
         self.pid = self.epoch = -1
         self.seq = [0] * partitions
         self.sent = 0
@@ -119,12 +120,14 @@ class Producer:
     async def run(self, until: float) -> None:
         loop = asyncio.get_running_loop()
         await self.init()
-        while loop.time() < until:
+        while True:  # at least one batch, however long the producer id took
             p = self.cl.rng.randrange(self.partitions)
             n = self.cl.rng.randint(1, 3)
             values = [f"{self.name}/{self.pid}/{p}/{self.seq[p] + i}".encode() for i in range(n)]
             await self.send(p, values, until)
-            await asyncio.sleep(self.cl.rng.random() * 0.05)
+            if loop.time() >= until:
+                return
+            await asyncio.sleep(self.cl.rng.random() * 2 * self.pause_s)
 
     async def send(self, p: int, values: list[bytes], until: float) -> None:
         loop = asyncio.get_running_loop()

@@ -47,13 +47,14 @@ def shrink(seed: int, safety_s: float, plan) -> list[int]:
     return keep
 
 
-def _one(job: tuple[int, float, list[int] | None]) -> tuple[int, float, str | None]:
+def _one(job: tuple[int, float, list[int] | None]) -> tuple[int, float, str | None, float]:
     seed, safety_s, only = job
+    cpu = time.process_time()
     try:
         r = run_seed(seed, safety_s=safety_s, faults=_faults(seed, safety_s, only))
     except Exception as e:  # noqa: BLE001 - a failed seed, reported
-        return seed, 0.0, f"{type(e).__name__}: {e}"
-    return seed, r.sim_s, None
+        return seed, 0.0, f"{type(e).__name__}: {e}", time.process_time() - cpu
+    return seed, r.sim_s, None, time.process_time() - cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     only = [int(x) for x in args.only.split(",") if x] if args.only is not None else None
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     sim_s = 0.0
     failed = []
     if args.jobs > 1:
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = _faults(seed, args.safety_s, only)
         try:
             if outcomes is not None:
-                _s, sim, err = outcomes[seed]
+                _s, sim, err, _cpu = outcomes[seed]
                 if err is not None:
                     raise RuntimeError(err)
                 sim_s += sim
@@ -119,9 +121,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed}: ok, {r.acked} writes acknowledged, {r.consumed} consumed, {r.steps} steps, "
                   f"faults: {'; '.join(map(str, r.faults))}")
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    if outcomes is not None:
+        cpu = sum(o[3] for o in outcomes.values())
     ok = len(seeds) - len(failed)
     print(f"{ok}/{len(seeds)} whole-cluster seeds passed in {wall:.1f} s wall ({len(seeds) / wall:.2f} seeds/s); "
-          f"{sim_s:.0f} s simulated ({sim_s / wall:.1f} simulated s per wall s)")
+          f"{sim_s:.0f} s simulated ({sim_s / wall:.1f} simulated s per wall s); {cpu:.0f} CPU s "
+          f"({len(seeds) / max(cpu, 1e-9):.2f} seeds per CPU s)")
     if failed:
         print("failed seeds:", " ".join(map(str, failed)))
     return 1 if failed else 0

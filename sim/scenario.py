@@ -229,6 +229,7 @@ def run_seed(seed: int, *, safety_s: float = 12.0, settings: Settings | None = N
              verbose: bool = False, reorder: bool = True) -> Result:
     t0 = time.perf_counter()
     w = World(seed, settings, reorder=reorder)
+    w.replay = f"python -m sim.run_world --seed {seed} --safety-s {safety_s} --verbose"
     try:
         return _run(w, seed, safety_s, faults, verbose, t0)
     finally:
@@ -257,7 +258,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     for f in plan:
         loop.call_at(start + f.at, _apply, w, f, down)
     until = start + safety_s
-    producers = [Producer(w, f"producer-{i}", TOPIC, PARTITIONS) for i in range(2)]
+    producers = [Producer(w, f"producer-{i}", TOPIC, PARTITIONS, pause_s=w.rng.uniform(0.01, 0.1)) for i in range(2)]
     consumer = Consumer(w, "consumer-0", TOPIC, PARTITIONS)
     admins = [Admin(w, f"admin-{i}") for i in range(2)]
     tasks = [w.spawn(p.name, p.run(until)) for p in producers] + [w.spawn(consumer.name, consumer.run(until))]
@@ -295,6 +296,9 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
         raise w.violation("no write acknowledged after healing")
     loop.on_step = None
     _check_history(w, producers + [last], consumer)
+    if loop.errors:  # an exception nobody handled (a task that died unseen, a callback that raised)
+        e = loop.errors[0]
+        raise w.violation(f"unhandled error in the event loop: {e.get('message')} {e.get('exception')!r}")
     created = [t for a in admins for t in a.created]
     if len(set(created)) != len(created):
         raise w.violation(f"a topic was created twice: {sorted(created)}")

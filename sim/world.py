@@ -115,6 +115,7 @@ class World:
         self.wall_offsets = {n: 1_700_000_000_000 for n in self.controller_ids + self.broker_ids}
         self.cluster_id = "c" + uuid.UUID(int=self.rng.getrandbits(128), version=4).hex[:21]
         self.trace: list[str] = []
+        self.replay = f"python -m sim.run_world --seed {seed} --verbose"  # set by the scenario
 
     # -- configuration -------------------------------------------------------------------
     def config(self, nid: int) -> Config:
@@ -208,7 +209,7 @@ class World:
         return int(self.loop.time() * 1000) + 1_700_000_000_000
 
     def replay_command(self) -> str:
-        return f"python -m sim.run_world --seed {self.seed} --verbose"
+        return self.replay
 
     def violation(self, what: str) -> InvariantViolation:
         return InvariantViolation(f"seed {self.seed} at {self.loop.time() - 1000:.3f} s: {what}\n"

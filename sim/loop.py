@@ -24,6 +24,7 @@ import asyncio
 import contextvars
 import heapq
 import random
+import weakref
 from collections.abc import Callable
 
 # the simulated process a callback belongs to (None: the world itself)
@@ -63,8 +64,8 @@ class SimLoop(asyncio.BaseEventLoop):
         self.rng = random.Random(f"loop-{seed}")
         self.reorder = reorder
         self.dead: set[object] = set()  # processes killed: their callbacks are dropped
-        self._tasks: dict[object, set] = {}  # owner -> its pending tasks
-        self.graveyard: list[set] = []
+        self._owner_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # task -> its process
+        self.graveyard: list[list] = []  # the pending tasks of killed processes
         self.steps = 0  # callbacks run (a measure of work)
         self.on_step: Callable[[], None] | None = None  # called after every batch of callbacks (invariants)
         self.set_exception_handler(self._exception)
@@ -94,21 +95,25 @@ class SimLoop(asyncio.BaseEventLoop):
             self.on_step()
 
     # -- callbacks owned by simulated processes ----------------------------------------
-    def _owned(self, callback, context):
-        owner = context.get(NODE) if context is not None else NODE.get()
-        if owner is None:
-            return callback
-
-        def run(*args):
-            if owner not in self.dead:
-                callback(*args)
-        return run
+    # A callback runs in the context it was scheduled with; NODE in that context names the
+    # process. Killing a process cancels what it has scheduled; anything scheduled for it
+    # later (a task of it woken by another process's future) is born cancelled.
+    def _dead_context(self, context) -> bool:
+        return context is not None and bool(self.dead) and context.get(NODE) in self.dead
 
     def call_soon(self, callback, *args, context=None):
-        return super().call_soon(self._owned(callback, context), *args, context=context)
+        if self._dead_context(context):
+            h = asyncio.Handle(callback, args, self, context)
+            h.cancel()
+            return h
+        return super().call_soon(callback, *args, context=context)
 
     def call_at(self, when, callback, *args, context=None):
-        return super().call_at(when, self._owned(callback, context), *args, context=context)
+        if self._dead_context(context):
+            h = asyncio.TimerHandle(when, callback, args, self, context)
+            h.cancel()
+            return h
+        return super().call_at(when, callback, *args, context=context)
 
     def call_soon_threadsafe(self, callback, *args, context=None):
         return self.call_soon(callback, *args, context=context)
@@ -117,17 +122,19 @@ class SimLoop(asyncio.BaseEventLoop):
         owner = context.get(NODE) if context is not None else NODE.get()
         task = super().create_task(coro, name=name, context=context)
         if owner is not None:
-            live = self._tasks.setdefault(owner, set())
-            live.add(task)
-            task.add_done_callback(live.discard)
+            self._owner_of[task] = owner
         return task
 
     def kill(self, owner: object) -> None:
-        """Everything ``owner`` scheduled, or will schedule, never runs. Its tasks are kept
+        """Nothing ``owner`` scheduled, or will be scheduled for it, runs. Its tasks are kept
         (never collected: a collected coroutine would run its ``finally`` blocks, which a
         killed process never does)."""
         self.dead.add(owner)
-        self.graveyard.append(self._tasks.pop(owner, set()))
+        for h in [*self._ready, *self._scheduled]:
+            ctx = h._context
+            if ctx is not None and ctx.get(NODE) == owner:
+                h.cancel()
+        self.graveyard.append([t for t, o in list(self._owner_of.items()) if o == owner and not t.done()])
 
     # -- no threads ------------------------------------------------------------------------
     def run_in_executor(self, executor, func, *args):

@@ -71,6 +71,7 @@ class Checker:
         self.leaders: dict[int, int] = {}  # raft epoch -> leader id
         self.committed: dict[int, tuple[int, bytes]] = {}  # offset -> (epoch, data) of the metadata log
         self.checked_hw: dict[tuple, int] = {}
+        self.last_hw: dict[tuple, int] = {}
         self.part_hw: dict[tuple, int] = {}
         self.fenced: set[int] = set()  # brokers seen fenced (in any node's image) after the workload began
         self.images: dict[tuple, object] = {}  # process -> the image last checked
@@ -80,30 +81,23 @@ class Checker:
     def step(self) -> None:
         w = self.w
         self.n += 1
+        leader = Role.LEADER
         for nid, p in w.procs.items():
-            if not p.alive or p.node is None:
+            node = p.node
+            if not p.alive or node is None:
                 continue
-            ml = p.node.metadata_log
-            core = getattr(ml, "core", None)
+            core = node.metadata_log.core
             if core is None:
                 continue
-            if core.role is Role.LEADER:
+            key = p.owner
+            if core.role is leader:
                 prev = self.leaders.setdefault(core.epoch, nid)
                 if prev != nid:
                     raise w.violation(f"two Raft leaders in epoch {core.epoch}: {prev} and {nid}")
-            hw = min(core.hw, core.log_end)
-            key = p.owner
-            lo = max(self.checked_hw.get(key, 0), core.log_start)
-            for off in range(lo, hw):
-                e = core.entry_at(off)
-                mine = (e.epoch, e.data)
-                seen = self.committed.setdefault(off, mine)
-                if seen != mine:
-                    raise w.violation(f"node {nid} committed {mine[0]}:{mine[1][:20]!r} at metadata offset {off}, "
-                                      f"another node {seen[0]}:{seen[1][:20]!r}")
-            if hw > lo:
-                self.checked_hw[key] = hw
-            img = p.node.loader.image
+            if core.hw != self.last_hw.get(key):
+                self.last_hw[key] = core.hw
+                self._committed(nid, key, core)
+            img = node.loader.image
             if self.images.get(key) is not img:
                 self.images[key] = img
                 self._image(nid, key, img)
@@ -113,6 +107,21 @@ class Checker:
                 n = w.node(nid)
                 if n is not None:
                     self.fenced.update(b for b, reg in n.loader.image.brokers.items() if reg.fenced)
+
+    def _committed(self, nid: int, key, core) -> None:
+        """The metadata log's committed entries of one node agree with every other node's."""
+        w = self.w
+        hw = min(core.hw, core.log_end)
+        lo = max(self.checked_hw.get(key, 0), core.log_start)
+        for off in range(lo, hw):
+            e = core.entry_at(off)
+            mine = (e.epoch, e.data)
+            seen = self.committed.setdefault(off, mine)
+            if seen != mine:
+                raise w.violation(f"node {nid} committed {mine[0]}:{mine[1][:20]!r} at metadata offset {off}, "
+                                  f"another node {seen[0]}:{seen[1][:20]!r}")
+        if hw > lo:
+            self.checked_hw[key] = hw
 
     def _image(self, nid: int, key, img) -> None:
         """A node's metadata image, each time it changes: what the controller managers promise."""

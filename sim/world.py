@@ -105,7 +105,10 @@ class World:
         self.rng = random.Random(f"world-{seed}")
         self.loop = SimLoop(seed, reorder=reorder)
         self.net = SimNet(self.loop, random.Random(f"net-{seed}"))
-        self.dir = directory or tempfile.mkdtemp(prefix=f"krafty-sim-{seed}-")
+        # on tmpfs when there is one: the logs' fsyncs then cost nothing (a process kill keeps the
+        # page cache anyway; the world does not model power loss of partition logs)
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        self.dir = directory or tempfile.mkdtemp(prefix=f"krafty-sim-{seed}-", dir=shm)
         self._own_dir = directory is None
         self.controller_ids = list(range(1, s.controllers + 1))
         self.broker_ids = list(range(s.controllers + 1, s.controllers + s.brokers + 1))

@@ -9,8 +9,10 @@ no lock. Everything that is state rather than an event (partition counts, under-
 partitions, log sizes, connections, groups, consumer lag) is read from the broker's own objects
 when Prometheus scrapes (``collect``), the way the JMX exporter reads MBeans.
 
-``collect`` runs on the event loop (it reads the loop's data structures) and returns finished
-metric families; the text rendering happens off the loop (krafty/metrics_server.py)."""
+``collect`` runs on the event loop (it reads the loop's data structures) and returns metric
+families, or for the per-partition series callables that build them from numbers it read
+(common.metrics.expand); building those samples and rendering the text happen off the loop
+(krafty/metrics_server.py)."""
 
 from __future__ import annotations
 
@@ -221,8 +223,8 @@ class BrokerMetrics:
             self.retired.add(ts)
 
     # --- scrape ------------------------------------------------------------------------------------
-    def collect(self) -> list[Metric]:
-        out: list[Metric] = []
+    def collect(self) -> list:
+        out: list = []
         now = self.clock.monotonic()
         self._collect_topics(out)
         self._collect_requests(out, now)

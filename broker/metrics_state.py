@@ -21,7 +21,7 @@ def broker_state(b) -> int:
     return RUNNING
 
 
-def collect(b, m, out: list[Metric], now: float) -> None:
+def collect(b, m, out: list, now: float) -> None:
     out.append(GaugeMetricFamily("kafka_server_kafkaserver_brokerstate",
                                  "1 starting, 2 recovery (registered, fenced), 3 running, 6 pending controlled shutdown",
                                  value=broker_state(b)))
@@ -35,44 +35,26 @@ def collect(b, m, out: list[Metric], now: float) -> None:
         _lag(b, out)
 
 
-def _replicas(b, out: list[Metric]) -> None:
+def _replicas(b, out: list) -> None:
     rm = b.replicas
     image = b.loader.image
     min_isr_of: dict[str, int] = {}
-    leaders = under = under_min = at_min = 0
-    labels = ["topic", "partition"]
-    p_under = GaugeMetricFamily("kafka_cluster_partition_underreplicated",
-                                "1 when the partition (led here) has fewer in-sync replicas than replicas", labels=labels)
-    p_under_min = GaugeMetricFamily("kafka_cluster_partition_underminisr",
-                                    "1 when the partition (led here) has fewer in-sync replicas than min.insync.replicas",
-                                    labels=labels)
-    p_at_min = GaugeMetricFamily("kafka_cluster_partition_atminisr",
-                                 "1 when the partition (led here) has exactly min.insync.replicas in-sync replicas",
-                                 labels=labels)
-    p_isr = GaugeMetricFamily("kafka_cluster_partition_insyncreplicascount", "In-sync replicas (partitions led here)",
-                              labels=labels)
-    p_replicas = GaugeMetricFamily("kafka_cluster_partition_replicascount", "Replicas (partitions led here)",
-                                   labels=labels)
+    under = under_min = at_min = 0
+    rows = []  # (topic, partition, isr, replicas, min isr) of the partitions led here: the loop's part
     parts = list(rm.partitions.items())
     for (topic, pid), part in parts:
         st = part.state
         if not st.is_leader:
             continue
-        leaders += 1
         mi = min_isr_of.get(topic)
         if mi is None:
             mi = min_isr_of[topic] = rm.min_insync_replicas(image, topic)
         n_isr, n_rep = len(st.isr), len(st.replicas)
-        u, um, am = int(n_isr < n_rep), int(n_isr < mi), int(n_isr == mi)
-        under += u
-        under_min += um
-        at_min += am
-        lv = [topic, str(pid)]
-        p_under.add_metric(lv, u)
-        p_under_min.add_metric(lv, um)
-        p_at_min.add_metric(lv, am)
-        p_isr.add_metric(lv, n_isr)
-        p_replicas.add_metric(lv, n_rep)
+        rows.append((topic, pid, n_isr, n_rep, mi))
+        under += n_isr < n_rep
+        under_min += n_isr < mi
+        at_min += n_isr == mi
+    leaders = len(rows)
     rmn = "kafka_server_replicamanager_"
     out += [
         GaugeMetricFamily(rmn + "partitioncount", "Partitions with a replica on this broker", value=len(parts)),
@@ -89,7 +71,7 @@ def _replicas(b, out: list[Metric]) -> None:
                             value=rm.isr_shrinks),
         CounterMetricFamily(rmn + "isrexpands", "ISR expansions committed for partitions led here (IsrExpandsPerSec)",
                             value=rm.isr_expands),
-        p_under, p_under_min, p_at_min, p_isr, p_replicas,
+        lambda: _partition_families(rows),
     ]
     # ReplicaFetcherManager MaxLag: the largest (leader's high watermark - our log end) of the partitions we follow
     fm = rm.fetchers
@@ -109,22 +91,54 @@ def _replicas(b, out: list[Metric]) -> None:
     out.append(size)
 
 
-def _logs(b, out: list[Metric], now: float) -> None:
+def _partition_families(rows) -> list[Metric]:
+    """kafka_cluster_partition_* of the partitions led here, from the rows _replicas read (built
+    in the render thread: tens of thousands of samples would otherwise hold the event loop)."""
+    labels = ["topic", "partition"]
+    p_under = GaugeMetricFamily("kafka_cluster_partition_underreplicated",
+                                "1 when the partition (led here) has fewer in-sync replicas than replicas", labels=labels)
+    p_under_min = GaugeMetricFamily("kafka_cluster_partition_underminisr",
+                                    "1 when the partition (led here) has fewer in-sync replicas than min.insync.replicas",
+                                    labels=labels)
+    p_at_min = GaugeMetricFamily("kafka_cluster_partition_atminisr",
+                                 "1 when the partition (led here) has exactly min.insync.replicas in-sync replicas",
+                                 labels=labels)
+    p_isr = GaugeMetricFamily("kafka_cluster_partition_insyncreplicascount", "In-sync replicas (partitions led here)",
+                              labels=labels)
+    p_replicas = GaugeMetricFamily("kafka_cluster_partition_replicascount", "Replicas (partitions led here)",
+                                   labels=labels)
+    for topic, pid, n_isr, n_rep, mi in rows:
+        lv = [topic, str(pid)]
+        p_under.add_metric(lv, int(n_isr < n_rep))
+        p_under_min.add_metric(lv, int(n_isr < mi))
+        p_at_min.add_metric(lv, int(n_isr == mi))
+        p_isr.add_metric(lv, n_isr)
+        p_replicas.add_metric(lv, n_rep)
+    return [p_under, p_under_min, p_at_min, p_isr, p_replicas]
+
+
+def _logs(b, out: list, now: float) -> None:
+    # the loop reads the numbers; the render thread makes the samples
+    rows = [(lg.topic, lg.partition, sum(s.size for s in lg.segments), len(lg.segments), lg.log_start_offset,
+             lg.segments[-1].next_offset) for lg in b.logs.all_logs()]
+    out.append(lambda: _log_families(rows))
+    out.append(summary("kafka_log_logflushstats_logflushrateandtimems",
+                       "Time of log flushes (fsync) in ms (LogFlushRateAndTimeMs)", [({}, b.logs.flush_times)], now))
+
+
+def _log_families(rows) -> list[Metric]:
     labels = ["topic", "partition"]
     size = GaugeMetricFamily("kafka_log_log_size", "Bytes of the partition's log on disk", labels=labels)
     segs = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments of the partition's log", labels=labels)
     start = GaugeMetricFamily("kafka_log_log_logstartoffset", "First offset of the partition's log", labels=labels)
     end = GaugeMetricFamily("kafka_log_log_logendoffset", "Next offset of the partition's log", labels=labels)
-    for lg in b.logs.all_logs():
-        segments = lg.segments
-        lv = [lg.topic, str(lg.partition)]
-        size.add_metric(lv, sum(s.size for s in segments))
-        segs.add_metric(lv, len(segments))
-        start.add_metric(lv, lg.log_start_offset)
-        end.add_metric(lv, segments[-1].next_offset)
-    out += [size, segs, start, end]
-    out.append(summary("kafka_log_logflushstats_logflushrateandtimems",
-                       "Time of log flushes (fsync) in ms (LogFlushRateAndTimeMs)", [({}, b.logs.flush_times)], now))
+    for topic, partition, nbytes, nsegs, log_start, log_end in rows:
+        lv = [topic, str(partition)]
+        size.add_metric(lv, nbytes)
+        segs.add_metric(lv, nsegs)
+        start.add_metric(lv, log_start)
+        end.add_metric(lv, log_end)
+    return [size, segs, start, end]
 
 
 def _network(b, m, out: list[Metric]) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shlex
+import signal
 import socket
 import struct
 import sys
@@ -474,4 +475,9 @@ def main(argv: list[str]) -> int:
                    consumers=args.consumers, groups=args.groups, churn=not args.no_churn,
                    hold=args.hold, quiet=args.gap, override=dict(args.override), group_liveness=args.group_liveness,
                    argv=["run", *argv[1:]] if args.seed is not None else ["run", *argv[1:], "--seed", str(seed)])
+    signal.signal(signal.SIGTERM, _interrupt)  # a SIGTERM heals and stops the cluster as Ctrl-C does
     return run(opts)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -13,6 +13,8 @@ two windows, while ``count`` and ``sum`` cover the whole life of the process."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 # Kafka's histogram percentiles, as the JMX exporter names them (50thPercentile -> "0.50")
 QUANTILES: tuple[tuple[str, float], ...] = (("0.50", 0.50), ("0.75", 0.75), ("0.95", 0.95), ("0.98", 0.98),
                                             ("0.99", 0.99), ("0.999", 0.999))
@@ -161,3 +163,14 @@ def summary_samples(name: str, series, now: float) -> list[tuple[str, dict[str, 
         out.append((name + "_count", labels, h.count))
         out.append((name + "_sum", labels, h.sum_ms))
     return out
+
+
+def expand(families) -> Iterator:
+    """The families of a collection, where an item may be a callable that builds a list of them:
+    the scrape reads numbers on the event loop and leaves making tens of thousands of samples
+    (per partition) to the thread that renders the text."""
+    for f in families:
+        if callable(f):
+            yield from f()
+        else:
+            yield f

@@ -61,6 +61,9 @@ def free_base_port(host: str = "127.0.0.1") -> int:
         ok = True
         for port in [*range(base, base + 10), *range(base + 100, base + 110)]:
             with socket.socket() as t:
+                # as the listeners bind (asyncio sets SO_REUSEADDR): a port whose old connections
+                # wait in TIME_WAIT is free for them (a busy machine has thousands of those)
+                t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     t.bind((host, port))
                 except OSError:

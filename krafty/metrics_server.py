@@ -26,7 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.metrics import summary
 from common.clock import SYSTEM, Clock
-from common.metrics import Histogram
+from common.metrics import Histogram, expand
 
 log = logging.getLogger("krafty.metrics")
 
@@ -87,13 +87,14 @@ class LoopProbe:
 
 
 class _Families:
-    """What generate_latest needs of a registry: finished families."""
+    """What generate_latest needs of a registry: the families, those left to build (per-partition
+    samples) built here, in the render thread."""
 
     def __init__(self, families: list[Metric]):
         self._families = families
 
     def collect(self):
-        return iter(self._families)
+        return expand(self._families)
 
 
 class MetricsServer:

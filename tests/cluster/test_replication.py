@@ -28,7 +28,13 @@ def _create(c, name: str, partitions: int = 1, rf: int = 3, config=None) -> None
 
 
 def _partition(c, topic: str, pid: int = 0):
-    return _admin(c).list_topics(topic, timeout=5).topics[topic].partitions[pid]
+    """The partition as a new client sees it: its broker may learn a topic just created a moment
+    after the broker that answered the creation (metadata propagates, as in Kafka)."""
+    a = _admin(c)
+    found = []
+    wait_until(lambda: found.append(a.list_topics(topic, timeout=5).topics[topic].partitions.get(pid)) or found[-1],
+               30, f"{topic}-{pid} in a new client's metadata")
+    return found[-1]
 
 
 def _port(c, broker_id: int) -> int:

@@ -20,7 +20,7 @@ from broker.protocol import codec
 from broker.replica.partition import PartitionState
 from common.errors import ErrorCode
 from common.jsonlog import JsonFormatter
-from common.metrics import NUM_BUCKETS, Histogram, WindowedStat, bucket_bounds, bucket_of
+from common.metrics import NUM_BUCKETS, Histogram, WindowedStat, bucket_bounds, bucket_of, expand
 from controller.metrics import collect as controller_collect
 from tests.unit.controller.controller_testkit import cluster, with_topic
 
@@ -29,7 +29,7 @@ def render(families: list[Metric]) -> dict:
     """Families as a scraper sees them: {sample name: {frozenset(labels): value}}."""
     class Reg:
         def collect(self):
-            return iter(families)
+            return expand(families)
     out: dict = {}
     for fam in text_string_to_metric_families(generate_latest(Reg()).decode()):
         for s in fam.samples:

@@ -265,3 +265,83 @@ class Admin:
                 continue
             if ErrorCode(int(r.topics[0].error_code)) == ErrorCode.NONE:
                 self.created.append(topic)
+
+
+class Committer:
+    """A consumer's offset commits (a simple consumer: generation -1, no membership) to its
+    group's coordinator, found with FindCoordinator and found again when it moves. Committed
+    offsets never go back: every OffsetFetch answer is at least the last acknowledged commit,
+    across coordinator failovers (the group coordinator reloads __consumer_offsets)."""
+
+    def __init__(self, world, consumer: Consumer, group: str = "sim-group"):
+        self.world, self.consumer, self.group = world, consumer, group
+        self.cl = Cluster(world, f"{consumer.name}-commits")
+        self.coordinator: int | None = None
+        self.acked = [-1] * consumer.partitions  # the last acknowledged commit per partition (-1: none)
+        self.commits = self.fetches = 0
+
+    async def _find(self) -> int | None:
+        if self.coordinator is None:
+            b = self.cl.rng.choice(self.world.broker_ids)
+            try:
+                r = await self.cl.request(b, ApiKey.FIND_COORDINATOR, 3, {"key": self.group, "key_type": 0})
+            except (ConnectionError, TimeoutError, OSError):
+                return None
+            if int(r.error_code) == 0:
+                self.coordinator = int(r.node_id)
+        return self.coordinator
+
+    async def _call(self, api: int, version: int, data: dict):
+        node = await self._find()
+        if node is None:
+            return None
+        try:
+            return await self.cl.request(node, api, version, data)
+        except (ConnectionError, TimeoutError, OSError):
+            self.coordinator = None
+            return None
+
+    async def commit(self) -> None:
+        pos = list(self.consumer.pos)
+        r = await self._call(ApiKey.OFFSET_COMMIT, 8, {
+            "group_id": self.group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": self.consumer.topic, "partitions": [
+                {"partition_index": p, "committed_offset": off, "committed_leader_epoch": -1,
+                 "committed_metadata": None} for p, off in enumerate(pos)]}]})
+        if r is None:
+            return
+        for pr in r.topics[0].partitions:
+            if int(pr.error_code) == 0:
+                p = int(pr.partition_index)
+                self.acked[p] = max(self.acked[p], pos[p])
+                self.commits += 1
+            elif ErrorCode(int(pr.error_code)) in RETRIABLE:
+                self.coordinator = None
+
+    async def check(self) -> bool:
+        """OffsetFetch: each committed offset at least the last acknowledged one."""
+        floor = list(self.acked)
+        r = await self._call(ApiKey.OFFSET_FETCH, 7, {"group_id": self.group, "require_stable": False, "topics": [
+            {"name": self.consumer.topic, "partition_indexes": list(range(self.consumer.partitions))}]})
+        if r is None or int(r.error_code) != 0:
+            if r is not None:
+                self.coordinator = None
+            return False
+        for pr in r.topics[0].partitions:
+            if int(pr.error_code) != 0:
+                self.coordinator = None
+                return False
+            p, off = int(pr.partition_index), int(pr.committed_offset)
+            if off < floor[p]:
+                raise self.world.violation(f"committed offset of partition {p} went back from {floor[p]} to {off}")
+        self.fetches += 1
+        return True
+
+    async def run(self, until: float) -> None:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until:
+            await asyncio.sleep(0.1 + self.cl.rng.random() * 0.3)
+            if self.cl.rng.random() < 0.6:
+                await self.commit()
+            else:
+                await self.check()

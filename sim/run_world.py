@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         sim_s += r.sim_s
         if args.verbose:
-            print(f"seed {seed}: ok, {r.acked} writes acknowledged, {r.consumed} consumed, {r.steps} steps, "
+            print(f"seed {seed}: ok, {r.acked} writes acknowledged, {r.consumed} consumed, {r.commits} offset "
+                  f"commits, {r.steps} steps, "
                   f"faults: {'; '.join(map(str, r.faults))}")
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0

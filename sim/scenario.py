@@ -13,20 +13,22 @@ committed metadata log is the same on every node at every offset; no partition's
 watermark goes back on a leader within its leader epoch. At the end: every acknowledged
 acks=all write is in the log at the offset it was acknowledged with, no value is written
 twice (idempotence), no offset is missing below the high watermark, every record a
-consumer was given is still there, unchanged; after healing every node runs, every broker
+consumer was given is still there, unchanged, and a committed offset never goes back (across
+group coordinator failovers); after healing every node runs, every broker
 is registered and unfenced, and all metadata images converge, and a new write is
 acknowledged, within ``LIVENESS_S``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import errno
 import random
 import time
 
 from raft.core import Role
-from sim.client import Admin, Cluster, Consumer, Producer, create_topic, read_partition
+from sim.client import Admin, Cluster, Committer, Consumer, Producer, create_topic, read_partition
 from sim.world import InvariantViolation, Settings, World
 
 TOPIC = "sim"
@@ -173,6 +175,7 @@ class Result:
     trace: list[str]
     steps: int
     fenced: set[int]
+    commits: int = 0  # offset commits acknowledged
 
 
 def _apply(w: World, f: Fault, down: set[int]) -> None:
@@ -272,6 +275,8 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     admins = [Admin(w, f"admin-{i}") for i in range(2)]
     tasks = [w.spawn(p.name, p.run(until)) for p in producers] + [w.spawn(consumer.name, consumer.run(until))]
     tasks += [w.spawn(a.name, a.run(until)) for a in admins]
+    committer = Committer(w, consumer)
+    tasks.append(w.spawn("committer", committer.run(until)))
 
     def watchdog():
         _restart_failed(w, down)
@@ -299,6 +304,13 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
         states = {n: (p.alive, p.task.done(), p.node.loader.image.offset if p.node else None)
                   for n, p in w.procs.items()}
         raise w.violation(f"no convergence within {LIVENESS_S} s of healing: {states}")
+    async def final_offsets():
+        while not await committer.check():
+            await asyncio.sleep(0.2)
+    t = w.spawn("committer", final_offsets())
+    if not w.run_for(LIVENESS_S, t.done):
+        raise w.violation("committed offsets could not be fetched after healing")
+    t.result()
     last = Producer(w, "producer-final", TOPIC, PARTITIONS)
     t = w.spawn(last.name, last.run(loop.time() + 0.5))
     if not w.run_for(LIVENESS_S, t.done) or not last.acked:
@@ -315,7 +327,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     if not set(created) <= set(img.topics_by_name):
         raise w.violation(f"acknowledged topics missing: {set(created) - set(img.topics_by_name)}")
     res = Result(seed, loop.time() - 1000, time.perf_counter() - t0, sum(len(p.acked) for p in producers),
-                 len(consumer.seen), plan, w.trace, loop.steps, checker.fenced)
+                 len(consumer.seen), plan, w.trace, loop.steps, checker.fenced, committer.commits)
     if verbose:
         print("\n".join(w.trace))
     return res

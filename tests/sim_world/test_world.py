@@ -49,7 +49,7 @@ def test_a_coroutine_waiting_for_nothing_is_a_deadlock():
 def test_a_seed_replays_exactly():
     a, b = run_seed(3, safety_s=4.0), run_seed(3, safety_s=4.0)
     assert a.trace == b.trace and a.steps == b.steps and a.acked == b.acked and a.consumed == b.consumed
-    assert a.acked > 0 and a.consumed > 0
+    assert a.acked > 0 and a.consumed > 0 and a.commits > 0
 
 
 @pytest.mark.parametrize("seed", range(4))

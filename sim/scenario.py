@@ -73,37 +73,46 @@ class Checker:
         self.leaders: dict[int, int] = {}  # raft epoch -> leader id
         self.committed: dict[int, tuple[int, bytes]] = {}  # offset -> (epoch, data) of the metadata log
         self.checked_hw: dict[tuple, int] = {}
-        self.last_hw: dict[tuple, int] = {}
         self.part_hw: dict[tuple, int] = {}
         self.fenced: set[int] = set()  # brokers seen fenced (in any node's image) after the workload began
-        self.images: dict[tuple, object] = {}  # process -> the image last checked
         self.leader_epochs: dict[tuple, int] = {}  # (process, topic id, partition) -> leader epoch
         self.n = 0
+        self.version = -1
+        self.watch: list = []
+
+    def _watch_list(self) -> list:
+        """[nid, process, core, loader, last hw, last image] of every running node whose
+        metadata log has started (rebuilt when a process starts, dies or finishes starting)."""
+        out = []
+        for nid, p in self.w.procs.items():
+            node = p.node
+            if p.alive and node is not None and node.metadata_log.core is not None:
+                out.append([nid, p.owner, node.metadata_log.core, node.loader, None, None])
+        return out
 
     def step(self) -> None:
         w = self.w
         self.n += 1
+        if self.version != w.version:
+            self.version = w.version
+            self.watch = self._watch_list()
         leader = Role.LEADER
-        for nid, p in w.procs.items():
-            node = p.node
-            if not p.alive or node is None:
-                continue
-            core = node.metadata_log.core
-            if core is None:
-                continue
-            key = p.owner
+        for ent in self.watch:
+            core = ent[2]
             if core.role is leader:
-                prev = self.leaders.setdefault(core.epoch, nid)
-                if prev != nid:
-                    raise w.violation(f"two Raft leaders in epoch {core.epoch}: {prev} and {nid}")
-            if core.hw != self.last_hw.get(key):
-                self.last_hw[key] = core.hw
-                self._committed(nid, key, core)
-            img = node.loader.image
-            if self.images.get(key) is not img:
-                self.images[key] = img
-                self._image(nid, key, img)
+                prev = self.leaders.setdefault(core.epoch, ent[0])
+                if prev != ent[0]:
+                    raise w.violation(f"two Raft leaders in epoch {core.epoch}: {prev} and {ent[0]}")
+            if core.hw != ent[4]:
+                ent[4] = core.hw
+                self._committed(ent[0], ent[1], core)
+            img = ent[3].image
+            if img is not ent[5]:
+                ent[5] = img
+                self._image(ent[0], ent[1], img)
         if self.n % 20 == 0:
+            if len(self.watch) != sum(1 for p in w.procs.values() if p.alive):
+                self.version = -1  # a node still starting: look again
             self._hw_monotonic()
             for nid in w.controller_ids:
                 n = w.node(nid)

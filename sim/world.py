@@ -118,6 +118,7 @@ class World:
         self.wall_offsets = {n: 1_700_000_000_000 for n in self.controller_ids + self.broker_ids}
         self.cluster_id = "c" + uuid.UUID(int=self.rng.getrandbits(128), version=4).hex[:21]
         self.trace: list[str] = []
+        self.version = 0  # bumped when a process starts, finishes starting or dies (the checker's cue)
         self.replay = f"python -m sim.run_world --seed {seed} --verbose"  # set by the scenario
 
     # -- configuration -------------------------------------------------------------------
@@ -138,6 +139,7 @@ class World:
                 "process.roles": "broker", "listeners": f"PLAINTEXT://{host_of(nid)}:{BROKER_PORT}",
                 "offsets.topic.replication.factor": str(rf), "default.replication.factor": str(rf),
                 "min.insync.replicas": str(min(2, rf)), "group.initial.rebalance.delay.ms": "0",
+                "offsets.topic.num.partitions": "3",  # (50 by default: 150 logs made per seed)
             })
         props.update({k: str(v) for k, v in s.extra.items()})
         return Config(props, warn_unknown=False)
@@ -156,7 +158,11 @@ class World:
 
         async def run() -> None:
             p.node = Node(self.config(nid), clock, self.net, self.stores[nid])
-            await p.node.start()
+            self.version += 1
+            try:
+                await p.node.start()
+            finally:
+                self.version += 1
         p.task = self.loop.create_task(run(), context=ctx)
         self.note(f"start {nid} (incarnation {inc})")
         return p
@@ -167,6 +173,7 @@ class World:
         if not p.alive:
             return
         p.alive = False
+        self.version += 1
         self.loop.kill(p.owner)
         self.net.killed(p.owner)
         if p.node is not None:

@@ -4,7 +4,8 @@ check the invariants after every event, heal, check liveness, then check the who
 
 Faults (drawn from the seed, ``Schedule``): kill -9 and restart of any node (at most one
 controller down at a time, so that the quorum can always recover), partitions isolating a
-node, one-way cuts, message loss, wall-clock steps of +-60 s on running nodes (controllers
+node or cutting a broker off the controllers only (fenced, it still serves the other brokers:
+a zombie leader), one-way cuts, message loss, wall-clock steps of +-60 s on running nodes (controllers
 included: no broker may be fenced for it), and EIO from a node's Raft store (the node's
 metadata log stops; the world restarts the node).
 
@@ -54,7 +55,8 @@ def schedule(seed: int, world_nodes: list[int], controllers: list[int], safety_s
     n = rng.randint(1, 6) if n_faults is None else n_faults
     out = []
     for _ in range(n):
-        kind = rng.choices(["kill", "kill_active", "partition", "cut", "loss", "clock", "eio"], [4, 2, 2, 1, 1, 2, 1])[0]
+        kind = rng.choices(["kill", "kill_active", "partition", "cut", "loss", "clock", "eio", "zombie"],
+                           [4, 2, 2, 1, 1, 2, 1, 2])[0]
         node = rng.choice(world_nodes)
         at = rng.random() * safety_s * 0.8
         dur = 0.5 + rng.random() * 6
@@ -211,6 +213,12 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
         others = [n for n in w.controller_ids + w.broker_ids if n != f.node]
         w.net.partition([w.procs[f.node].owner], [w.procs[n].owner for n in others])
         w.note(f"partition {f.node} from the rest")
+        loop.call_later(f.duration, lambda: (w.net.heal(), w.note("heal")))
+    elif f.kind == "zombie":  # cut from the controllers only: fenced, yet serving the other brokers
+        if f.node in w.controller_ids:
+            return
+        w.net.partition([w.procs[f.node].owner], [w.procs[c].owner for c in w.controller_ids])
+        w.note(f"partition {f.node} from the controllers")
         loop.call_later(f.duration, lambda: (w.net.heal(), w.note("heal")))
     elif f.kind == "cut":
         other = w.controller_ids[f.arg % len(w.controller_ids)] if f.node not in w.controller_ids else \

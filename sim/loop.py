@@ -55,6 +55,30 @@ class _VirtualSelector:
         return {}
 
 
+class _Held:
+    """A handle of a paused process waits, instead of running, until the process resumes."""
+
+    __slots__ = ()
+
+    def _run(self):
+        loop = self._loop
+        if loop.paused:
+            ctx = self._context
+            held = loop.paused.get(ctx.get(NODE) if ctx is not None else None)
+            if held is not None:
+                held.append(self)
+                return
+        super()._run()
+
+
+class _SimHandle(_Held, asyncio.Handle):
+    __slots__ = ()
+
+
+class _SimTimerHandle(_Held, asyncio.TimerHandle):
+    __slots__ = ()
+
+
 class SimLoop(asyncio.BaseEventLoop):
     def __init__(self, seed: int = 0, *, start: float = 1000.0, reorder: bool = True):
         super().__init__()
@@ -66,6 +90,7 @@ class SimLoop(asyncio.BaseEventLoop):
         self.dead: set[object] = set()  # processes killed: their callbacks are dropped
         self._owner_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # task -> its process
         self.graveyard: list[list] = []  # the pending tasks of killed processes
+        self.paused: dict[object, list] = {}  # process -> its handles that came up while it was paused
         self.steps = 0  # callbacks run (a measure of work)
         self.on_step: Callable[[], None] | None = None  # called after every batch of callbacks (invariants)
         self.set_exception_handler(self._exception)
@@ -101,19 +126,35 @@ class SimLoop(asyncio.BaseEventLoop):
     def _dead_context(self, context) -> bool:
         return context is not None and bool(self.dead) and context.get(NODE) in self.dead
 
-    def call_soon(self, callback, *args, context=None):
+    def _call_soon(self, callback, args, context):
+        handle = _SimHandle(callback, args, self, context)
         if self._dead_context(context):
-            h = asyncio.Handle(callback, args, self, context)
-            h.cancel()
-            return h
-        return super().call_soon(callback, *args, context=context)
+            handle.cancel()
+        else:
+            self._ready.append(handle)
+        return handle
 
     def call_at(self, when, callback, *args, context=None):
+        self._check_closed()
+        timer = _SimTimerHandle(when, callback, args, self, context)
         if self._dead_context(context):
-            h = asyncio.TimerHandle(when, callback, args, self, context)
-            h.cancel()
-            return h
-        return super().call_at(when, callback, *args, context=context)
+            timer.cancel()
+            return timer
+        heapq.heappush(self._scheduled, timer)
+        timer._scheduled = True
+        return timer
+
+    def pause(self, owner: object) -> None:
+        """SIGSTOP: nothing of ``owner`` runs until ``resume`` (its callbacks wait, the same
+        handles, so cancelling them still works); a deadline that passes meanwhile fires at
+        once on resume, as after a real pause."""
+        if owner not in self.dead:
+            self.paused.setdefault(owner, [])
+
+    def resume(self, owner: object) -> None:
+        for h in self.paused.pop(owner, []):
+            if not h._cancelled and owner not in self.dead:
+                self._ready.append(h)
 
     def call_soon_threadsafe(self, callback, *args, context=None):
         return self.call_soon(callback, *args, context=context)

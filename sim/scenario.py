@@ -5,7 +5,7 @@ check the invariants after every event, heal, check liveness, then check the who
 Faults (drawn from the seed, ``Schedule``): kill -9 and restart of any node (at most one
 controller down at a time, so that the quorum can always recover), partitions isolating a
 node or cutting a broker off the controllers only (fenced, it still serves the other brokers:
-a zombie leader), one-way cuts, message loss, wall-clock steps of +-60 s on running nodes (controllers
+a zombie leader), pauses (SIGSTOP/SIGCONT), one-way cuts, message loss, wall-clock steps of +-60 s on running nodes (controllers
 included: no broker may be fenced for it), and EIO from a node's Raft store (the node's
 metadata log stops; the world restarts the node).
 
@@ -55,8 +55,8 @@ def schedule(seed: int, world_nodes: list[int], controllers: list[int], safety_s
     n = rng.randint(1, 6) if n_faults is None else n_faults
     out = []
     for _ in range(n):
-        kind = rng.choices(["kill", "kill_active", "partition", "cut", "loss", "clock", "eio", "zombie", "power"],
-                           [4, 2, 2, 1, 1, 2, 1, 2, 2])[0]
+        kind = rng.choices(["kill", "kill_active", "partition", "cut", "loss", "clock", "eio", "zombie", "power",
+                            "pause"], [4, 2, 2, 1, 1, 2, 1, 2, 2, 2])[0]
         node = rng.choice(world_nodes)
         at = rng.random() * safety_s * 0.8
         dur = 0.5 + rng.random() * 6
@@ -189,9 +189,20 @@ class Result:
     commits: int = 0  # offset commits acknowledged
 
 
+def _impaired(w: World, nid: int, seconds: float) -> None:
+    """``nid`` is cut off, paused or down for ``seconds`` (see ``World.durability_excused``)."""
+    w.impaired[nid] = w.impaired.get(nid, 0) + 1
+
+    def end():
+        w.impaired[nid] -= 1
+    w.loop.call_later(seconds, end)
+
+
 def _apply(w: World, f: Fault, down: set[int]) -> None:
     """Starts fault ``f`` now and schedules its end."""
     loop = w.loop
+    if f.kind in ("kill", "power", "pause", "partition", "zombie", "cut"):
+        _impaired(w, f.node, f.duration)
     if f.kind == "kill_active":  # the active controller, whichever it is now
         active = w.active_controller()
         if active is None:
@@ -217,6 +228,8 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
         w.net.partition([w.procs[f.node].owner], [w.procs[n].owner for n in others])
         w.note(f"partition {f.node} from the rest")
         loop.call_later(f.duration, lambda: (w.net.heal(), w.note("heal")))
+    elif f.kind == "pause":
+        w.pause(f.node, f.duration)
     elif f.kind == "zombie":  # cut from the controllers only: fenced, yet serving the other brokers
         if f.node in w.controller_ids:
             return

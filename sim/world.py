@@ -172,6 +172,8 @@ class World:
         self.cluster_id = "c" + uuid.UUID(int=self.rng.getrandbits(128), version=4).hex[:21]
         self.trace: list[str] = []
         self.powered: set[int] = set()  # nodes that lost power at some point
+        self.impaired: dict[int, int] = {}  # node -> faults (cut, paused, down) it is under now
+        self.power_while_impaired = False  # a broker lost power while another was impaired
         self.sync = SyncTracker()
         self.sync.install()
         self.version = 0  # bumped when a process starts, finishes starting or dies (the checker's cue)
@@ -238,21 +240,41 @@ class World:
             # it, which a killed process never does)
         self.note(f"kill {nid}")
 
+    def pause(self, nid: int, seconds: float) -> None:
+        """SIGSTOP for ``seconds``, then SIGCONT: the process keeps its state and sockets and
+        goes on where it stopped (a long GC or VM pause: its sessions may expire meanwhile)."""
+        p = self.procs[nid]
+        if not p.alive:
+            return
+        self.loop.pause(p.owner)
+        self.note(f"pause {nid} for {seconds:.2f} s")
+
+        def cont():
+            self.loop.resume(p.owner)
+            self.note(f"resume {nid}")
+        self.loop.call_later(seconds, cont)
+
     def power_loss(self, nid: int) -> None:
         """The node's machine loses power: it dies, and its partition logs keep only what was
         fsynced (plus a torn part of the rest). Its Raft store commits every write (SQLite's
         fsync'd WAL), so it loses only the transaction in flight, as after a kill."""
         self.kill(nid)
         self.powered.add(nid)
+        if any(n != nid and self.impaired.get(n, 0) > 0 and n in self.broker_ids for n in self.impaired):
+            self.power_while_impaired = True
         lost = self.sync.power_loss(os.path.join(self.dir, f"node-{nid}"), self.rng)
         self.note(f"power loss on {nid}: {lost} unsynced bytes lost")
 
     def durability_excused(self) -> bool:
         """acks=all does not fsync (as in Kafka): once two of the three brokers have lost
         power, an acknowledged write may have been only in page caches that are gone, so the
-        checks of acknowledged and consumed data stand down for the run (one power loss must
-        cost nothing)."""
-        return len(self.powered & set(self.broker_ids)) >= 2
+        checks of acknowledged and consumed data stand down for the run. They also stand down
+        when a broker lost power while another one was down, cut off or paused: the power-cut
+        broker may be the last in-sync replica, and krafty, like Kafka without KIP-966's
+        eligible leader replicas, elects it with its truncated log although the others hold
+        the data (a known gap, tests/sim_world/test_mutations.py shows it). One power loss
+        with the others healthy must cost nothing."""
+        return len(self.powered & set(self.broker_ids)) >= 2 or self.power_while_impaired
 
     def node(self, nid: int) -> Node | None:
         p = self.procs.get(nid)
@@ -270,6 +292,15 @@ class World:
         for nid in list(self.procs):
             self.kill(nid)
         self.sync.uninstall()
+        # finish the coroutines of dead processes now, while the loop is open (collected later,
+        # their finally blocks would schedule callbacks on a closed loop)
+        for t in asyncio.all_tasks(self.loop):
+            try:
+                t.get_coro().close()
+            except BaseException:  # noqa: BLE001, S110 - a dead process's last words
+                pass
+        self.loop.graveyard.clear()
+        self.loop.close()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -65,3 +65,21 @@ def test_mutation_a_voter_voting_twice_makes_two_leaders(monkeypatch):
 
 def test_mutation_votes_for_stale_logs_lose_committed_metadata(monkeypatch):
     assert "committed" in _caught(monkeypatch, "vote_for_stale_log", range(8), STALE_VOTER, 10.0)
+
+
+# Found by the world (seed 1 of the default seeds at 6 s, before power losses were excused):
+# a broker is killed, another is cut off from the controllers, and the third, the last in-sync
+# replica, loses power (its unsynced tail with it). The two others still hold every
+# acknowledged write, but the power-cut broker comes back as the only ISR member and is
+# elected with its truncated log (Kafka's rule without KIP-966's eligible leader replicas and
+# unclean-shutdown detection, which Kafka 4.x offers): acknowledged writes and committed
+# offsets are lost. A known gap of the replication rules, not of the simulation.
+LAST_ISR_POWER_LOSS = [Fault(1.8, "kill", 5, duration=6.0), Fault(2.4, "zombie", 4, duration=2.0),
+                       Fault(2.5, "power", 6, duration=6.0)]
+
+
+@pytest.mark.xfail(strict=True, reason="no KIP-966 (ELR / unclean-shutdown detection) in controller/replication.py")
+def test_power_loss_of_the_last_isr_member_keeps_acknowledged_writes(monkeypatch):
+    from sim.world import World
+    monkeypatch.setattr(World, "durability_excused", lambda self: False)
+    run_seed(1, safety_s=6.0, faults=LAST_ISR_POWER_LOSS)

@@ -9,7 +9,7 @@ SEEDS ?= 1000
 SIM_SAFETY_S ?= 4
 SIM_JOBS ?= $(shell nproc)
 
-.PHONY: run test lint sim bench system-deps clean chaos test-cluster docker-deps test-docker test-spark pipeline-demo pipeline-bench
+.PHONY: run test lint sim bench fuzz system-deps clean chaos test-cluster docker-deps test-docker test-spark pipeline-demo pipeline-bench
 
 $(BIN)/krafty: pyproject.toml setup.py broker/log/_records.pyx
 	$(PY) -m venv $(VENV)
@@ -37,17 +37,21 @@ lint: $(BIN)/krafty
 sim: $(BIN)/krafty
 	$(BIN)/python -m sim.run_world --seeds $(SEEDS) --safety-s $(SIM_SAFETY_S) --jobs $(SIM_JOBS)
 	$(BIN)/python -m sim.replication.run --seeds $(SEEDS)
+	$(BIN)/python -m sim.txn_log.run --seeds $(SEEDS)
+	$(BIN)/python -m sim.txn.run --seeds $(SEEDS)
 
 # Long chaos runs, one per nemesis (CHAOS_TIME seconds each; netns needs root, else use
 # CHAOS_CLUSTER=local, where partitions need root too). Output in chaos-out/<nemesis>-<seed>.
+# CHAOS_WORKLOAD=txn adds the transactional workload.
 CHAOS_TIME ?= 600
 CHAOS_SEED ?= 1
 CHAOS_CLUSTER ?= netns
 CHAOS_NEMESES ?= kill pause partition clock
+CHAOS_WORKLOAD ?= plain
 chaos: $(BIN)/krafty system-deps
 	@fail=0; for n in $(CHAOS_NEMESES); do \
 	  $(BIN)/krafty chaos run --cluster $(CHAOS_CLUSTER) --nemesis $$n --time $(CHAOS_TIME) --seed $(CHAOS_SEED) \
-	    --out chaos-out/$$n-$(CHAOS_SEED) || fail=1; done; exit $$fail
+	    --workload $(CHAOS_WORKLOAD) --out chaos-out/$$n-$(CHAOS_SEED) || fail=1; done; exit $$fail
 
 # End-to-end suites against real 3 controller + 3 broker clusters: clients, admin, rolling
 # restart under load, failover, and a 2-minute chaos run per nemesis.
@@ -67,6 +71,14 @@ test-docker: $(BIN)/krafty system-deps docker-deps
 	[ $$rc = 0 ] || exit $$rc; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/docker || rc=$$?; \
 	deploy/docker-engine.sh stop; exit $$rc
+
+# The protocol fuzzer (bench/fuzz): FUZZ_N mutated and hostile inputs from seed FUZZ_SEED against a
+# memory-limited node; prints inputs/s, findings, crashes and peak RSS, exits 1 on a crash.
+# Findings (with replayable inputs) in fuzz-out/.
+FUZZ_N ?= 100000
+FUZZ_SEED ?= 1
+fuzz: $(BIN)/krafty
+	$(BIN)/python -m bench.fuzz run --inputs $(FUZZ_N) --seed $(FUZZ_SEED) --out fuzz-out
 
 bench: $(BIN)/krafty
 	$(BIN)/python bench/produce_consume.py
@@ -90,4 +102,4 @@ pipeline-bench: $(VENV)/.spark
 	$(BIN)/python pipeline/examples/bench_read.py
 
 clean:
-	rm -rf $(VENV) data build *.egg-info
+	rm -rf $(VENV) data build fuzz-out *.egg-info

@@ -133,7 +133,8 @@ def produce(bootstrap: str, topic: str, n: int, size: int, acks: str, max_s: flo
     return delivered[0], elapsed
 
 
-def consume(bootstrap: str, topic: str, n: int, max_s: float) -> tuple[int, int, float]:
+def consume(bootstrap: str, topic: str, n: int, max_s: float,
+            isolation: str = "read_committed") -> tuple[int, int, float]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     c = Consumer(
@@ -149,6 +150,7 @@ def consume(bootstrap: str, topic: str, n: int, max_s: float) -> tuple[int, int,
             "queued.min.messages": 10_000_000,
             "receive.message.max.bytes": 80 * 1024 * 1024,
             "enable.partition.eof": True,  # stop at the end of the log (the mock cluster keeps only ~5 MB)
+            "isolation.level": isolation,  # librdkafka's default is read_committed (reads stop at the LSO)
         }
     )
     c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
@@ -196,7 +198,7 @@ def run_target(name: str, bootstrap: str, mock: bool, args, pid: int | None = No
                 # The mock cluster keeps only ~5 MB per partition: its consume rate is no reference.
                 got, nbytes, cs = 0, 0, 0.0
             else:
-                got, nbytes, cs = consume(bootstrap, topic, n, args.max_seconds)
+                got, nbytes, cs = consume(bootstrap, topic, n, args.max_seconds, args.isolation)
             r = Result(
                 name,
                 size,
@@ -270,6 +272,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compacted", action="store_true",
                     help="cleanup.policy=compact topics, each record with its own 8-byte key (not counted in MB)")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="cap per produce / consume phase")
+    ap.add_argument("--isolation", default="read_committed", choices=["read_committed", "read_uncommitted"],
+                    help="the consumer's isolation.level (librdkafka's default: read_committed)")
     ap.add_argument("--no-mock", action="store_true", help="skip the librdkafka mock-cluster reference")
     ap.add_argument("--no-krafty", action="store_true", help="only the mock-cluster reference")
     ap.add_argument("--json", help="also write the results (and the machine) to this JSON file")

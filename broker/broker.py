@@ -8,16 +8,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from concurrent.futures import ThreadPoolExecutor
 
 from broker.apis.kafka_apis import KafkaApis
+from broker.dynamic_config import DynamicBrokerConfig
 from broker.log.manager import LogManager
 from broker.memory_pool import RequestMemoryPool
 from broker.replica.manager import ReplicaManager
 from broker.security import scram
-from broker.security.limits import ConnectionLimits
+from broker.security.limits import ConnectionLimits, parse_ip_overrides
 from broker.security.sasl import inter_broker_security, listener_security
 from broker.security.scram import ScramCredential
 from broker.server import KafkaServer
+from common import dynamic_config as dyn
 from common.clock import SYSTEM, Clock
 from common.config import Config, topic_defaults
 from common.errors import ErrorCode, KafkaError
@@ -37,6 +40,8 @@ class Broker:
         self.controller = controller
         self.clock = clock  # timestamps and retention: wall; everything else through the loop or monotonic
         self.net = net  # the listeners' sockets (the OS's, or sim/'s network)
+        if hasattr(controller, "wait_for_offset"):  # the ControllerChannel: admin answers wait for our image
+            controller.wait_for_offset = self.wait_for_metadata_offset
         self.incarnation_id = clock.uuid4()
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
@@ -59,6 +64,9 @@ class Broker:
         self.listener_security = {lst.name: listener_security(config, lst.name)
                                   for lst in config["listeners"] if lst.name not in ctrl}
         self.inter_broker_security = inter_broker_security(config)
+        # dynamic broker configs (IncrementalAlterConfigs on BROKER): applied from the metadata log
+        self.dynamic_config = DynamicBrokerConfig(config, self.node_id)
+        self._background = ThreadPoolExecutor(config["background.threads"], thread_name_prefix="background")
         # metrics (broker/metrics.py), counted only when served (krafty.metrics.port)
         self.metrics = None
         self.lag_monitor = None
@@ -71,7 +79,10 @@ class Broker:
         """Loads and recovers every partition log; must run before the metadata log replays."""
         t0 = self.clock.monotonic()
         self.logs = LogManager(self.config["log.dirs"], topic_defaults(self.config),
-                               writer_threads=self.config["krafty.log.writer.threads"], clock=self.clock)
+                               writer_threads=self.config["krafty.log.writer.threads"],
+                               producer_id_expiration_ms=self.config["producer.id.expiration.ms"], clock=self.clock)
+        # first: the other publishers of a delta see the dynamic configs it carries
+        self.loader.add_publisher(self.dynamic_config.on_metadata)
         self.replicas = ReplicaManager(self.node_id, self.config, self.logs, channel=self.controller,
                                        broker_epoch=lambda: self.broker_epoch, endpoint_of=self._endpoint_of,
                                        clock=self.clock)
@@ -81,7 +92,55 @@ class Broker:
         self.replicas.fetchers.security = self.inter_broker_security  # TLS/SASL to other brokers
         # after the replica manager's publisher: a partition we now lead has its log when we load it
         self.loader.add_publisher(self.apis.group_coordinator.on_metadata, catch_up=False)
+        self.loader.add_publisher(self.apis.txn_coordinator.on_metadata, catch_up=False)
+        self._add_reconfigurables()
         log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), self.clock.monotonic() - t0)
+
+    def _add_reconfigurables(self) -> None:
+        """What takes a dynamic broker config without a restart, besides the code that reads the
+        Config each time (Kafka's reconfigurables)."""
+        d, cfg = self.dynamic_config, self.config
+        d.add_reconfigurable(dyn.LOG_RECONFIGURABLE, lambda _: self._set_topic_defaults(), "log defaults")
+        d.add_reconfigurable({"producer.id.expiration.ms"}, lambda _: setattr(
+            self.logs, "producer_id_expiration_ms", cfg["producer.id.expiration.ms"]), "producer id expiration")
+        d.add_reconfigurable({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"},
+                             lambda _: self.limits.reconfigure(cfg["max.connections"], cfg["max.connections.per.ip"],
+                                                               parse_ip_overrides(cfg["max.connections.per.ip.overrides"])),
+                             "connection limits")
+        d.add_reconfigurable(lambda k: k.startswith(("listener.name.", "ssl.", "sasl.")), self._reload_security,
+                             "listener security")
+        d.add_reconfigurable({"background.threads"}, lambda _: self._resize_background(), "background threads")
+        d.add_reconfigurable({"leader.replication.throttled.rate", "follower.replication.throttled.rate"},
+                             lambda _: self._set_replication_rates(), "replication throttles")
+
+    def _set_replication_rates(self) -> None:
+        """leader/follower.replication.throttled.rate set or removed (kafka-reassign-partitions
+        --throttle sets them on every broker): the quotas take the new rates at once."""
+        self.replicas.leader_quota.rate = self.config["leader.replication.throttled.rate"]
+        self.replicas.follower_quota.rate = self.config["follower.replication.throttled.rate"]
+
+    def _set_topic_defaults(self) -> None:
+        """log.* defaults changed: every topic without its own value takes the new default."""
+        defaults = topic_defaults(self.config)
+        self.logs.default_topic_config = dict(defaults)
+        self.apis._topic_defaults = defaults
+        self.replicas.set_topic_defaults(defaults)
+
+    def _reload_security(self, _changed) -> None:
+        """Listener TLS/SASL settings changed (a keystore location set again reloads the file):
+        new connections use the new settings, open ones keep theirs (as in Kafka)."""
+        for s in self.servers:
+            s.security = self.listener_security[s.listener_name] = listener_security(self.config, s.listener_name)
+        for name in self.listener_security:
+            if all(s.listener_name != name for s in self.servers):
+                self.listener_security[name] = listener_security(self.config, name)
+        self.inter_broker_security = self.replicas.fetchers.security = inter_broker_security(self.config)
+        log.info("listener security settings reloaded")
+
+    def _resize_background(self) -> None:
+        old, self._background = self._background, ThreadPoolExecutor(self.config["background.threads"],
+                                                                     thread_name_prefix="background")
+        old.shutdown(wait=False)
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
         """Where to reach another broker: its inter-broker listener."""
@@ -144,6 +203,7 @@ class Broker:
             self.lag_monitor = ConsumerLagMonitor(self, self.config["krafty.metrics.consumer.lag.interval.ms"] / 1000,
                                                  clock=self.clock)
             self.lag_monitor.start()
+        await self.apis.txn_coordinator.start()
         await self._register()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_loop()))
@@ -162,8 +222,37 @@ class Broker:
             wb = self.config["krafty.log.writeback.bytes"]
             self._tasks.append(loop.create_task(self._periodic(WRITEBACK_INTERVAL_MS, lambda _now: self.logs.writeback(wb),
                                                                in_thread=True)))
-        self._tasks.append(loop.create_task(self._periodic(self.config["log.cleaner.backoff.ms"], self._cleaner_check,
-                                                           in_thread=True)))
+        self._tasks.append(loop.create_task(self._periodic(lambda: self.config["log.cleaner.backoff.ms"],
+                                                           self._cleaner_check, in_thread=True)))
+
+    async def wait_for_metadata_offset(self, offset: int, timeout_s: float) -> None:
+        """Read your writes: until this node's metadata image has applied ``offset`` (the
+        controller committed an admin operation there), at most ``timeout_s``. The client's
+        next request to this broker then sees the change (Metadata, DescribeConfigs, ...)."""
+        if self.loader.image.offset >= offset:
+            return
+        reached = asyncio.Event()
+
+        def on_metadata(_delta, image) -> None:
+            if image.offset >= offset:
+                reached.set()
+        self.loader.add_publisher(on_metadata, catch_up=False)
+        try:
+            await asyncio.wait_for(reached.wait(), timeout_s)
+        except TimeoutError:
+            log.warning("metadata offset %d not applied within %.1fs (at %d): answering anyway", offset, timeout_s,
+                        self.loader.image.offset)
+        finally:
+            self.loader.remove_publisher(on_metadata)
+
+    def failed(self) -> BaseException | None:
+        """The error that stopped a client listener accepting connections, if any: the broker
+        cannot go on (the node exits non-zero rather than serve no new client)."""
+        for s in self.servers:
+            e = s.failure()
+            if e is not None:
+                return e
+        return None
 
     def _unfenced_in_image(self) -> bool:
         b = self.loader.image.brokers.get(self.node_id)
@@ -192,6 +281,8 @@ class Broker:
                     self.node_id, self.incarnation_id, self.endpoints(), self.config["broker.rack"])
                 break
             except KafkaError as e:
+                if e.code == ErrorCode.INCONSISTENT_CLUSTER_ID:  # never better on a retry: the node stops
+                    raise
                 log.warning("broker registration failed (%s); retrying", e)
                 await asyncio.sleep(1)
         self.apis.producer_ids.broker_epoch = self.broker_epoch
@@ -248,19 +339,23 @@ class Broker:
         hws = {tp: p.state.high_watermark for tp, p in list(self.replicas.partitions.items())}
         self.logs.cleaner_check(now_ms, hws)
 
-    async def _periodic(self, interval_ms: int, fn, in_thread: bool = False) -> None:
+    async def _periodic(self, interval_ms, fn, in_thread: bool = False) -> None:
+        """``fn(now_ms)`` every ``interval_ms`` (or ``interval_ms()``, read again each time: a
+        dynamic config), on the loop or on a background thread (background.threads)."""
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(interval_ms / 1000)
+            await asyncio.sleep((interval_ms() if callable(interval_ms) else interval_ms) / 1000)
             try:
                 if in_thread:
-                    await loop.run_in_executor(None, fn, self.clock.wall_ms())
+                    await loop.run_in_executor(self._background, fn, self.clock.wall_ms())
                 else:
                     fn(self.clock.wall_ms())
             except Exception:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 
     async def stop(self) -> None:
+        if self.logs:  # a compaction pass in its thread ends at its next batch; logs.close() waits for it
+            self.logs.stop_cleaner()
         if self._unfenced.is_set():
             await self.controlled_shutdown()
         for t in self._tasks:
@@ -272,7 +367,9 @@ class Broker:
             await self.lag_monitor.close()
         if self.apis:
             await self.apis.group_coordinator.close()
+            await self.apis.txn_coordinator.close()
         if self.replicas:
             await self.replicas.close()
         if self.logs:
             self.logs.close()
+        self._background.shutdown(wait=False)

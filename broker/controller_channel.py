@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -16,30 +16,53 @@ from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
 from common.net import REAL, Net
 from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_to_pb
-from metadata.controller_api import TOO_MANY_RECORDS, CreateTopicResult, HeartbeatResult, NewTopic
+from metadata.controller_api import (
+    METADATA_OFFSET_KEY,
+    TOO_MANY_RECORDS,
+    CreateTopicResult,
+    HeartbeatResult,
+    NewTopic,
+    OngoingReassignment,
+    PartitionResult,
+)
 from metadata.image import PartitionRegistration
 from proto import MAX_GRPC_MESSAGE
 from proto import controller_pb2 as pb
 from proto import controller_pb2_grpc as pb_grpc
+from proto import partition_ops_pb2 as ops_pb
+from proto import partition_ops_pb2_grpc as ops_grpc
+from proto import raft_pb2 as pb_raft
+from proto import raft_pb2_grpc as pb_raft_grpc
+from proto.cluster_id import client_interceptors, refused_for_cluster_id
 
 log = logging.getLogger("krafty.broker.channel")
+_OPS_REQUESTS = (ops_pb.ElectLeadersRequest, ops_pb.AlterPartitionReassignmentsRequest,
+                 ops_pb.ListPartitionReassignmentsRequest, ops_pb.UnregisterBrokerRequest)
 
 _RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR}
 
 
 class ControllerChannel:
-    def __init__(self, voters: list[tuple[int, str, int]], leader_id: Callable[[], int | None], *,
+    def __init__(self, voters, leader_id: Callable[[], int | None], *,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 50,
-                 credentials: grpc.ChannelCredentials | None = None, clock: Clock = SYSTEM,
-                 net: Net = REAL):
-        self.clock = clock
-        self.net = net  # gRPC to the controllers (or sim/'s network)  # deadlines of calls (monotonic)
+                 credentials: grpc.ChannelCredentials | None = None, cluster_id: str | None = None,
+                 clock: Clock = SYSTEM, net: Net = REAL):
+        self.clock = clock  # deadlines of calls (monotonic)
+        self.net = net  # gRPC to the controllers (or sim/'s network)
         self.credentials = credentials  # TLS to the controllers (broker/security/ssl.py); None = plaintext
-        self.voters = {vid: (host, port) for vid, host, port in voters}
+        self.cluster_id = cluster_id  # sent with every call: controllers of another cluster refuse them
+        # the controllers: a list of (id, host, port), or a function giving the current one (a dynamic
+        # quorum, KIP-853: the voters come from the metadata log)
+        self._voters_fn = voters if callable(voters) else None
+        self.voters = {vid: (host, port) for vid, host, port in (voters() if callable(voters) else voters)}
         self.leader_id = leader_id
         self.timeout = request_timeout_ms / 1000
         self.backoff = retry_backoff_ms / 1000
         self._channels: dict[int, tuple[grpc.aio.Channel, pb_grpc.ControllerServiceStub]] = {}
+        self._ops_stubs: dict[int, ops_grpc.PartitionOpsServiceStub] = {}  # proto/partition_ops.proto, same channel
+        # read your writes: ``(offset, timeout_s)`` -> waits until this node's metadata image has
+        # reached ``offset`` (set by the broker); admin answers carry the offset to wait for
+        self.wait_for_offset: Callable[[int, float], Awaitable[None]] | None = None
         self._rr = 0
 
     def _stub(self, vid: int) -> pb_grpc.ControllerServiceStub:
@@ -48,11 +71,17 @@ class ControllerChannel:
             host, port = self.voters[vid]
             opts = [("grpc.max_receive_message_length", MAX_GRPC_MESSAGE),
                     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE)]
-            channel = self.net.grpc_channel(f"{host}:{port}", self.credentials, opts)
+            channel = self.net.grpc_channel(f"{host}:{port}", self.credentials, opts,
+                                            client_interceptors(self.cluster_id))
             ch = self._channels[vid] = (channel, pb_grpc.ControllerServiceStub(channel))
         return ch[1]
 
     def _target(self) -> int:
+        if self._voters_fn is not None:
+            for vid, host, port in self._voters_fn():
+                if self.voters.get(vid) != (host, port):
+                    self.voters[vid] = (host, port)
+                    self._channels.pop(vid, None)
         lid = self.leader_id()
         if lid is not None and lid in self.voters:
             return lid
@@ -68,11 +97,20 @@ class ControllerChannel:
             if left <= 0:
                 raise last_error or KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"controller did not answer {method}")
             vid = self._target()
+            stub = self._stub(vid)
+            if isinstance(request, _OPS_REQUESTS):
+                stub = self._ops_stubs.get(vid) or self._ops_stubs.setdefault(
+                    vid, ops_grpc.PartitionOpsServiceStub(self._channels[vid][0]))
             try:
-                resp = await getattr(self._stub(vid), method)(request, timeout=min(left, 5.0))
+                call = getattr(stub, method)(request, timeout=min(left, 5.0))
+                resp = await call
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # too large to send: retrying cannot help
                     raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS) from None
+                refused = refused_for_cluster_id(e)
+                if refused:  # a controller of another cluster: asking again cannot help
+                    raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID, f"controller {vid} refused {method}: "
+                                     f"{refused}") from None
                 last_error = KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {vid} unreachable: {e.code().name}")
                 log.debug("%s to controller %d failed: %s", method, vid, e.code().name)
                 await asyncio.sleep(self.backoff)
@@ -84,14 +122,44 @@ class ControllerChannel:
                 continue
             if code != ErrorCode.NONE:
                 raise KafkaError(code, getattr(resp, "error_message", None) or None)
+            if self.wait_for_offset is not None:
+                offset = _metadata_offset(await call.trailing_metadata())
+                if offset is not None:  # an admin operation: answer once our own image shows it
+                    await self.wait_for_offset(offset, max(deadline - self.clock.monotonic(), 0.0))
             return resp
 
     async def close(self) -> None:
         for channel, _ in self._channels.values():
             await channel.close()
         self._channels.clear()
+        self._ops_stubs.clear()
 
     # --- operations (same signatures as controller.loop.QuorumController) -------------
+    async def elect_leaders(self, election_type: int, topic_partitions) -> list:
+        req = ops_pb.ElectLeadersRequest(election_type=election_type, all_partitions=topic_partitions is None)
+        for topic, pids in topic_partitions or ():
+            req.topics.add(topic=topic, partitions=pids)
+        return _partition_results(await self._call("ElectLeaders", req))
+
+    async def alter_partition_reassignments(self, requests) -> list:
+        req = ops_pb.AlterPartitionReassignmentsRequest()
+        by_topic: dict[str, ops_pb.ReassignTopic] = {}
+        for topic, pid, target in requests:
+            t = by_topic.get(topic) or by_topic.setdefault(topic, req.topics.add(name=topic))
+            t.partitions.add(partition=pid, cancel=target is None, replicas=target or ())
+        return _partition_results(await self._call("AlterPartitionReassignments", req))
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        await self._call("UnregisterBroker", ops_pb.UnregisterBrokerRequest(broker_id=broker_id))
+
+    async def list_partition_reassignments(self, topics) -> list:
+        req = ops_pb.ListPartitionReassignmentsRequest(all=topics is None)
+        for topic, pids in topics or ():
+            req.topics.add(topic=topic, partitions=pids)
+        resp = await self._call("ListPartitionReassignments", req)
+        return [OngoingReassignment(o.topic, o.partition, tuple(o.replicas), tuple(o.adding), tuple(o.removing))
+                for o in resp.partitions]
+
     async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, endpoints, rack) -> int:
         req = pb.RegisterBrokerRequest(broker_id=broker_id, incarnation_id=incarnation_id.bytes)
         for e in endpoints:
@@ -156,12 +224,69 @@ class ControllerChannel:
         await self._call("CreatePartitions", req)
 
     async def alter_topic_configs(self, topic: str, ops, validate_only: bool = False) -> None:
-        req = pb.AlterTopicConfigsRequest(topic=topic, validate_only=validate_only)
-        for name, op, value in ops:
-            c = req.configs.add(name=name, op=op)
+        await self._alter_configs(2, topic, ops, validate_only)
+
+    async def alter_broker_configs(self, name: str, ops, validate_only: bool = False) -> None:
+        """Dynamic configs of one broker (``name`` its id) or of every broker (``name`` "")."""
+        await self._alter_configs(4, name, ops, validate_only)
+
+    async def _alter_configs(self, resource_type: int, name: str, ops, validate_only: bool) -> None:
+        req = pb.AlterTopicConfigsRequest(topic=name, validate_only=validate_only, resource_type=resource_type)
+        for key, op, value in ops:
+            c = req.configs.add(name=key, op=op)
             if value is not None:
                 c.value = value
         await self._call("AlterTopicConfigs", req)
+
+    async def describe_quorum(self, timeout: float = 5.0):
+        """The metadata quorum as its leader describes it (raft.proto DescribeQuorum), asked of the
+        leader we know or of each voter in turn; None if no voter leads or answers in time."""
+        deadline = self.clock.monotonic() + timeout
+        while self.clock.monotonic() < deadline:
+            vid = self._target()
+            self._stub(vid)  # makes the channel
+            stub = pb_raft_grpc.RaftQuorumStub(self._channels[vid][0])
+            try:
+                resp = await stub.DescribeQuorum(pb_raft.DescribeQuorumRequest(),
+                                                 timeout=max(0.1, min(2.0, deadline - self.clock.monotonic())))
+            except grpc.aio.AioRpcError as e:
+                refused = refused_for_cluster_id(e)
+                if refused:
+                    raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID, refused) from None
+                await asyncio.sleep(self.backoff)
+                continue
+            if resp.error == 0:
+                return resp
+            await asyncio.sleep(self.backoff)
+        return None
+
+    async def change_voters(self, request, timeout: float = 30.0):
+        """KIP-853 AddVoter (``request`` an AddVoterRequest) or RemoveVoter on the quorum's
+        leader, following it; the raft.proto VoterChangeResponse."""
+        method = "AddVoter" if isinstance(request, pb_raft.AddVoterRequest) else "RemoveVoter"
+        deadline = self.clock.monotonic() + timeout
+        while True:
+            vid = self._target()
+            self._stub(vid)
+            stub = pb_raft_grpc.RaftQuorumStub(self._channels[vid][0])
+            try:
+                resp = await getattr(stub, method)(request, timeout=max(0.1, deadline - self.clock.monotonic()))
+            except grpc.aio.AioRpcError as e:
+                refused = refused_for_cluster_id(e)
+                if refused:
+                    raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID, refused) from None
+                resp = None
+            if resp is not None and resp.error != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                return resp
+            if self.clock.monotonic() >= deadline:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"no controller answered {method}")
+            await asyncio.sleep(self.backoff)
+
+    async def update_features(self, updates, validate_only: bool = False) -> None:
+        req = pb.UpdateFeaturesRequest(validate_only=validate_only)
+        for name, level, upgrade_type in updates:
+            req.updates.add(name=name, level=level, upgrade_type=upgrade_type)
+        await self._call("UpdateFeatures", req)
 
     async def create_acls(self, bindings) -> list:
         req = pb.CreateAclsRequest()
@@ -202,3 +327,20 @@ class ControllerChannel:
         resp = await self._call("AlterUserScramCredentials", req)
         return [(u.user, ErrorCode(u.error_code), u.error_message if u.HasField("error_message") else None)
                 for u in resp.results]
+
+
+def _partition_results(resp) -> list[PartitionResult]:
+    return [PartitionResult(t.topic, p.partition, ErrorCode(p.error_code),
+                            p.error_message if p.HasField("error_message") else None)
+            for t in resp.topics for p in t.partitions]
+
+
+def _metadata_offset(trailing) -> int | None:
+    """The controller's applied metadata offset in an admin answer's trailing metadata."""
+    for key, value in trailing or ():
+        if key == METADATA_OFFSET_KEY:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

@@ -38,7 +38,14 @@ _I32 = struct.Struct(">i")
 # on a VM, measured).
 _READ_AHEAD = 64 * 1024
 _MAX_READ = 127 * 1024
+_YIELD_AFTER = 0.005  # s a connection handles requests without letting the loop run (Connection.run)
 _TCP_CLOSE, _TCP_CLOSE_WAIT = 7, 8  # tcpi_state values (linux/tcp_states.h)
+# accept() errors that pass: out of descriptors, memory or buffers, or a connection gone before
+# it was accepted (accept(2) also reports pending network errors of the new socket)
+_ACCEPT_RETRY = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED,
+                           errno.EPROTO, errno.EPERM, errno.EINTR, errno.EAGAIN, errno.ENETDOWN, errno.ENOPROTOOPT,
+                           errno.EHOSTDOWN, errno.ENONET, errno.EHOSTUNREACH, errno.EOPNOTSUPP, errno.ENETUNREACH,
+                           errno.ETIMEDOUT})
 
 
 def _peer_finished(sock: socket.socket) -> bool:
@@ -185,9 +192,16 @@ class Connection:
             if sec is not None:
                 await self._secure(sec)
             protocol = sec.protocol if sec is not None else "PLAINTEXT"
-            # one request at a time; the frame is only referenced while it is being handled
+            # one request at a time; the frame is only referenced while it is being handled.
+            # Requests already received are read and handled without a trip through the loop:
+            # once that has gone on for _YIELD_AFTER s the connection lets the loop run (other
+            # connections, accepts, timers) before its next request, so a client pipelining
+            # slow requests cannot hold the loop until its queue is empty.
+            loop, turn = self.loop, self.loop.time()
             while await self._serve(await self.read_frame(), protocol):
-                pass
+                if loop.time() - turn > _YIELD_AFTER:
+                    await asyncio.sleep(0)
+                    turn = loop.time()
         except FramingError as e:
             log.info("closing connection %d from %s: %s", self.cid, self.addr, e)
         except (ConnectionError, OSError) as e:
@@ -457,6 +471,7 @@ class KafkaServer:
         self.max_request_size = max_request_size
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task | None = None
+        self._closing = False
         self._conns: set[asyncio.Task] = set()
         self._next_id = 0
 
@@ -487,6 +502,11 @@ class KafkaServer:
         log.info("listening for %s on %s:%d", self.listener_name, self.host, self.port)
 
     async def _accept_loop(self) -> None:
+        """Accepts until closed. A connection whose set-up fails is closed alone; an accept
+        that fails for want of a resource (fds, memory, buffers) is retried after a pause, as
+        Kafka's Acceptor does. Anything else means this listener cannot go on: the task ends
+        with the error, ``failure()`` reports it and the node exits non-zero (krafty/node.py),
+        rather than leaving a process that no longer accepts connections."""
         loop = asyncio.get_running_loop()
         assert self._sock is not None
         limits = self.limits
@@ -494,27 +514,59 @@ class KafkaServer:
             try:
                 if limits is not None:
                     await limits.wait_for_slot(self.listener_name)
-                conn, addr = await loop.sock_accept(self._sock)
-            except OSError as e:
-                log.warning("accept failed: %s", e)
+                sock, addr = await loop.sock_accept(self._sock)
+            except (MemoryError, OSError) as e:
+                if isinstance(e, OSError) and e.errno not in _ACCEPT_RETRY:
+                    raise
+                log.warning("listener %s: accept failed (%s); retrying", self.listener_name, e)
                 await asyncio.sleep(0.05)
                 continue
-            if limits is not None and not limits.admit(addr[0]):
-                conn.close()
-                continue
-            conn.setblocking(False)
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # as Kafka's Acceptor: dead peers go eventually
+            try:
+                self._open(loop, sock, addr)
+            except OSError as e:  # e.g. the client reset the connection before set-up: its loss only
+                log.info("listener %s: closed the connection from %s during set-up: %s", self.listener_name, addr, e)
+            except Exception:
+                log.exception("listener %s: closed the connection from %s: its set-up failed", self.listener_name,
+                              addr)
+
+    def _open(self, loop, sock: socket.socket, addr) -> None:
+        """Sets up and runs one accepted connection; on failure it is closed (and uncounted)."""
+        limits = self.limits
+        if limits is not None and not limits.admit(addr[0]):
+            sock.close()
+            return
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # as Kafka's Acceptor: dead peers go eventually
             self._next_id += 1
-            c = Connection(self, conn, addr, self._next_id)
+            c = Connection(self, sock, addr, self._next_id)
             t = loop.create_task(c.run())
-            self._conns.add(t)
-            t.add_done_callback(self._conns.discard)
+        except BaseException:
+            sock.close()
             if limits is not None:
-                limits.opened(c)
-                t.add_done_callback(lambda _t, c=c, ip=addr[0]: limits.closed(c, ip))
+                limits.closed(None, addr[0])
+            raise
+        self._conns.add(t)
+        t.add_done_callback(self._conns.discard)
+        if limits is not None:
+            limits.opened(c)
+            t.add_done_callback(lambda _t, c=c, ip=addr[0]: limits.closed(c, ip))
+
+    def failure(self) -> BaseException | None:
+        """The error that stopped this listener accepting connections, if one did (the node
+        cannot go on without it)."""
+        t = self._accept_task
+        if t is None or not t.done() or t.cancelled() or self._closing:
+            return None
+        e = t.exception()
+        err = RuntimeError(f"listener {self.listener_name} on {self.host}:{self.port} stopped accepting connections: "
+                           f"{e!r}")
+        err.__cause__ = e
+        return err
 
     async def close(self) -> None:
+        self._closing = True
         if self._accept_task:
             self._accept_task.cancel()
         if self._sock:

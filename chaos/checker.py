@@ -34,6 +34,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from statistics import median
 
+from chaos import txn_checker
+
 MAX_EXAMPLES = 20
 
 
@@ -661,6 +663,9 @@ def check(history: list[dict], group_liveness_s: float | None = None) -> dict:
         "commits": sum(1 for op in history if op.get("f") == "commit" and op.get("type") == "ok"),
         "topic-ops": sum(1 for op in history if op.get("f") == "topic"),
     }
+    txn_anomalies, txn_counts = txn_checker.check(history)  # the transactional workload, when it ran
+    anomalies.update(txn_anomalies)
+    counts.update(txn_counts)
     found = sorted(k for k, v in anomalies.items() if v)
     return {"valid": not found, "anomaly-types": found, "anomalies": anomalies, "counts": counts,
             "elections": election_times(history), "outages": produce_outages(history),

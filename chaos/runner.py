@@ -29,6 +29,8 @@ from chaos import checker, report
 from chaos.cluster import FAKETIME_LIB, BaseCluster, make_cluster
 from chaos.history import History
 from chaos.nemesis import KINDS, Nemesis
+from chaos.txn_workload import TXN_TOPIC, TxnProducerWorker, txn_reader
+from chaos.txn_workload import final_read as txn_final_read
 from chaos.workload import (
     ConsumerWorker,
     Counter,
@@ -60,6 +62,7 @@ class Options:
     recovery_timeout: float = 90.0
     group_liveness: float | None = None  # seconds; None: the checker's default (from the session timeout)
     override: dict[str, str] = field(default_factory=dict)  # node config keys for every node
+    workload: str = "plain"  # plain | txn (also transactional producers and read_committed readers)
     argv: list[str] = field(default_factory=list)
 
 
@@ -119,16 +122,16 @@ def leaders_ok(admin: AdminClient, topic: str, partitions: int, brokers: set[int
                for p in t.partitions.values())
 
 
-def setup_topic(c: BaseCluster, opts: Options) -> None:
+def setup_topic(c: BaseCluster, opts: Options, topic: str = TOPIC) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap, "logger": _NullLogger()})
     ids = {b.id for b in c.brokers}
     wait_for(lambda: {b.id for b in admin.list_topics(timeout=5).brokers.values()} >= ids, 120,
              "every broker to register")
-    fut = admin.create_topics([NewTopic(TOPIC, opts.partitions, 3, config={"min.insync.replicas": "2"})],
-                              operation_timeout=30)[TOPIC]
+    fut = admin.create_topics([NewTopic(topic, opts.partitions, 3, config={"min.insync.replicas": "2"})],
+                              operation_timeout=30)[topic]
     fut.result(60)
-    wait_for(lambda: leaders_ok(admin, TOPIC, opts.partitions, ids, full_isr=True), 60,
-             f"leaders and full ISRs for {TOPIC}")
+    wait_for(lambda: leaders_ok(admin, topic, opts.partitions, ids, full_isr=True), 60,
+             f"leaders and full ISRs for {topic}")
 
 
 def final_produce(c: BaseCluster, hist: History, partitions: int, timeout: float) -> None:
@@ -274,7 +277,17 @@ def run(opts: Options) -> int:
                      for i in range(opts.consumers)]
         members = [GroupWorker(i, c.bootstrap, TOPIC, "chaos-group", hist) for i in range(2)] if groups else []
         churn = [TopicChurnWorker(c.bootstrap, hist, random.Random(rng.random()))] if opts.churn else []
-        workers = [probe, *producers, *consumers, *members, *churn]
+        txn_producers: list = []
+        txn_readers: list = []
+        if opts.workload == "txn":
+            setup_topic(c, opts, TXN_TOPIC)
+            log(f"topic {TXN_TOPIC} ready: {opts.producers} transactional producers, "
+                f"{opts.consumers} read_committed readers")
+            txn_producers = [TxnProducerWorker(i, c.bootstrap, TXN_TOPIC, opts.partitions, hist, counter,
+                                               random.Random(rng.random()), opts.rate) for i in range(opts.producers)]
+            txn_readers = [txn_reader(i, c.bootstrap, TXN_TOPIC, opts.partitions, hist,
+                                       random.Random(rng.random())) for i in range(opts.consumers)]
+        workers = [probe, *producers, *txn_producers, *consumers, *txn_readers, *members, *churn]
         for w in workers:
             w.start()
         nemesis = Nemesis(c, hist, kinds, random.Random(rng.random()), probe=probe, topic=TOPIC)
@@ -306,18 +319,20 @@ def run(opts: Options) -> int:
                 m.last_records_t is not None and m.last_records_t > t_heal for m in members):
             time.sleep(0.2)
         time.sleep(3)
-        for w in [*producers, *churn, *members]:
+        for w in [*producers, *txn_producers, *churn, *members]:
             w.stop()
-        for w in [*producers, *churn, *members]:
+        for w in [*producers, *txn_producers, *churn, *members]:
             w.join(120)
         final_produce(c, hist, opts.partitions, 60)
         time.sleep(3)  # consumers catch up to the end
-        for w in [*consumers, probe]:
+        for w in [*consumers, *txn_readers, probe]:
             w.stop()
-        for w in [*consumers, probe]:
+        for w in [*consumers, *txn_readers, probe]:
             w.join(60)
         log("final reads")
         final_read(c, hist, opts.partitions, 120)
+        if opts.workload == "txn":
+            txn_final_read(c.bootstrap, hist, TXN_TOPIC, opts.partitions, t_heal, opts.recovery_timeout)
         final_topics(c, hist)
         errors = {w.name: repr(w.error) for w in workers if w.error is not None}
         stuck = [w.name for w in workers if w.is_alive()]
@@ -382,6 +397,10 @@ def print_summary(v: dict, out: str) -> None:
         f"controller elections: {_fmt(e['controller'])}",
         f"partition-leader elections: {_fmt(e['partition'])}",
     ]
+    if "txn-committed" in c:
+        lines.append(f"transactions: {c['txn-committed']} committed, {c['txn-aborted']} aborted, {c['txn-unknown']} "
+                     f"unknown outcome ({c['txn-records']} records); read_committed polled {c['txn-polled']}, "
+                     f"final read {c['txn-final-read']}")
     stalls = v.get("group-stalls", {}).get("members", {})
     if stalls:
         proc, worst = max(stalls.items(), key=lambda kv: kv[1]["max_s"])
@@ -449,6 +468,10 @@ def main(argv: list[str]) -> int:
     liveness_help = ("seconds after the heal within which every consumer-group member must get records "
                      "(default: 3 session timeouts + the initial rebalance delay = 33 s)")
     r.add_argument("--group-liveness", type=float, default=None, metavar="S", help=liveness_help)
+    r.add_argument("--workload", choices=["plain", "txn"], default="plain",
+                   help="txn: also transactional producers (commit or abort at random) and read_committed readers "
+                        "of their own topic, checked for aborted/uncommitted reads, lost, duplicate or partial "
+                        "transactions and a last stable offset that stops advancing")
     c = sub.add_parser("check", help="judge a recorded history.jsonl again (and rewrite the report)")
     c.add_argument("history")
     c.add_argument("--out", default=None, help="where to write verdict.json and report.html")
@@ -474,6 +497,7 @@ def main(argv: list[str]) -> int:
                    partitions=args.partitions, producers=args.producers, rate=args.rate,
                    consumers=args.consumers, groups=args.groups, churn=not args.no_churn,
                    hold=args.hold, quiet=args.gap, override=dict(args.override), group_liveness=args.group_liveness,
+                   workload=args.workload,
                    argv=["run", *argv[1:]] if args.seed is not None else ["run", *argv[1:], "--seed", str(seed)])
     signal.signal(signal.SIGTERM, _interrupt)  # a SIGTERM heals and stops the cluster as Ctrl-C does
     return run(opts)

@@ -148,26 +148,31 @@ class _NullLogger:
 
 class ConsumerWorker(Worker):
     """Reads every partition with manual assignment, in sessions of 10-30 s; each new session
-    starts a little before where the last one got to."""
+    starts a little before where the last one got to. ``isolation`` and the event names serve the
+    transactional workload's read_committed readers too (chaos/txn_workload.py)."""
 
-    def __init__(self, idx: int, bootstrap: str, topic: str, partitions: int, hist: History, rng: random.Random):
-        super().__init__(f"consumer-{idx}", hist)
+    def __init__(self, idx: int, bootstrap: str, topic: str, partitions: int, hist: History, rng: random.Random,
+                 isolation: str = "read_uncommitted", prefix: str = ""):
+        super().__init__(f"{prefix}consumer-{idx}", hist)
         self.idx, self.bootstrap, self.topic, self.partitions, self.rng = idx, bootstrap, topic, partitions, rng
+        self.isolation, self.prefix = isolation, prefix
         self.polled = 0
 
     def body(self) -> None:
-        proc = f"c{self.idx}"
+        proc = f"{self.prefix}c{self.idx}"
         pos = dict.fromkeys(range(self.partitions), 0)
         for session in itertools.count(1):
             if self.stopping.is_set():
                 return
-            c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-reader-{self.idx}",
+            c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-{self.prefix}reader-{self.idx}",
                           "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200,
-                          "topic.metadata.refresh.interval.ms": 2000, "logger": _NullLogger()})
+                          "isolation.level": self.isolation, "topic.metadata.refresh.interval.ms": 2000,
+                          "logger": _NullLogger()})
             tps = []
             for p in range(self.partitions):
                 start = max(0, pos[p] - self.rng.randint(0, 50)) if session > 1 else 0
-                self.hist.add("assign", process=proc, session=session, tp=f"{self.topic}/{p}", offset=start)
+                self.hist.add(f"{self.prefix}assign", process=proc, session=session, tp=f"{self.topic}/{p}",
+                              offset=start)
                 tps.append(TopicPartition(self.topic, p, start))
             c.assign(tps)
             end = time.monotonic() + self.rng.uniform(10, 30)
@@ -177,7 +182,7 @@ class ConsumerWorker(Worker):
                     got = [[f"{self.topic}/{m.partition()}", m.offset(), int(m.value())]
                            for m in msgs if m.error() is None]
                     if got:
-                        self.hist.add("poll", process=proc, session=session, msgs=got)
+                        self.hist.add(f"{self.prefix}poll", process=proc, session=session, msgs=got)
                         self.polled += len(got)
                         for tp, off, _v in got:
                             pos[int(tp.rsplit("/", 1)[1])] = off + 1

@@ -157,7 +157,8 @@ KEYS: dict[str, Key] = {
         # node identity and roles
         Key("node.id", _int, None, "this node's id", min=0),
         Key("process.roles", _roles, ["broker", "controller"], "broker, controller or both"),
-        Key("cluster.id", _str, None, "cluster id (generated and stored in meta.properties when absent)"),
+        Key("cluster.id", _str, None, "krafty: format empty data dirs with this cluster id on first start "
+            "(krafty/storage.py); formatted ones must carry it"),
         Key("broker.rack", _str, None, "rack of this broker"),
         # listeners
         Key("listeners", _listeners, [Listener("PLAINTEXT", "127.0.0.1", 9092), Listener("CONTROLLER", "127.0.0.1", 9093)]),
@@ -226,9 +227,13 @@ KEYS: dict[str, Key] = {
         Key("replica.fetch.wait.max.ms", _int, 500, min=0),
         Key("replica.fetch.min.bytes", _int, 1, min=1),
         Key("replica.fetch.response.max.bytes", _int, 10 * 1024 * 1024, min=0),
+        Key("fetch.max.bytes", _int, 55 * 1024 * 1024, min=1024),  # the most one Fetch response carries
         Key("max.incremental.fetch.session.cache.slots", _int, 1000, min=0),
+        Key("max.request.partition.size.limit", _int, 2000, min=1),  # DescribeTopicPartitions (KIP-966)
         Key("replica.selector.class", _str, None),
         Key("num.replica.fetchers", _int, 1, min=1),
+        # threads of the broker's background work (retention, flushes, compaction, writeback checks)
+        Key("background.threads", _int, 10, min=1),
         # groups and offsets
         Key("offsets.topic.num.partitions", _int, 50, min=1),
         Key("offsets.topic.replication.factor", _int, 3, min=1),
@@ -242,8 +247,17 @@ KEYS: dict[str, Key] = {
         Key("group.min.session.timeout.ms", _int, 6000, min=0),
         Key("group.max.session.timeout.ms", _int, 1_800_000, min=0),
         Key("group.max.size", _int, 2**31 - 1, min=1),
+        # transactions (broker/txn)
+        Key("transaction.state.log.num.partitions", _int, 50, min=1),
         Key("transaction.state.log.replication.factor", _int, 3, min=1),
         Key("transaction.state.log.min.isr", _int, 2, min=1),
+        Key("transaction.state.log.segment.bytes", _int, 100 * 1024 * 1024, min=1),
+        Key("transaction.state.log.load.buffer.size", _int, 5 * 1024 * 1024, min=1),
+        Key("transaction.max.timeout.ms", _int, 900_000, min=1),
+        Key("transactional.id.expiration.ms", _int, 604_800_000, min=1),
+        Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", _int, 10_000, min=1),
+        Key("transaction.remove.expired.transaction.cleanup.interval.ms", _int, 3_600_000, min=1),
+        Key("transaction.partition.verification.enable", _bool, True),
         # network
         Key("socket.request.max.bytes", _int, 100 * 1024 * 1024, min=1),
         # bytes of all requests being read or handled (broker/memory_pool.py); <= 0: unbounded
@@ -264,6 +278,10 @@ KEYS: dict[str, Key] = {
         Key("sasl.mechanism.inter.broker.protocol", _str, "GSSAPI"),
         Key("sasl.jaas.config", _str, None, "JAAS config (PlainLoginModule user_<name>=\"pw\" entries, username/password)"),
         Key("sasl.server.max.receive.size", _int, 524_288, min=1),
+        # Kafka's Kerberos login settings: accepted (statically, and per broker at run time, as Kafka
+        # does) but unused: krafty has no GSSAPI
+        Key("sasl.kerberos.service.name", _str, None),
+        Key("sasl.kerberos.min.time.before.relogin", _int, 60_000, min=0),
         Key("connections.max.reauth.ms", _int, 0, min=0),
         Key("connection.failed.authentication.delay.ms", _int, 100, min=0),
         Key("ssl.keystore.type", _str, "PKCS12"),
@@ -286,6 +304,12 @@ KEYS: dict[str, Key] = {
         Key("max.connections.per.ip.overrides", _str, ""),
         Key("quota.window.num", _int, 11, min=1),
         Key("quota.window.size.seconds", _int, 1, min=1),
+        # replication throttles (bytes/s; Kafka's dynamic broker configs, read here as static ones), applied
+        # to the replicas the topics' leader/follower.replication.throttled.replicas list
+        Key("leader.replication.throttled.rate", _int, 2**63 - 1, min=0),
+        Key("follower.replication.throttled.rate", _int, 2**63 - 1, min=0),
+        Key("replication.quota.window.num", _int, 11, min=1),
+        Key("replication.quota.window.size.seconds", _int, 1, min=1),
         # krafty's own
         Key("krafty.log.writeback.bytes", _int, 1024 * 1024, "start the kernel's writeback of an active segment "
             "every this many appended bytes (checked every 100 ms, off the event loop; 0: leave it to the kernel)",
@@ -360,6 +384,10 @@ class Config(Mapping[str, Any]):
 
     def __init__(self, values: Mapping[str, str] | None = None, *, warn_unknown: bool = True):
         self._raw: dict[str, str] = dict(values or {})
+        # dynamic broker configs from the metadata log (set_dynamic): the cluster-wide default
+        # (resource "") and this broker's own (resource "<node.id>"), over the static ones
+        self.dynamic_default: dict[str, str] = {}
+        self.dynamic_broker: dict[str, str] = {}
         self._values: dict[str, Any] = {}
         self.unknown: list[str] = []
         self._listener_values: dict[tuple[str, str], Any] = {}
@@ -487,7 +515,53 @@ class Config(Mapping[str, Any]):
 
     @property
     def explicit(self) -> dict[str, str]:
+        """The static keys (server.properties and overrides)."""
         return dict(self._raw)
+
+    def set_dynamic(self, default: Mapping[str, str], broker: Mapping[str, str]) -> set[str]:
+        """Layers the dynamic broker configs over the static ones, in Kafka's order of precedence
+        (this broker's, then the cluster default, then server.properties, then the defaults), and
+        recomputes the derived values (log.retention.ms from log.retention.hours...). A dynamic
+        value that does not parse (checked before it was stored, so only from an older version)
+        is skipped with a warning. Returns the keys whose value changed, and every dynamic key
+        set again (re-setting a keystore location reloads it, as in Kafka)."""
+        layers = []
+        for layer in (default, broker):
+            good = {}
+            for k, v in layer.items():
+                try:
+                    Config._convert_one(k, v)
+                    good[k] = v
+                except ConfigError as e:
+                    log.warning("dynamic broker config skipped: %s", e)
+            layers.append(good)
+        try:
+            new = Config({**self._raw, **layers[0], **layers[1]}, warn_unknown=False)
+        except ConfigError as e:
+            log.error("dynamic broker configs not applied: %s", e)
+            return set()
+        changed = {k for k in KEYS if self[k] != new[k]}
+        changed |= {f"listener.name.{lst.lower()}.{k}" for (lst, k) in
+                    set(self._listener_values) ^ set(new._listener_values)}
+        changed |= {f"listener.name.{lst.lower()}.{k}" for (lst, k), v in new._listener_values.items()
+                    if self._listener_values.get((lst, k), v) != v}
+        changed |= set(layers[0]) | set(layers[1])
+        changed |= set(self.dynamic_default) ^ set(layers[0]) | set(self.dynamic_broker) ^ set(layers[1])
+        self._values, self._listener_values = new._values, new._listener_values
+        self.dynamic_default, self.dynamic_broker = layers
+        return changed
+
+    @staticmethod
+    def _convert_one(name: str, raw: str) -> Any:
+        """One key's value parsed as the node would (listener-prefixed keys too); ConfigError if not."""
+        key = KEYS.get(name)
+        if key is not None:
+            return key.convert(raw)
+        probe = Config.__new__(Config)
+        probe._listener_values = {}
+        if name.startswith("listener.name.") and probe._listener_key(name, raw):
+            return next(iter(probe._listener_values.values()))
+        raise ConfigError(f"unknown configuration key '{name}'")
 
     def listener(self, name: str) -> Listener | None:
         for lst in self["listeners"]:
@@ -523,6 +597,24 @@ TOPIC_KEYS["message.timestamp.type"] = dataclasses.replace(
         _choice("createtime", "logappendtime")(v)])
 
 
+def _throttled_replicas(v: str) -> str:
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker,...`` (or empty)."""
+    v = v.strip()
+    if v == "*" or not v:
+        return v
+    items = [x.strip() for x in v.split(",")]
+    if not all(re.fullmatch(r"[0-9]+:[0-9]+", x) for x in items):
+        raise ValueError("must be the literal '*' or a list of replicas in the following format: "
+                         "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+    return ",".join(items)
+
+
+# topic keys with no broker default (Kafka's replication throttles: the replicas throttled on the
+# leader's sends and on the followers' fetches during a reassignment)
+for _k in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
+    TOPIC_KEYS[_k] = Key(_k, _throttled_replicas, "")
+
+
 def topic_defaults(cfg: Config) -> dict[str, Any]:
     """The effective default of each topic config on this broker (from the broker keys)."""
     out = {}
@@ -534,6 +626,8 @@ def topic_defaults(cfg: Config) -> dict[str, Any]:
             if val is None:
                 val = TOPIC_KEYS[bkey.topic_key].default
             out[bkey.topic_key] = val
+    for name, key in TOPIC_KEYS.items():
+        out.setdefault(name, key.default)
     return out
 
 

@@ -18,10 +18,10 @@ import grpc
 
 class Net(Protocol):
     def grpc_channel(self, target: str, credentials: grpc.ChannelCredentials | None = None,
-                     options: list | tuple = ()) -> grpc.aio.Channel:
+                     options: list | tuple = (), interceptors: list | tuple = ()) -> grpc.aio.Channel:
         ...
 
-    def grpc_server(self, options: list | tuple = ()) -> grpc.aio.Server:
+    def grpc_server(self, options: list | tuple = (), interceptors: list | tuple = ()) -> grpc.aio.Server:
         ...
 
     def listen_socket(self, host: str, port: int) -> socket.socket:
@@ -31,13 +31,14 @@ class Net(Protocol):
 
 class RealNet:
     def grpc_channel(self, target: str, credentials: grpc.ChannelCredentials | None = None,
-                     options: list | tuple = ()) -> grpc.aio.Channel:
+                     options: list | tuple = (), interceptors: list | tuple = ()) -> grpc.aio.Channel:
+        icpt = list(interceptors) or None
         if credentials is not None:
-            return grpc.aio.secure_channel(target, credentials, options=list(options))
-        return grpc.aio.insecure_channel(target, options=list(options))
+            return grpc.aio.secure_channel(target, credentials, options=list(options), interceptors=icpt)
+        return grpc.aio.insecure_channel(target, options=list(options), interceptors=icpt)
 
-    def grpc_server(self, options: list | tuple = ()) -> grpc.aio.Server:
-        return grpc.aio.server(options=list(options))
+    def grpc_server(self, options: list | tuple = (), interceptors: list | tuple = ()) -> grpc.aio.Server:
+        return grpc.aio.server(options=list(options), interceptors=list(interceptors) or None)
 
     def listen_socket(self, host: str, port: int) -> socket.socket:
         s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)

@@ -21,11 +21,15 @@ from common.errors import ErrorCode, KafkaError
 from common.metrics import Histogram
 from controller import acls as acl_ops
 from controller import cluster as cluster_ops
+from controller import configs as config_ops
+from controller import features as feature_ops
+from controller import reassignment as reassignment_ops
 from controller import replication as replication_ops
 from controller import scram as scram_ops
 from controller import topics as topic_ops
 from metadata import records as r
 from metadata.delta import MetadataDelta
+from metadata.features import LATEST_METADATA_VERSION
 from metadata.image import MetadataImage
 from metadata.loader import MetadataLoader
 from raft.api import NotLeaderError
@@ -33,7 +37,6 @@ from raft.api import NotLeaderError
 log = logging.getLogger("krafty.controller")
 
 PRODUCER_ID_BLOCK_SIZE = 1000
-METADATA_VERSION = 21  # Kafka 4.0's metadata.version (4.0-IV3)
 
 
 class QuorumController:
@@ -41,7 +44,7 @@ class QuorumController:
                  defaults: topic_ops.TopicDefaults, rng: random.Random | None = None,
                  session_timeout_ms: int = 9000, unclean_default: bool = False,
                  auto_leader_rebalance: bool = True, rebalance_interval_s: int = 300,
-                 colocated_broker_id: int | None = None, clock: Clock = SYSTEM):
+                 colocated_broker_id: int | None = None, bootstrap: list | None = None, clock: Clock = SYSTEM):
         self.node_id = node_id
         # Broker sessions are timed with clock.monotonic_ms (never the wall clock: an NTP step
         # must neither fence a live broker nor keep a dead one alive)
@@ -52,10 +55,13 @@ class QuorumController:
         self.defaults = defaults
         self.rng = rng or clock.rng
         self.session_timeout_ms = session_timeout_ms
-        self.unclean_default = unclean_default
+        self._unclean_static = unclean_default  # unclean.leader.election.enable of server.properties
         self.auto_leader_rebalance = auto_leader_rebalance
         self.rebalance_interval_s = rebalance_interval_s
         self.colocated_broker_id = colocated_broker_id  # the broker of this process (combined mode), if any
+        # what the first active controller of a new cluster writes (the metadata dir's bootstrap.checkpoint)
+        self.bootstrap = bootstrap if bootstrap is not None else [
+            r.FeatureLevelRecord("metadata.version", LATEST_METADATA_VERSION)]
         self.cluster = cluster_ops.ClusterState()
         self._applied = asyncio.Event()
         self._active_tasks: list[asyncio.Task] = []
@@ -78,6 +84,13 @@ class QuorumController:
     @property
     def image(self) -> MetadataImage:
         return self.loader.image
+
+    @property
+    def unclean_default(self) -> bool:
+        """unclean.leader.election.enable for topics without their own: the cluster-wide dynamic
+        broker config if set (IncrementalAlterConfigs on BROKER ""), else server.properties."""
+        v = self.loader.image.configs.get((r.RESOURCE_BROKER, ""), {}).get("unclean.leader.election.enable")
+        return self._unclean_static if v is None else v.strip().lower() == "true"
 
     def is_active(self) -> bool:
         leader = self.log.leader()
@@ -133,8 +146,11 @@ class QuorumController:
             recs = []
             if image.cluster_id is None:
                 recs.append(r.ClusterIdRecord(self.cluster_id))
-            if "metadata.version" not in image.features:
-                recs.append(r.FeatureLevelRecord("metadata.version", METADATA_VERSION))
+            if not image.features:  # a new cluster: the features its storage was formatted with
+                recs += [x for x in self.bootstrap if isinstance(x, r.FeatureLevelRecord)]
+            core = getattr(self.log, "core", None)
+            if getattr(core, "dynamic", False) and image.features.get("kraft.version", 0) < 1:
+                recs.append(r.FeatureLevelRecord("kraft.version", 1))  # the quorum's voters live in its log
             if image.scram_decoy_seed is None:  # (also for a cluster made before the seed existed)
                 recs.append(r.ScramDecoySeedRecord(self.clock.secret_bytes(32)))
             return recs, None
@@ -213,6 +229,40 @@ class QuorumController:
     async def alter_topic_configs(self, topic: str, ops, validate_only: bool = False) -> None:
         def op(image):
             recs = topic_ops.alter_topic_configs(image, topic, ops)
+            return ([] if validate_only else recs), None
+        return await self.write(op, user_op=True)
+
+    async def elect_leaders(self, election_type: int, topic_partitions) -> list:
+        """ElectLeaders (PREFERRED 0, UNCLEAN 1) of ``[(topic, [partition, ...])]`` or of every
+        partition (None); returns [replication.ElectionResult], answered once committed."""
+        return await self.write(lambda image: replication_ops.elect_leaders(image, election_type, topic_partitions),
+                                user_op=True)
+
+    async def alter_partition_reassignments(self, requests) -> list:
+        """``[(topic, partition, target replicas | None to cancel)]``; returns
+        [reassignment.ReassignmentResult], answered once the changes are committed."""
+        return await self.write(lambda image: reassignment_ops.alter_partition_reassignments(
+            image, requests, replication_ops.acceptable_leaders(image)), user_op=True)
+
+    async def list_partition_reassignments(self, topics) -> list:
+        """The ongoing reassignments (of ``[(topic, [partition, ...])]`` or all, None)."""
+        return reassignment_ops.list_partition_reassignments(self.loader.image, topics)
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        """UnregisterBroker (an operator removing a drained broker): BROKER_ID_NOT_REGISTERED if unknown."""
+        return await self.write(lambda image: (cluster_ops.unregister_broker(
+            image, self.cluster, broker_id, self.unclean_default), None), user_op=True)
+
+    async def alter_broker_configs(self, name: str, ops, validate_only: bool = False) -> None:
+        def op(image):
+            recs = config_ops.alter_broker_configs(image, name, ops)
+            return ([] if validate_only else recs), None
+        return await self.write(op, user_op=True)
+
+    async def update_features(self, updates, validate_only: bool = False) -> None:
+        """UpdateFeatures: (feature, level, upgrade type) each; all or nothing."""
+        def op(image):
+            recs = feature_ops.update_features(image, updates, self.node_id)
             return ([] if validate_only else recs), None
         return await self.write(op, user_op=True)
 

@@ -25,7 +25,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from common.errors import ErrorCode, KafkaError
+from controller.reassignment import partition_change
 from metadata import records as r
+from metadata.controller_api import PartitionResult as ElectionResult
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage
 
 NO_LEADER = r.NO_LEADER
@@ -239,7 +241,8 @@ def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int, top
                     "mismatch) and cannot join the ISR")
     if set(isr) == set(reg.isr):
         return [], AlterPartitionResult(ErrorCode.NONE, reg.leader, reg.isr, reg.leader_epoch, reg.partition_epoch)
-    rec = r.PartitionChangeRecord(topic_id, partition, isr=isr)
+    # the change that brings the last target replica of a reassignment in sync also completes it
+    rec = partition_change(topic_id, partition, reg, leader=reg.leader, isr=isr, is_acceptable=eligible)
     after = reg.merge(rec)
     return [rec], AlterPartitionResult(ErrorCode.NONE, after.leader, after.isr, after.leader_epoch,
                                        after.partition_epoch)
@@ -268,3 +271,72 @@ def preferred_leader_elections(image: MetadataImage, is_acceptable: IsAcceptable
 def imbalanced_partitions(image: MetadataImage) -> list[tuple[str, int]]:
     """Partitions not led by their preferred replica (whether or not it can lead now)."""
     return [(t.name, pid) for t, pid, p in _partitions(image) if p.replicas and p.leader != p.replicas[0]]
+
+
+# --- ElectLeaders ----------------------------------------------------------------------------
+
+PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
+
+
+def elect_leader_on_request(image: MetadataImage, topic: str, pid: int, election_type: int,
+                            is_acceptable: IsAcceptable) -> tuple[r.PartitionChangeRecord | None, ElectionResult]:
+    """Kafka's ReplicationControlManager.electLeader (ElectLeaders for one partition).
+
+    PREFERRED: the first replica if it is in the ISR and may lead; else the current leader
+    stays if it may lead, else the next ISR member that may (an offline partition gets a leader).
+    UNCLEAN: only for a partition without a leader: an ISR member that may lead, else any live
+    replica, which becomes the only ISR member (its log is all there is now)."""
+    t = image.topics_by_name.get(topic)
+    if t is None:
+        return None, ElectionResult(topic, pid, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic}")
+    reg = t.partitions.get(pid)
+    if reg is None:
+        return None, ElectionResult(topic, pid, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                    f"No such partition as {topic}-{pid}")
+    preferred = reg.replicas[0] if reg.replicas else NO_LEADER
+    if (election_type == PREFERRED_ELECTION and reg.leader == preferred) or (
+            election_type == UNCLEAN_ELECTION and reg.leader != NO_LEADER):
+        return None, ElectionResult(topic, pid, ErrorCode.ELECTION_NOT_NEEDED)
+
+    def valid(b: int) -> bool:
+        return b in reg.isr and is_acceptable(b)
+
+    isr = reg.isr
+    if election_type == PREFERRED_ELECTION:
+        leader = next((b for b in (preferred, reg.leader, *reg.replicas[1:]) if b != NO_LEADER and valid(b)),
+                      NO_LEADER)
+    else:
+        leader = next((b for b in reg.replicas if valid(b)), NO_LEADER)
+        if leader == NO_LEADER:
+            leader = next((b for b in reg.replicas if is_acceptable(b)), NO_LEADER)
+            if leader != NO_LEADER:
+                isr = (leader,)
+    rec = _change_record(t.topic_id, pid, reg, leader, isr) if leader != NO_LEADER else None
+    if rec is None:
+        code = (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE if election_type == PREFERRED_ELECTION
+                else ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+        return None, ElectionResult(topic, pid, code)
+    return rec, ElectionResult(topic, pid, ErrorCode.NONE)
+
+
+def elect_leaders(image: MetadataImage, election_type: int,
+                  topic_partitions: Sequence[tuple[str, Sequence[int]]] | None) -> tuple[list[Any], list[ElectionResult]]:
+    """ElectLeaders: the records and one result per partition asked for. ``None`` asks for
+    every partition, and then (as Kafka) partitions that need no election are left out."""
+    if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}")
+    ok = acceptable_leaders(image)
+    records: list[Any] = []
+    results: list[ElectionResult] = []
+    if topic_partitions is None:
+        asked = [(t.name, pid) for t, pid, _ in _partitions(image)]
+    else:
+        asked = list(dict.fromkeys((topic, pid) for topic, pids in topic_partitions for pid in pids))
+    for topic, pid in asked:
+        rec, res = elect_leader_on_request(image, topic, pid, election_type, ok)
+        if rec is not None:
+            records.append(rec)
+        if topic_partitions is None and res.error == ErrorCode.ELECTION_NOT_NEEDED:
+            continue
+        results.append(res)
+    return records, results

@@ -9,11 +9,13 @@ import uuid
 import grpc
 
 from common.errors import ErrorCode, KafkaError
+from controller.ops_service import PartitionOpsService
 from metadata import records as r
 from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_from_pb
-from metadata.controller_api import NewTopic, ScramChange
+from metadata.controller_api import METADATA_OFFSET_KEY, NewTopic, ScramChange
 from proto import controller_pb2 as pb
 from proto import controller_pb2_grpc as pb_grpc
+from proto.partition_ops_pb2_grpc import add_PartitionOpsServiceServicer_to_server
 
 log = logging.getLogger("krafty.controller.service")
 
@@ -26,9 +28,16 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
     def __init__(self, controller):
         self.c = controller
 
-    async def _guard(self, fn, empty):
+    async def _guard(self, fn, empty, context=None):
+        """Runs an operation; KafkaError -> its code. With ``context`` (the admin operations a
+        client waits on), a successful answer carries the metadata offset the controller had
+        applied when it answered (trailing metadata ``krafty-metadata-offset``): the broker
+        answers its client only once its own image has reached it (read your writes)."""
         try:
-            return await fn()
+            resp = await fn()
+            if context is not None:
+                context.set_trailing_metadata(((METADATA_OFFSET_KEY, str(self.c.loader.image.offset)),))
+            return resp
         except KafkaError as e:
             empty.error_code = e.code
             if hasattr(empty, "error_message") and e.message:
@@ -94,7 +103,7 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
                 for k, v in res.configs.items():
                     tr.configs.add(name=k, value=v)
             return out
-        return await self._guard(run, pb.CreateTopicsResponse())
+        return await self._guard(run, pb.CreateTopicsResponse(), context)
 
     async def DeleteTopics(self, req, context):
         async def run():
@@ -109,26 +118,35 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
                 if msg:
                     dr.error_message = msg
             return out
-        return await self._guard(run, pb.DeleteTopicsResponse())
+        return await self._guard(run, pb.DeleteTopicsResponse(), context)
 
     async def CreatePartitions(self, req, context):
         async def run():
             assignments = [list(a.broker_ids) for a in req.assignments] or None
             await self.c.create_partitions(req.topic, req.count, assignments, req.validate_only)
             return pb.ErrorResponse(error_code=0)
-        return await self._guard(run, pb.ErrorResponse())
+        return await self._guard(run, pb.ErrorResponse(), context)
 
     async def AlterTopicConfigs(self, req, context):
         async def run():
             ops = [(c.name, c.op, c.value if c.HasField("value") else None) for c in req.configs]
-            await self.c.alter_topic_configs(req.topic, ops, req.validate_only)
+            if req.resource_type == 4:  # BROKER
+                await self.c.alter_broker_configs(req.topic, ops, req.validate_only)
+            else:
+                await self.c.alter_topic_configs(req.topic, ops, req.validate_only)
             return pb.ErrorResponse(error_code=0)
         return await self._guard(run, pb.ErrorResponse())
+
+    async def UpdateFeatures(self, req, context):
+        async def run():
+            await self.c.update_features([(u.name, u.level, u.upgrade_type) for u in req.updates], req.validate_only)
+            return pb.ErrorResponse(error_code=0)
+        return await self._guard(run, pb.ErrorResponse(), context)
 
     async def CreateAcls(self, req, context):
         async def run():
             return _acls_response(await self.c.create_acls([binding_from_pb(e) for e in req.creations]))
-        return await self._guard(run, pb.AclsResponse())
+        return await self._guard(run, pb.AclsResponse(), context)
 
     async def DeleteAcls(self, req, context):
         async def run():
@@ -138,7 +156,7 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
                 for b in matched:
                     acl_to_pb(b, ar.matching.add())
             return out
-        return await self._guard(run, pb.AclsResponse())
+        return await self._guard(run, pb.AclsResponse(), context)
 
     async def AlterClientQuotas(self, req, context):
         async def run():
@@ -146,7 +164,7 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
                                   for e in a.entity), [(o.key, o.value, o.remove) for o in a.ops])
                            for a in req.entries]
             return _acls_response(await self.c.alter_client_quotas(alterations, req.validate_only))
-        return await self._guard(run, pb.AclsResponse())
+        return await self._guard(run, pb.AclsResponse(), context)
 
     async def AlterUserScramCredentials(self, req, context):
         async def run():
@@ -158,11 +176,13 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
                 if msg:
                     res.error_message = msg
             return out
-        return await self._guard(run, pb.AlterUserScramCredentialsResponse())
+        return await self._guard(run, pb.AlterUserScramCredentialsResponse(), context)
 
 
 def add_to_server(server: grpc.aio.Server, controller) -> None:
-    pb_grpc.add_ControllerServiceServicer_to_server(ControllerService(controller), server)
+    service = ControllerService(controller)
+    pb_grpc.add_ControllerServiceServicer_to_server(service, server)
+    add_PartitionOpsServiceServicer_to_server(PartitionOpsService(controller, service._guard), server)
 
 
 def _acls_response(results) -> pb.AclsResponse:

@@ -203,7 +203,12 @@ def alter_topic_configs(image: MetadataImage, topic: str, ops: Sequence[tuple[st
         if op == 1:
             value = None
         elif op in (2, 3):
-            items = [x for x in current.get(name, "").split(",") if x]
+            # a key the topic does not set starts from its default, as Kafka's
+            # prepareIncrementalConfigs does (APPEND compact to an unset cleanup.policy: delete,compact)
+            old = current.get(name)
+            if old is None and name in TOPIC_KEYS and isinstance(TOPIC_KEYS[name].default, str):
+                old = TOPIC_KEYS[name].default
+            items = [x for x in (old or "").split(",") if x]
             add = [x for x in (value or "").split(",") if x]
             items = items + [x for x in add if x not in items] if op == 2 else [x for x in items if x not in add]
             value = ",".join(items) if items else None

@@ -69,11 +69,14 @@ def cmd_cluster_up(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "metadata-quorum":
-        from raft.cli import main as mq_main
+        from krafty.metadata_quorum import main as mq_main
         return mq_main(argv[1:])
     if argv and argv[0] == "consumer-groups":
         from krafty.consumer_groups import main as cg_main
         return cg_main(argv[1:])
+    if argv and argv[0] == "transactions":
+        from krafty.transactions import main as txn_main
+        return txn_main(argv[1:])
     if argv and argv[0] == "chaos":
         from chaos.runner import main as chaos_main
         return chaos_main(argv[1:])
@@ -83,6 +86,24 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "configs":
         from krafty.configs import main as configs_main
         return configs_main(argv[1:])
+    if argv and argv[0] == "delete-records":
+        from krafty.delete_records import main as dr_main
+        return dr_main(argv[1:])
+    if argv and argv[0] == "leader-election":
+        from krafty.leader_election import main as le_main
+        return le_main(argv[1:])
+    if argv and argv[0] == "reassign-partitions":
+        from krafty.reassign_partitions import main as rp_main
+        return rp_main(argv[1:])
+    if argv and argv[0] == "log-dirs":
+        from krafty.log_dirs import main as ld_main
+        return ld_main(argv[1:])
+    if argv and argv[0] == "features":
+        from krafty.features import main as features_main
+        return features_main(argv[1:])
+    if argv and argv[0] == "storage":
+        from krafty.storage import main as storage_main
+        return storage_main(argv[1:])
     if argv and argv[0] == "healthcheck":
         from krafty.healthcheck import main as hc_main
         return hc_main(argv[1:])
@@ -96,10 +117,22 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("metadata-quorum", help="describe the metadata quorum (see: krafty metadata-quorum --help)")
     sub.add_parser("consumer-groups", help="list, describe, delete consumer groups, reset offsets "
                    "(see: krafty consumer-groups --help)")
+    sub.add_parser("transactions", help="list, describe, find hanging and abort transactions "
+                   "(see: krafty transactions --help)")
     sub.add_parser("healthcheck", help="exit 0 when a broker answers ApiVersions / a controller is in the quorum "
                    "(see: krafty healthcheck --help)")
     sub.add_parser("acls", help="add, remove, list ACLs (see: krafty acls --help)")
-    sub.add_parser("configs", help="describe/alter users' SCRAM credentials and client quotas (see: krafty configs --help)")
+    sub.add_parser("configs", help="describe/alter topic and broker configs, broker log levels, users' SCRAM "
+                   "credentials and client quotas (see: krafty configs --help)")
+    sub.add_parser("features", help="describe, upgrade, downgrade, disable feature levels such as metadata.version "
+                   "(see: krafty features --help)")
+    sub.add_parser("storage", help="format a node's directories, show their cluster identity, make a cluster id "
+                   "(see: krafty storage --help)")
+    sub.add_parser("delete-records", help="delete records up to an offset (see: krafty delete-records --help)")
+    sub.add_parser("leader-election", help="elect preferred or unclean leaders (see: krafty leader-election --help)")
+    sub.add_parser("reassign-partitions", help="move partition replicas between brokers "
+                   "(see: krafty reassign-partitions --help)")
+    sub.add_parser("log-dirs", help="describe brokers' log dirs (see: krafty log-dirs --help)")
     sub.add_parser("chaos", help="run a cluster under faults and check the history (see: krafty chaos run --help)")
     cluster = sub.add_parser("cluster", help="run a local multi-process cluster")
     csub = cluster.add_subparsers(dest="action", required=True)

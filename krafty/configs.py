@@ -32,6 +32,7 @@ from broker.security import scram
 from broker.security.sasl import client_security_from_properties
 from common.config import ConfigError, parse_properties
 from common.errors import ErrorCode
+from krafty import resource_configs
 from metadata.quota import ENFORCED as QUOTA_ENFORCED
 from metadata.quota import KEYS as QUOTA_KEYS
 
@@ -113,9 +114,8 @@ def _entities(args) -> list[tuple[str, str | None]]:
     names = args.entity_names or []
     for t in types:
         if t not in ENTITY_TYPES:
-            raise UsageError(f"--entity-type {t!r} is not supported: krafty configs manages users (SCRAM "
-                             "credentials and quotas), clients and ips (quotas); topic and broker configs: use "
-                             "IncrementalAlterConfigs, e.g. kafka-configs.sh")
+            raise UsageError(f"--entity-type {t!r} is not supported: krafty configs manages users, clients, ips, "
+                             "topics, brokers and broker-loggers")
     if len(set(types)) != len(types):
         raise UsageError("each --entity-type may be given once")
     if len(names) > len(types):
@@ -231,20 +231,31 @@ async def alter_quotas(conn: KafkaConnection, entities: list[tuple[str, str | No
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="krafty configs", description="SCRAM credentials of users and client quotas "
-                                "(kafka-configs.sh --entity-type users|clients|ips)")
+    p = argparse.ArgumentParser(prog="krafty configs", description="SCRAM credentials of users, client quotas, "
+                                "topic and broker configs, broker log levels (kafka-configs.sh --entity-type "
+                                "users|clients|ips|topics|brokers|broker-loggers)")
     p.add_argument("--bootstrap-server", required=True)
     p.add_argument("--command-config", help="Kafka client properties (security.protocol, sasl.*, ssl.*)")
-    p.add_argument("--entity-type", action="append", required=True, help="users, clients or ips (repeatable)")
+    p.add_argument("--entity-type", action="append", required=True,
+                   help="users, clients or ips (repeatable); topics, brokers or broker-loggers")
     p.add_argument("--entity-name", action="append", dest="entity_names")
     p.add_argument("--entity-default", action="append_const", const=None, dest="entity_names",
-                   help="the default user / client-id (quotas)")
+                   help="the default user / client-id (quotas), or every broker (brokers)")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--describe", action="store_true")
     mode.add_argument("--alter", action="store_true")
     p.add_argument("--add-config")
     p.add_argument("--delete-config")
+    p.add_argument("--all", action="store_true", help="with --describe: every config, not only the dynamic ones")
     args = p.parse_args(argv)
+    if any(t in resource_configs.TYPES for t in args.entity_type):  # topics, brokers, broker-loggers
+        try:
+            return asyncio.run(resource_configs.run(args, lambda: _connect(args)))
+        except (ValueError, UsageError, ConfigError) as e:
+            print(f"Error: {e}", file=sys.stderr)
+            return 2
+        except (resource_configs.CommandError, ConnectionError, TimeoutError) as e:
+            return resource_configs.report(e)
     try:
         entities = _entities(args)
         scram_user = entities[0][1] if len(entities) == 1 and entities[0][0] == "user" else None

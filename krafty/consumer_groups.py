@@ -126,9 +126,17 @@ def parse_bootstrap(value: str) -> list[tuple[str, int]]:
 class GroupAdmin:
     """The requests behind the tool, over KafkaConnection (one connection per broker)."""
 
-    def __init__(self, bootstrap: list[tuple[str, int]], timeout: float = 5.0):
+    our_versions = OUR_VERSIONS  # what the calling tool speaks (a subclass may widen it)
+    client_id = CLIENT_ID
+
+    def __init__(self, bootstrap: list[tuple[str, int]], timeout: float = 5.0, security=None, *,
+                 versions: dict[int, tuple[int, int]] | None = None, client_id: str | None = None):
         self.bootstrap = bootstrap
         self.timeout = timeout
+        self.security = security  # broker.security.sasl.ClientSecurity (--command-config); None: PLAINTEXT
+        self.our_versions = {**self.our_versions, **(versions or {})}
+        if client_id is not None:
+            self.client_id = client_id
         self.brokers: dict[int, tuple[str, int]] = {}
         self._conns: dict[tuple[str, int], KafkaConnection] = {}
         self._versions: dict[int, tuple[int, int]] = {}
@@ -143,11 +151,12 @@ class GroupAdmin:
     def _conn(self, addr: tuple[str, int]) -> KafkaConnection:
         c = self._conns.get(addr)
         if c is None:
-            c = self._conns[addr] = KafkaConnection(addr[0], addr[1], client_id=CLIENT_ID)
+            c = self._conns[addr] = KafkaConnection(addr[0], addr[1], client_id=self.client_id,
+                                                    security=self.security)
         return c
 
     def version(self, api: int) -> int:
-        lo, hi = OUR_VERSIONS[api]
+        lo, hi = self.our_versions[api]
         blo, bhi = self._versions.get(api, (-1, -1))
         v = min(hi, bhi)
         if v < max(lo, blo):
@@ -201,20 +210,21 @@ class GroupAdmin:
                 out[t.name] = {int(p.partition_index): int(p.leader_id) for p in t.partitions}
         return out
 
-    async def find_coordinator(self, group: str, deadline: float | None = None) -> tuple[int, str, int]:
+    async def find_coordinator(self, group: str, deadline: float | None = None, key_type: int = 0,
+                               what: str = "group") -> tuple[int, str, int]:
         deadline = deadline or SYSTEM.monotonic() + max(self.timeout, 10.0)
         last = "no answer"
         while True:
             v = self.version(ApiKey.FIND_COORDINATOR)
             r = await self._send(self._any, ApiKey.FIND_COORDINATOR,
-                                 {"key": group, "key_type": 0, "coordinator_keys": [group]}, v)
+                                 {"key": group, "key_type": key_type, "coordinator_keys": [group]}, v)
             c = r.coordinators[0] if v >= 4 else r
             code = _err(c.error_code)
             if code == ErrorCode.NONE:
                 return int(c.node_id), c.host, int(c.port)
             last = _err_name(code)
             if code not in _COORDINATOR_RETRY or SYSTEM.monotonic() > deadline:
-                raise ToolError(f"FindCoordinator for group '{group}' failed: {last}")
+                raise ToolError(f"FindCoordinator for {what} '{group}' failed: {last}")
             await asyncio.sleep(0.2)
 
     async def _coordinated(self, group: str, api: int, data: dict, error_of):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import fcntl
 import logging
@@ -12,59 +11,21 @@ import signal
 
 from common.clock import SYSTEM, Clock
 from common.config import Config, ConfigError
+from common.errors import ErrorCode, KafkaError
 from common.net import REAL, Net
 from controller.loop import QuorumController
 from controller.topics import TopicDefaults
+from krafty import storage
 from metadata import records as r
 from metadata.loader import MetadataLoader
 
 log = logging.getLogger("krafty.node")
 
 
-def _read_meta(path: str) -> dict[str, str]:
-    out = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                k, sep, v = line.strip().partition("=")
-                if sep and not k.startswith("#"):
-                    out[k] = v
-    except FileNotFoundError:
-        pass
-    return out
-
-
-def ensure_meta_properties(cfg: Config, clock: Clock = SYSTEM) -> str:
-    """Checks or writes meta.properties (node.id, cluster.id) in every log dir; returns the
-    cluster id (from config, from an existing directory, or new)."""
-    dirs = list(dict.fromkeys([*cfg["log.dirs"], cfg["metadata.log.dir"]]))
-    cluster_id = cfg["cluster.id"]
-    for d in dirs:
-        meta = _read_meta(os.path.join(d, "meta.properties"))
-        if meta:
-            if meta.get("node.id") != str(cfg["node.id"]):
-                raise ConfigError(f"log directory {d} belongs to node.id {meta.get('node.id')}, "
-                                  f"but configuration key 'node.id' is {cfg['node.id']}")
-            if cluster_id and meta.get("cluster.id") and meta["cluster.id"] != cluster_id:
-                raise ConfigError(f"log directory {d} belongs to cluster {meta['cluster.id']}, "
-                                  f"but configuration key 'cluster.id' is {cluster_id}")
-            cluster_id = cluster_id or meta.get("cluster.id")
-    cluster_id = cluster_id or base64.urlsafe_b64encode(clock.uuid4().bytes).decode().rstrip("=")
-    for d in dirs:
-        os.makedirs(d, exist_ok=True)
-        p = os.path.join(d, "meta.properties")
-        if not os.path.exists(p):
-            with open(p + ".tmp", "w") as f:
-                f.write(f"#krafty\nversion=1\nnode.id={cfg['node.id']}\ncluster.id={cluster_id}\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(p + ".tmp", p)
-    return cluster_id
-
-
 class StartupError(RuntimeError):
-    """A node cannot start (a port taken, a data directory in use, a broken metadata log...):
-    the process exits non-zero at once, so a supervisor can restart or report it."""
+    """A node cannot start (a port taken, a data directory in use, a broken metadata log...)
+    or cannot go on (its metadata log or a client listener died): the process exits non-zero
+    at once, so a supervisor can restart or report it."""
 
 
 LOCK_FILE = ".lock"
@@ -103,9 +64,9 @@ def unlock_data_dirs(fds: list[int]) -> None:
 
 
 def make_metadata_log(cfg: Config, loader: MetadataLoader, clock: Clock = SYSTEM, net: Net = REAL, store=None):
-    if not cfg["controller.quorum.voters"]:
-        raise ConfigError("configuration key 'controller.quorum.voters' is empty: list the controllers as "
-                          "id@host:port,...")
+    if not cfg["controller.quorum.voters"] and not cfg["controller.quorum.bootstrap.servers"]:
+        raise ConfigError("configuration keys 'controller.quorum.voters' and 'controller.quorum.bootstrap.servers' "
+                          "are empty: list the controllers as id@host:port,... or (a dynamic quorum) host:port,...")
     from raft.driver import RaftMetadataLog
 
     def snapshot(end_offset: int):
@@ -124,23 +85,38 @@ class Node:
     def __init__(self, cfg: Config, clock: Clock = SYSTEM, net: Net = REAL, raft_store=None):
         self.cfg = cfg
         self.clock = clock
+        self._net = net
+        self._raft_store = raft_store
         self.roles = cfg["process.roles"]
         self._locks = lock_data_dirs(cfg)
         try:
-            self.cluster_id = ensure_meta_properties(cfg, clock)
+            self._assemble(cfg)
+            # the directories last: a configuration error is reported first, as Kafka does
+            self.cluster_id = storage.check_directories(cfg, self.clock)
+            bootstrap = storage.read_bootstrap(cfg["metadata.log.dir"])
+        except storage.StorageError as e:
+            unlock_data_dirs(self._locks)
+            raise StartupError(str(e)) from None
         except BaseException:
             unlock_data_dirs(self._locks)
             raise
+        if hasattr(self.metadata_log, "cluster_id"):
+            self.metadata_log.cluster_id = self.cluster_id
+        if self.controller is not None:
+            self.controller.cluster_id, self.controller.bootstrap = self.cluster_id, bootstrap
+        if self.channel is not None:
+            self.channel.cluster_id = self.cluster_id
+
+    def _assemble(self, cfg: Config) -> None:
+        self.cluster_id = ""  # known once the directories are checked
         self.loader = MetadataLoader()
-        self.metadata_log = make_metadata_log(cfg, self.loader, clock, net, raft_store)
+        self.metadata_log = make_metadata_log(cfg, self.loader, self.clock, self._net, self._raft_store)
         from broker.security.ssl import controller_grpc_credentials
 
         server_creds, channel_creds = controller_grpc_credentials(cfg)  # controller listener TLS (SSL), or None
         self.metadata_log.server_credentials = server_creds
         self.metadata_log.channel_credentials = channel_creds
         self.metadata_log.register(self.loader)
-        if hasattr(self.metadata_log, "cluster_id"):
-            self.metadata_log.cluster_id = self.cluster_id
         self.controller = None
         self.broker = None
         self.channel = None
@@ -154,18 +130,19 @@ class Node:
                 unclean_default=cfg["unclean.leader.election.enable"],
                 auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],
                 rebalance_interval_s=cfg["leader.imbalance.check.interval.seconds"],
-                colocated_broker_id=cfg["node.id"] if "broker" in self.roles else None, clock=clock)
+                colocated_broker_id=cfg["node.id"] if "broker" in self.roles else None, clock=self.clock)
             from controller.service import add_to_server
             self.metadata_log.servicers.append(lambda server: add_to_server(server, self.controller))
         if "broker" in self.roles:
             from broker.broker import Broker
             from broker.controller_channel import ControllerChannel
             self.channel = ControllerChannel(
-                cfg["controller.quorum.voters"], lambda: self.metadata_log.leader().leader_id,
+                cfg["controller.quorum.voters"] or self.metadata_log.voter_endpoints,
+                lambda: self.metadata_log.leader().leader_id,
                 request_timeout_ms=cfg["request.timeout.ms"],
                 retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds,
-                clock=clock, net=net)
-            self.broker = Broker(cfg, self.loader, self.channel, clock, net)
+                clock=self.clock, net=self._net)
+            self.broker = Broker(cfg, self.loader, self.channel, self.clock, self._net)
 
     async def start(self) -> None:
         if self.cfg["krafty.metrics.port"] >= 0:  # first: /health and /ready answer during start-up
@@ -202,8 +179,10 @@ class Node:
             unlock_data_dirs(self._locks)
 
     def failed(self) -> BaseException | None:
-        """The error that ended a part the node cannot run without (its metadata log), if any."""
-        return self.metadata_log.failure() if hasattr(self.metadata_log, "failure") else None
+        """The error that ended a part the node cannot run without (its metadata log, a client
+        listener), if any."""
+        e = self.metadata_log.failure() if hasattr(self.metadata_log, "failure") else None
+        return e if e is not None or self.broker is None else self.broker.failed()
 
 
 STOP_TIMEOUT_S = 60.0  # a stop that has not finished by then is abandoned (the process exits anyway)
@@ -211,7 +190,7 @@ STOP_TIMEOUT_S = 60.0  # a stop that has not finished by then is abandoned (the 
 
 async def run_node(cfg: Config) -> int:
     """Runs a node until SIGINT/SIGTERM (exit code 0). A start that fails, or the loss of the
-    metadata log later, stops what was started and raises StartupError (or the ConfigError),
+    metadata log or of a client listener later, stops what was started and raises StartupError (or the ConfigError),
     so that the process exits non-zero at once instead of lingering without listeners."""
     node = Node(cfg)
     stop = asyncio.Event()
@@ -250,6 +229,8 @@ def _fatal(e: BaseException) -> BaseException:
         return e
     if isinstance(e, OSError):  # the environment (a port in use, a directory not writable): no traceback
         return StartupError(e.strerror or str(e))
+    if isinstance(e, KafkaError) and e.code == ErrorCode.INCONSISTENT_CLUSTER_ID:  # pointed at another cluster
+        return StartupError(f"this node belongs to another cluster than its controllers: {e.message}")
     log.error("fatal error in node start-up", exc_info=e)
     return StartupError(f"{type(e).__name__}: {e}")
 

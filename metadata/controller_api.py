@@ -16,6 +16,9 @@ MAX_RECORDS_PER_USER_OP = 10_000
 MAX_PARTITIONS_PER_BATCH = 10_000
 TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
 TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
+# gRPC trailing metadata of an admin operation's answer: the metadata offset the controller had
+# applied; the broker answers its client once its own image reached it (read your writes)
+METADATA_OFFSET_KEY = "krafty-metadata-offset"
 
 
 def too_many_partitions(topics, default_num_partitions: int) -> bool:
@@ -70,3 +73,24 @@ class ScramChange:
     stored_key: bytes = b""
     server_key: bytes = b""
     iterations: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionResult:
+    """One partition's result of an ElectLeaders or AlterPartitionReassignments."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    """A partition being reassigned: its replicas (targets first) and those being added/removed."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]

@@ -35,6 +35,14 @@ class PartitionRegistration:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    # an ongoing reassignment (KIP-455): ``replicas`` holds the target replicas followed by the
+    # ones being removed; ``adding`` are targets not yet in sync, ``removing`` leave at the end
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
 
     def merge(self, change: r.PartitionChangeRecord) -> PartitionRegistration:
         leader_changed = change.leader is not None and change.leader != self.leader
@@ -44,6 +52,8 @@ class PartitionRegistration:
             leader=change.leader if change.leader is not None else self.leader,
             leader_epoch=self.leader_epoch + 1 if leader_changed else self.leader_epoch,
             partition_epoch=self.partition_epoch + 1,
+            adding=change.adding_replicas if change.adding_replicas is not None else self.adding,
+            removing=change.removing_replicas if change.removing_replicas is not None else self.removing,
         )
 
 
@@ -92,7 +102,7 @@ class MetadataImage:
             yield r.TopicRecord(t.name, t.topic_id)
             for pid, p in sorted(t.partitions.items()):
                 yield r.PartitionRecord(t.topic_id, pid, p.replicas, p.isr, p.leader, p.leader_epoch,
-                                        p.partition_epoch)
+                                        p.partition_epoch, p.removing or None, p.adding or None)
         for (rtype, rname), kv in self.configs.items():
             for k, v in sorted(kv.items()):
                 yield r.ConfigRecord(rtype, rname, k, v)

@@ -75,6 +75,10 @@ class PartitionRecord:
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    # an ongoing reassignment (KIP-455): replicas being added / removed (None: none). Written only
+    # while a reassignment runs, so a node that predates them reads every other record as before.
+    removing_replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,6 +92,9 @@ class PartitionChangeRecord:
     isr: tuple[int, ...] | None = None
     leader: int | None = None
     replicas: tuple[int, ...] | None = None
+    # reassignment sets (KIP-455), None: unchanged; () clears them (the reassignment ended)
+    removing_replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -221,8 +228,11 @@ def _to_json(v: Any) -> Any:
     return v
 
 
+_INT_LISTS = ("replicas", "isr", "removing_replicas", "adding_replicas")
+
+
 def _field_encoder(name: str):
-    if name in ("replicas", "isr"):
+    if name in _INT_LISTS:
         return list  # of ints
     if name in ("incarnation_id", "topic_id", "acl_id"):
         return lambda v: v.hex
@@ -264,7 +274,7 @@ def _uuid(hex_: str) -> uuid.UUID:
 def _fields_decoder(name: str):
     if name in ("incarnation_id", "topic_id", "acl_id"):
         return _uuid
-    if name in ("replicas", "isr"):
+    if name in _INT_LISTS:
         return tuple
     if name in ("salt", "stored_key", "server_key", "seed"):
         return base64.b64decode

@@ -7,6 +7,9 @@
   so memory stays bounded whatever the size of the partition.
 * ``write_batches`` runs in an executor task: an idempotent producer (acks=all) that raises if
   any record was not acknowledged.
+* ``write_batches_exactly_once`` (sink option ``exactlyOnce``): the task's rows in one Kafka
+  transaction; with a micro-batch id, the transaction also records the batch as done (see there),
+  so a batch that Spark runs again after a failure is not written twice.
 """
 
 from __future__ import annotations
@@ -349,10 +352,8 @@ def producer(kafka: dict) -> ck.Producer:
     return ck.Producer(conf)
 
 
-def write_batches(kafka: dict, default_topic: str | None, batches) -> int:
-    """Produce every row of an iterator of pyarrow.RecordBatch; return the number written."""
-    p = producer(kafka)
-    failures: list = []
+def _produce_rows(p: ck.Producer, default_topic: str | None, batches, failures: list) -> int:
+    """Produce every row of an iterator of pyarrow.RecordBatch; stops at the first failed delivery."""
 
     def on_delivery(err, msg):
         if err is not None and len(failures) < 10:
@@ -392,9 +393,58 @@ def write_batches(kafka: dict, default_topic: str | None, batches) -> int:
         p.poll(0)
         if failures:
             break
+    return n
+
+
+def write_batches(kafka: dict, default_topic: str | None, batches) -> int:
+    """Produce every row of an iterator of pyarrow.RecordBatch; return the number written."""
+    p = producer(kafka)
+    failures: list = []
+    n = _produce_rows(p, default_topic, batches, failures)
     remaining = p.flush(120)
     if failures:
         raise DeliveryError("krafty sink: records were not acknowledged: " + "; ".join(failures))
     if remaining:
         raise DeliveryError(f"krafty sink: {remaining} records still unacknowledged after 120 s")
     return n
+
+
+def write_batches_exactly_once(kafka: dict, topic: str, batches, transactional_id: str,
+                               batch_id: int | None = None, timeout: float = 120.0) -> int:
+    """Write every row in one transaction of the producer ``transactional_id`` (one per Spark task
+    slot: a retried or speculative attempt of the task fences the earlier one, whose open
+    transaction the coordinator aborts). Returns the rows written (0 when skipped).
+
+    With ``batch_id`` (a streaming micro-batch), the same transaction commits ``batch_id + 1`` as
+    the offset of the consumer group ``transactional_id`` on ``topic`` partition 0
+    (TxnOffsetCommit: it becomes visible only if the transaction commits). A task that finds that
+    offset above ``batch_id`` (read with ``require_stable``) knows its rows of this batch are
+    already in the topic, and writes nothing: Spark re-runs a micro-batch with the same id and
+    the same input when the query failed or stopped before the batch was recorded as done."""
+    conf = {**kafka, "transactional.id": transactional_id,
+            "transaction.timeout.ms": int(timeout * 1000), "message.timeout.ms": int(timeout * 1000)}
+    p = producer(conf)
+    group = None
+    try:
+        p.init_transactions(timeout)
+        if batch_id is not None:
+            group = _consumer(kafka, **{"group.id": transactional_id, "isolation.level": "read_committed"})
+            (done,) = group.committed([ck.TopicPartition(topic, 0)], timeout=timeout)
+            if done.error is None and done.offset > batch_id:
+                return 0
+        p.begin_transaction()
+        failures: list = []
+        n = _produce_rows(p, topic, batches, failures)
+        remaining = p.flush(timeout)
+        if failures or remaining:
+            p.abort_transaction(timeout)
+            raise DeliveryError("krafty sink: records were not acknowledged (transaction aborted): "
+                                + ("; ".join(failures) or f"{remaining} unanswered"))
+        if group is not None:
+            p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, batch_id + 1)],
+                                          group.consumer_group_metadata(), timeout)
+        p.commit_transaction(timeout)
+        return n
+    finally:
+        if group is not None:
+            group.close()

@@ -76,6 +76,7 @@ class LocalKrafty:
             f"controller.quorum.voters=1@127.0.0.1:{self.cport}",
             f"log.dirs={self.dir}/data",
             "num.partitions=1",
+            "cluster.id=a3JhZnR5LXRlc3Qtbm9kZQ",  # formats the empty data dir on first start
         ] + [f"{k}={v}" for k, v in self.extra.items()]
         cfg = self.dir / "server.properties"
         cfg.write_text("\n".join(lines) + "\n")

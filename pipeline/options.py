@@ -258,12 +258,22 @@ def parse_read_options(options, streaming: bool) -> ReadOptions:
 class WriteOptions:
     kafka: dict
     topic: str | None
+    exactly_once: bool = False
+    transactional_id_prefix: str | None = None
 
 
 def parse_write_options(options) -> WriteOptions:
     kafka = kafka_params(options, reserved=_RESERVED_PRODUCER)
     topic = _get(options, "topic")
-    return WriteOptions(kafka=kafka, topic=str(topic) if topic else None)
+    exactly_once = parse_bool(_get(options, "exactlyOnce"), "exactlyOnce", False)
+    prefix = _get(options, "transactionalIdPrefix")
+    if exactly_once and not topic:
+        raise OptionError("krafty sink: option 'exactlyOnce' needs the 'topic' option (one output topic)")
+    if exactly_once and "transactional.id" in kafka:
+        raise OptionError("krafty sink: with 'exactlyOnce' set 'transactionalIdPrefix', not kafka.transactional.id "
+                          "(each task has a transactional id of its own)")
+    return WriteOptions(kafka=kafka, topic=str(topic) if topic else None, exactly_once=exactly_once,
+                        transactional_id_prefix=str(prefix) if prefix else (f"krafty-spark-{topic}" if topic else None))
 
 
 # ---------------------------------------------------------------------------------------------

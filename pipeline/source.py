@@ -309,24 +309,39 @@ class _Written(WriterCommitMessage):
         self.count = count
 
 
+def _write(opts, iterator, streaming: bool) -> _Written:
+    """One task's rows: at least once, or with ``exactlyOnce`` in a transaction of this task slot's
+    transactional id, recording the micro-batch as done (client.write_batches_exactly_once)."""
+    if not opts.exactly_once:
+        return _Written(client.write_batches(opts.kafka, opts.topic, iterator))
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    batch_id = ctx.getLocalProperty("streaming.sql.batchId") if streaming else None
+    tid = f"{opts.transactional_id_prefix}-{ctx.partitionId()}"
+    return _Written(client.write_batches_exactly_once(opts.kafka, opts.topic, iterator, tid,
+                                                      int(batch_id) if batch_id is not None else None))
+
+
 class KraftyBatchWriter(DataSourceArrowWriter):
     def __init__(self, options, schema: StructType):
         self.opts = parse_write_options(options)
         _validate_sink_schema(schema, self.opts.topic)
 
     def write(self, iterator):
-        return _Written(client.write_batches(self.opts.kafka, self.opts.topic, iterator))
+        return _write(self.opts, iterator, streaming=False)
 
 
 class KraftyStreamWriter(DataSourceStreamArrowWriter):
-    """At-least-once like Spark's Kafka sink: a batch replayed after a failure is written again."""
+    """At-least-once like Spark's Kafka sink (a batch replayed after a failure is written again),
+    or exactly once with the ``exactlyOnce`` option."""
 
     def __init__(self, options, schema: StructType):
         self.opts = parse_write_options(options)
         _validate_sink_schema(schema, self.opts.topic)
 
     def write(self, iterator):
-        return _Written(client.write_batches(self.opts.kafka, self.opts.topic, iterator))
+        return _write(self.opts, iterator, streaming=True)
 
     def commit(self, messages, batchId: int) -> None:
         pass

@@ -251,14 +251,34 @@ class CreatePartitionsRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., count: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class AlterTopicConfigsRequest(_message.Message):
-    __slots__ = ("topic", "configs", "validate_only")
+    __slots__ = ("topic", "configs", "validate_only", "resource_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     CONFIGS_FIELD_NUMBER: _ClassVar[int]
     VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     configs: _containers.RepeatedCompositeFieldContainer[ConfigEntry]
     validate_only: bool
-    def __init__(self, topic: _Optional[str] = ..., configs: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+    resource_type: int
+    def __init__(self, topic: _Optional[str] = ..., configs: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ..., validate_only: _Optional[bool] = ..., resource_type: _Optional[int] = ...) -> None: ...
+
+class FeatureUpdate(_message.Message):
+    __slots__ = ("name", "level", "upgrade_type")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    UPGRADE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    level: int
+    upgrade_type: int
+    def __init__(self, name: _Optional[str] = ..., level: _Optional[int] = ..., upgrade_type: _Optional[int] = ...) -> None: ...
+
+class UpdateFeaturesRequest(_message.Message):
+    __slots__ = ("updates", "validate_only")
+    UPDATES_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    updates: _containers.RepeatedCompositeFieldContainer[FeatureUpdate]
+    validate_only: bool
+    def __init__(self, updates: _Optional[_Iterable[_Union[FeatureUpdate, _Mapping]]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class ErrorResponse(_message.Message):
     __slots__ = ("error_code", "error_message")

@@ -74,6 +74,11 @@ class ControllerServiceStub:
                 request_serializer=controller__pb2.AlterTopicConfigsRequest.SerializeToString,
                 response_deserializer=controller__pb2.ErrorResponse.FromString,
                 _registered_method=True)
+        self.UpdateFeatures = channel.unary_unary(
+                '/krafty.controller.ControllerService/UpdateFeatures',
+                request_serializer=controller__pb2.UpdateFeaturesRequest.SerializeToString,
+                response_deserializer=controller__pb2.ErrorResponse.FromString,
+                _registered_method=True)
         self.AlterUserScramCredentials = channel.unary_unary(
                 '/krafty.controller.ControllerService/AlterUserScramCredentials',
                 request_serializer=controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
@@ -147,6 +152,12 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateFeatures(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AlterUserScramCredentials(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -212,6 +223,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
             'AlterTopicConfigs': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterTopicConfigs,
                     request_deserializer=controller__pb2.AlterTopicConfigsRequest.FromString,
+                    response_serializer=controller__pb2.ErrorResponse.SerializeToString,
+            ),
+            'UpdateFeatures': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateFeatures,
+                    request_deserializer=controller__pb2.UpdateFeaturesRequest.FromString,
                     response_serializer=controller__pb2.ErrorResponse.SerializeToString,
             ),
             'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
@@ -450,6 +466,33 @@ class ControllerService:
             target,
             '/krafty.controller.ControllerService/AlterTopicConfigs',
             controller__pb2.AlterTopicConfigsRequest.SerializeToString,
+            controller__pb2.ErrorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateFeatures(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/krafty.controller.ControllerService/UpdateFeatures',
+            controller__pb2.UpdateFeaturesRequest.SerializeToString,
             controller__pb2.ErrorResponse.FromString,
             options,
             channel_credentials,

@@ -64,6 +64,21 @@ class RaftQuorumStub:
                 request_serializer=raft__pb2.DescribeQuorumRequest.SerializeToString,
                 response_deserializer=raft__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
+        self.AddVoter = channel.unary_unary(
+                '/krafty.raft.RaftQuorum/AddVoter',
+                request_serializer=raft__pb2.AddVoterRequest.SerializeToString,
+                response_deserializer=raft__pb2.VoterChangeResponse.FromString,
+                _registered_method=True)
+        self.RemoveVoter = channel.unary_unary(
+                '/krafty.raft.RaftQuorum/RemoveVoter',
+                request_serializer=raft__pb2.RemoveVoterRequest.SerializeToString,
+                response_deserializer=raft__pb2.VoterChangeResponse.FromString,
+                _registered_method=True)
+        self.UpdateVoter = channel.unary_unary(
+                '/krafty.raft.RaftQuorum/UpdateVoter',
+                request_serializer=raft__pb2.UpdateVoterRequest.SerializeToString,
+                response_deserializer=raft__pb2.VoterChangeResponse.FromString,
+                _registered_method=True)
 
 
 class RaftQuorumServicer:
@@ -105,6 +120,24 @@ class RaftQuorumServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RaftQuorumServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +170,21 @@ def add_RaftQuorumServicer_to_server(servicer, server):
                     servicer.DescribeQuorum,
                     request_deserializer=raft__pb2.DescribeQuorumRequest.FromString,
                     response_serializer=raft__pb2.DescribeQuorumResponse.SerializeToString,
+            ),
+            'AddVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddVoter,
+                    request_deserializer=raft__pb2.AddVoterRequest.FromString,
+                    response_serializer=raft__pb2.VoterChangeResponse.SerializeToString,
+            ),
+            'RemoveVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveVoter,
+                    request_deserializer=raft__pb2.RemoveVoterRequest.FromString,
+                    response_serializer=raft__pb2.VoterChangeResponse.SerializeToString,
+            ),
+            'UpdateVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateVoter,
+                    request_deserializer=raft__pb2.UpdateVoterRequest.FromString,
+                    response_serializer=raft__pb2.VoterChangeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +349,87 @@ class RaftQuorum:
             '/krafty.raft.RaftQuorum/DescribeQuorum',
             raft__pb2.DescribeQuorumRequest.SerializeToString,
             raft__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/krafty.raft.RaftQuorum/AddVoter',
+            raft__pb2.AddVoterRequest.SerializeToString,
+            raft__pb2.VoterChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/krafty.raft.RaftQuorum/RemoveVoter',
+            raft__pb2.RemoveVoterRequest.SerializeToString,
+            raft__pb2.VoterChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/krafty.raft.RaftQuorum/UpdateVoter',
+            raft__pb2.UpdateVoterRequest.SerializeToString,
+            raft__pb2.VoterChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,

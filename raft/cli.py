@@ -81,15 +81,21 @@ def format_replication(r: pb.DescribeQuorumResponse, now_ms: int) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table)
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="metadata-quorum", description="Describe the metadata quorum.")
-    ap.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT")
+def parser(prog: str = "metadata-quorum"):
+    """The tool's arguments: (parser, the group of where-to-ask options, for a front end to extend)."""
+    ap = argparse.ArgumentParser(prog=prog, description="Describe the metadata quorum (kafka-metadata-quorum.sh).")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--bootstrap-controller", metavar="HOST:PORT", help="a controller (its controller listener)")
     sub = ap.add_subparsers(dest="command", required=True)
     d = sub.add_parser("describe", help="describe the quorum")
     g = d.add_mutually_exclusive_group(required=True)
     g.add_argument("--status", action="store_true", help="leader, epoch, high watermark, voters, observers")
     g.add_argument("--replication", action="store_true", help="each replica's log end offset and lag")
-    args = ap.parse_args(argv)
+    return ap, where
+
+
+def main(argv: list[str]) -> int:
+    args = parser()[0].parse_args(argv)
     try:
         resp = describe_quorum(args.bootstrap_controller)
     except ConnectionError as e:

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import logging
 from collections.abc import Sequence
 
+from common.errors import ErrorCode
 from raft import quorum
 from raft.api import LeaderAndEpoch, NotLeaderError, Snapshot
 from raft.messages import (
@@ -160,6 +162,41 @@ def leader_change_record(leader_id: int, epoch: int, voters: Sequence[int]) -> b
     return f"LeaderChange leader={leader_id} epoch={epoch} voters={','.join(map(str, voters))}".encode()
 
 
+# --- KIP-853: the voter set in the log ---------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class Voter:
+    """A voter of a dynamic quorum: its id, the id of its metadata directory (a replaced disk is
+    another voter), and where its controller listener is."""
+
+    id: int
+    directory_id: str = ""
+    host: str = ""
+    port: int = 0
+
+
+VOTERS_PREFIX = b"KRaftVoters "  # a control entry (and a snapshot's first record): the voter set
+
+
+def voters_record(voters: Sequence[Voter]) -> bytes:
+    return VOTERS_PREFIX + json.dumps([[v.id, v.directory_id, v.host, v.port] for v in sorted(
+        voters, key=lambda v: v.id)], separators=(",", ":")).encode()
+
+
+def parse_voters_record(data: bytes) -> tuple[Voter, ...] | None:
+    if not data.startswith(VOTERS_PREFIX):
+        return None
+    return tuple(Voter(int(i), str(d), str(h), int(p)) for i, d, h, p in json.loads(data[len(VOTERS_PREFIX):]))
+
+
+class VoterChangeError(Exception):
+    """AddRaftVoter / RemoveRaftVoter refused: ``code`` is Kafka's error code."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 class RaftCore:
     def __init__(
         self,
@@ -172,21 +209,34 @@ class RaftCore:
         snapshot: Snapshot | None = None,
         entries: Sequence[Entry] = (),
         now_ms: int = 0,
+        initial_voters: Sequence[Voter] | None = None,
     ):
         self.id = node_id
-        self.voters = tuple(sorted(voters))
-        self.is_voter = node_id in self.voters
+        # The voter set: the latest voters record in the log (committed or not, KIP-853), else the
+        # snapshot's, else ``initial_voters`` (a quorum formatted for KIP-853, kraft.version 1), else
+        # the static ``voters`` (controller.quorum.voters, kraft.version 0).
+        self.static_voters = tuple(Voter(v) for v in sorted(voters)) if initial_voters is None else tuple(
+            sorted(initial_voters, key=lambda v: v.id))
+        self.dynamic = initial_voters is not None  # kraft.version 1
+        self.snapshot_voters: tuple[Voter, ...] | None = None
+        self.voters_offset = -1  # offset of the voters record in force (-1: snapshot's or initial)
+        self.voter_info: dict[int, Voter] = {}
+        self.voters: tuple[int, ...] = ()
+        self.is_voter = False
         self.rng = rng
         self.t = timeouts
         self.epoch = state.epoch
         self.voted_for = state.voted_for
         self.leader_id = state.leader_id
         # The log: snapshot + entries[log_start:]
+        if snapshot is not None:
+            self._read_snapshot_voters(snapshot)
         self.snapshot = snapshot
         self.log_start = snapshot.end_offset if snapshot else 0
         self.log: list[Entry] = list(entries)
         self.epochs: list[tuple[int, int]] = []  # (epoch, start offset) per epoch present in log
         self._rebuild_epochs()
+        self._refresh_voters()
         self.durable_end = self.log_end
         self.hw = self.log_start
         self.applied = self.log_start
@@ -198,7 +248,7 @@ class RaftCore:
         self._corr = 0
         self._last_notified: LeaderAndEpoch | None = None
         if snapshot is not None:
-            self._notes.append(LoadSnapshot(snapshot))
+            self._notes.append(LoadSnapshot(_without_voters(snapshot)))
         # timers and per-role state
         self.deadline = NEVER  # election / fetch / backoff timer of the current role
         self.votes: set[int] = set()
@@ -245,6 +295,47 @@ class RaftCore:
             if not self.epochs or self.epochs[-1][0] != e.epoch:
                 self.epochs.append((e.epoch, self.log_start + i))
 
+    # ------------------------------------------------------------------ the voter set (KIP-853)
+    def _read_snapshot_voters(self, snap: Snapshot) -> None:
+        vs = parse_voters_record(snap.records[0]) if snap.records else None
+        if vs is not None:
+            self.snapshot_voters = vs
+            self.dynamic = True
+
+    def _refresh_voters(self) -> None:
+        """The voter set in force: the latest voters record of the log, else the snapshot's,
+        else the initial one. Called whenever the log changes (append, truncate, snapshot)."""
+        found = None
+        for i in range(len(self.log) - 1, -1, -1):
+            e = self.log[i]
+            if e.control and e.data.startswith(VOTERS_PREFIX):
+                found = (self.log_start + i, parse_voters_record(e.data))
+                break
+        if found is not None:
+            self.voters_offset, vs = found
+            self.dynamic = True
+        else:
+            self.voters_offset = -1
+            vs = self.snapshot_voters if self.snapshot_voters is not None else self.static_voters
+        self.voter_info = {v.id: v for v in vs}
+        old = self.voters
+        self.voters = tuple(sorted(self.voter_info))
+        self.is_voter = self.id in self.voter_info
+        if old and old != self.voters:
+            log.info("node %d: voters are now %s", self.id, list(self.voters))
+
+    def voter_change_pending(self) -> bool:
+        return self.voters_offset >= self.hw
+
+    def _voters_at(self, end: int) -> tuple[Voter, ...] | None:
+        """The voter set of the log's prefix below ``end`` (what a snapshot ending there holds)."""
+        for off in range(min(end, self.log_end) - 1, self.log_start - 1, -1):
+            e = self.entry_at(off)
+            if e.control and e.data.startswith(VOTERS_PREFIX):
+                return parse_voters_record(e.data)
+        return self.snapshot_voters if self.snapshot_voters is not None else (
+            self.static_voters if self.dynamic else None)
+
     def last_epoch(self) -> int:
         if self.log:
             return self.log[-1].epoch
@@ -276,6 +367,8 @@ class RaftCore:
                 self.epochs.append((e.epoch, base + i))
         self.log.extend(entries)
         self._ops.append(Append(base, tuple(entries)))
+        if any(e.control for e in entries):
+            self._refresh_voters()
 
     def _truncate(self, offset: int) -> None:
         if offset >= self.log_end:
@@ -288,6 +381,7 @@ class RaftCore:
         self.durable_end = min(self.durable_end, offset)
         self._low_since_take = min(self._low_since_take, offset)
         self._ops.append(Truncate(offset))
+        self._refresh_voters()
 
     # ------------------------------------------------------------------ outputs
     def _send(self, dst: int, body, corr: int | None = None) -> int:
@@ -445,7 +539,11 @@ class RaftCore:
         self.check_quorum_at = now_ms + self._check_quorum_ms()
         # The leader-change record: the first entry of the epoch, which must commit before the HW moves.
         self.epoch_start = self.log_end
-        self._append([Entry(self.epoch, now_ms, leader_change_record(self.id, self.epoch, self.voters), True)])
+        first = [Entry(self.epoch, now_ms, leader_change_record(self.id, self.epoch, self.voters), True)]
+        if self.dynamic and self.voters_offset < 0 and self.snapshot_voters is None:
+            # the first leader of a quorum formatted for KIP-853 writes its initial voter set
+            first.append(Entry(self.epoch, now_ms, voters_record(self.static_voters), True))
+        self._append(first)
         for v in self.voters:
             if v != self.id:
                 self._send(v, BeginQuorumEpochRequest(self.epoch, self.id))
@@ -583,6 +681,64 @@ class RaftCore:
         if self.role is Role.LEADER:
             self._become_resigned(now_ms)
 
+    # ------------------------------------------------------------------ AddRaftVoter / RemoveRaftVoter
+    def add_voter(self, voter: Voter, now_ms: int) -> int:
+        """KIP-853 AddRaftVoter on the leader: appends the new voter set (which takes effect at
+        once, as in Raft's single-server changes); returns the offset of the record, which the
+        caller waits to see committed. The new voter must be an observer that is caught up."""
+        self._check_voter_change("adding")
+        if voter.id in self.voter_info:
+            raise VoterChangeError(int(ErrorCode.DUPLICATE_VOTER), f"The voter id {voter.id} is already part of "
+                                   "the set of voters")
+        rs = self.replicas.get(voter.id)
+        if rs is None or now_ms - rs.last_fetch_ms > self.t.fetch_ms or rs.end_offset < self.hw:
+            raise VoterChangeError(int(ErrorCode.REQUEST_TIMED_OUT), f"The new voter {voter.id} is not caught up "
+                                   "with the leader: start it (an observer) and let it fetch the metadata log first")
+        return self._append_voters((*self.voter_info.values(), voter), now_ms)
+
+    def remove_voter(self, voter_id: int, directory_id: str, now_ms: int) -> int:
+        """KIP-853 RemoveRaftVoter on the leader; a leader that removes itself resigns once the
+        change is committed."""
+        self._check_voter_change("removing")
+        v = self.voter_info.get(voter_id)
+        if v is None or (directory_id and v.directory_id and directory_id != v.directory_id):
+            raise VoterChangeError(int(ErrorCode.VOTER_NOT_FOUND), f"The voter {voter_id} (directory "
+                                   f"{directory_id or '-'}) is not part of the set of voters {list(self.voters)}")
+        if len(self.voters) == 1:
+            raise VoterChangeError(int(ErrorCode.INVALID_REQUEST), "Cannot remove the only voter of the quorum")
+        return self._append_voters([x for x in self.voter_info.values() if x.id != voter_id], now_ms)
+
+    def update_voter(self, voter: Voter, now_ms: int) -> int:
+        """KIP-853 UpdateRaftVoter on the leader: a voter's new controller listener (sent by the
+        voter itself when it starts with an address other than the voter set's)."""
+        self._check_voter_change("updating")
+        v = self.voter_info.get(voter.id)
+        if v is None or (voter.directory_id and v.directory_id and voter.directory_id != v.directory_id):
+            raise VoterChangeError(int(ErrorCode.VOTER_NOT_FOUND), f"The voter {voter.id} (directory "
+                                   f"{voter.directory_id or '-'}) is not part of the set of voters {list(self.voters)}")
+        if (v.host, v.port) == (voter.host, voter.port):
+            return self.voters_offset
+        new = Voter(v.id, v.directory_id, voter.host, voter.port)
+        return self._append_voters([new if x.id == v.id else x for x in self.voter_info.values()], now_ms)
+
+    def _check_voter_change(self, what: str) -> None:
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader())
+        if not self.dynamic:
+            raise VoterChangeError(int(ErrorCode.UNSUPPORTED_VERSION), f"Cluster doesn't support {what} voters "
+                                   "because the kraft.version feature is 0 (a static quorum: controller.quorum.voters)")
+        if self.hw <= self.epoch_start:
+            raise VoterChangeError(int(ErrorCode.REQUEST_TIMED_OUT), "The leader has not committed in its epoch yet")
+        if self.voter_change_pending():
+            raise VoterChangeError(int(ErrorCode.REQUEST_TIMED_OUT), "Another voter change is in progress")
+
+    def _append_voters(self, voters, now_ms: int) -> int:
+        self._drain_accumulator(now_ms)
+        self._append([Entry(self.epoch, now_ms, voters_record(voters), True)])
+        self._complete_parked(now_ms, force=True)
+        self._update_hw(now_ms)
+        return self.voters_offset
+
     def peer_unreachable(self, peer: int, corr: int, now_ms: int) -> None:
         """The transport could not reach ``peer`` at all (e.g. connection refused): the
         request with ``corr`` is lost. Only a liveness hint; safety never depends on it."""
@@ -618,9 +774,12 @@ class RaftCore:
 
     def _on_vote_request(self, m: Message, now_ms: int) -> None:
         req: VoteRequest = m.body
-        if not self.is_voter:
+        if not self.is_voter and not self.dynamic:
             self._send(m.src, VoteResponse(self.epoch, self._known_leader(), False, req.pre_vote), m.corr)
             return
+        # (KIP-853, as Raft's membership changes: a replica votes even when its own latest voter set
+        # leaves it out; the candidate counts only the votes of its voter set. Otherwise a quorum whose
+        # members hold different latest sets after a crash could never elect a leader.)
         if req.pre_vote:
             if req.epoch - 1 > self.epoch:
                 # The requester already stood in (or learned of) a newer epoch than ours: that
@@ -740,6 +899,9 @@ class RaftCore:
             self._send(m.src, resp, m.corr)
             return
         self._touch_replica(req.replica_id, req.fetch_offset, now_ms)
+        if self.role is not Role.LEADER:  # that fetch committed our own removal: we resigned
+            self._send(m.src, self._fetch_error(NOT_LEADER), m.corr)
+            return
         rs = self.replicas[req.replica_id]
         if (req.fetch_offset >= self.log_end and rs.last_sent_hw == self._visible_hw() and req.max_wait_ms > 0):
             self.parked[req.replica_id] = (m, now_ms + req.max_wait_ms)
@@ -807,6 +969,11 @@ class RaftCore:
             self.hw = cand
             self._emit_commits()
             self._complete_parked(now_ms)
+            if not self.is_voter and self.hw > self.voters_offset:
+                # our own removal is committed: hand the leadership to the remaining voters
+                log.info("node %d: removed from the voters, resigning the leadership of epoch %d", self.id,
+                         self.epoch)
+                self._become_resigned(now_ms)
 
     # ------------------------------------------------------------------ Fetch (follower side)
     def _send_fetch(self, now_ms: int) -> None:
@@ -928,12 +1095,14 @@ class RaftCore:
         self._ops.append(Truncate(0))
         self._ops.append(SaveSnapshot(snap))
         self.snapshot = snap
+        self._read_snapshot_voters(snap)
         self.log_start = snap.end_offset
         self.durable_end = min(self.durable_end, self.log_start)
         self._low_since_take = min(self._low_since_take, self.log_start)
         self.hw = max(self.hw, snap.end_offset)
         self.applied = snap.end_offset
-        self._notes.append(LoadSnapshot(snap))
+        self._refresh_voters()
+        self._notes.append(LoadSnapshot(_without_voters(snap)))
 
     # ------------------------------------------------------------------ own snapshots
     def take_snapshot(self, end_offset: int, records: Sequence[bytes]) -> Snapshot:
@@ -941,11 +1110,16 @@ class RaftCore:
         has applied): store it and delete the log prefix it covers."""
         if not (self.log_start < end_offset <= self.applied):
             raise ValueError(f"snapshot end {end_offset} outside ({self.log_start}, {self.applied}]")
-        snap = Snapshot(end_offset, self.entry_at(end_offset - 1).epoch, tuple(records))
+        vs = self._voters_at(end_offset)
+        marker = (voters_record(vs),) if vs is not None else ()  # the snapshot carries the voter set
+        snap = Snapshot(end_offset, self.entry_at(end_offset - 1).epoch, marker + tuple(records))
+        if vs is not None:
+            self.snapshot_voters = vs
         del self.log[:end_offset - self.log_start]
         self.log_start = end_offset
         self.snapshot = snap
         self._rebuild_epochs()
+        self._refresh_voters()
         self._ops.append(SaveSnapshot(snap))
         return snap
 
@@ -969,6 +1143,13 @@ class RaftCore:
         observers = sorted(r for r in self.replicas if r not in self.voters)
         return QuorumInfo(self.id, self.epoch, self._visible_hw(), tuple(info(v) for v in self.voters),
                           tuple(info(o) for o in observers))
+
+
+def _without_voters(snap: Snapshot) -> Snapshot:
+    """The snapshot as the state machine sees it: without the voter set record."""
+    if snap.records and snap.records[0].startswith(VOTERS_PREFIX):
+        return Snapshot(snap.end_offset, snap.epoch, tuple(snap.records[1:]))
+    return snap
 
 
 _HANDLERS = {

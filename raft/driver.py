@@ -19,12 +19,14 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from common.clock import SYSTEM, Clock
+from common.errors import ErrorCode
 from common.net import REAL, Net
 from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
+from proto.cluster_id import client_interceptors, server_interceptors
 from raft.api import Batch, LeaderAndEpoch, Listener, NotLeaderError, Snapshot
-from raft.core import Committed, LeaderChange, LoadSnapshot, RaftCore, Role, Timeouts
+from raft.core import Committed, LeaderChange, LoadSnapshot, RaftCore, Role, Timeouts, Voter, VoterChangeError
 from raft.messages import NONE, NOT_LEADER, Message
 from raft.metrics import RaftStats
 from raft.store import SqliteStore
@@ -48,6 +50,32 @@ def timeouts_from_config(cfg) -> Timeouts:
     )
 
 
+BOOTSTRAP_VOTERS = "bootstrap.voters"  # in the metadata log dir: the initial voters of a dynamic quorum
+
+
+def write_bootstrap_voters(metadata_dir: str, voters: Sequence[Voter]) -> None:
+    """``krafty storage format --standalone / --initial-controllers``: the voter set a new
+    dynamic quorum (kraft.version 1) starts with; its first leader writes it to the log."""
+    import json
+
+    path = os.path.join(metadata_dir, BOOTSTRAP_VOTERS)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump([[v.id, v.directory_id, v.host, v.port] for v in voters], f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def read_bootstrap_voters(metadata_dir: str) -> list[Voter] | None:
+    import json
+
+    try:
+        with open(os.path.join(metadata_dir, BOOTSTRAP_VOTERS), encoding="utf-8") as f:
+            return [Voter(int(i), str(d), str(h), int(p)) for i, d, h, p in json.load(f)]
+    except FileNotFoundError:
+        return None
+
+
 class _Pending:
     __slots__ = ("epoch", "last", "future", "at")
 
@@ -63,12 +91,22 @@ class RaftMetadataLog:
                  listen: tuple[str, int] | None = None, timeouts: Timeouts = Timeouts(),
                  snapshot_provider: SnapshotProvider | None = None,
                  max_bytes_between_snapshots: int = 20 * 1024 * 1024, rng: random.Random | None = None,
+                 initial_voters: Sequence[Voter] | None = None,
+                 bootstrap_servers: Sequence[tuple[str, int]] = (),
                  clock: Clock = SYSTEM, net: Net = REAL, store=None) -> None:
         self.node_id = node_id
         self.net = net  # where the quorum RPCs go (gRPC, or sim/'s network)
         self.clock = clock  # the core's time is monotonic; DescribeQuorum shows wall-clock timestamps
         self.voters = {vid: (host, port) for vid, host, port in voters}
+        # KIP-853: the initial voters of a quorum formatted for dynamic voters (bootstrap.voters),
+        # and controller.quorum.bootstrap.servers, where a node with neither finds the quorum
+        self.initial_voters = list(initial_voters) if initial_voters is not None else None
+        self.bootstrap_servers = list(bootstrap_servers)
+        if self.initial_voters is not None:
+            self.voters.update({v.id: (v.host, v.port) for v in self.initial_voters if v.host})
         self.is_voter = node_id in self.voters
+        self.advertised: tuple[str, int] | None = None  # this controller's listener as voters reach it
+        self._updating: asyncio.Task | None = None
         self.data_dir = data_dir
         self.listen = listen if listen is not None else self.voters.get(node_id)
         self.timeouts = timeouts
@@ -117,11 +155,24 @@ class RaftMetadataLog:
             lst = next((cfg.listener(n) for n in names if cfg.listener(n) is not None), None)
             if lst is not None:
                 listen = (lst.host or "0.0.0.0", lst.port)
+        if listen is None and "controller" in cfg["process.roles"]:  # a controller that is not a voter (yet)
+            names = cfg["controller.listener.names"]
+            lst = next((cfg.listener(n) for n in names if cfg.listener(n) is not None), None)
+            if lst is not None:
+                listen = (lst.host or "0.0.0.0", lst.port)
         data_dir = os.path.join(cfg["metadata.log.dir"], "__cluster_metadata-0")
-        return cls(node_id, voters, data_dir, listen=listen, timeouts=timeouts_from_config(cfg),
+        bootstrap = []
+        for s in cfg["controller.quorum.bootstrap.servers"]:
+            host, _, port = s.rpartition(":")
+            bootstrap.append((host.strip("[]"), int(port)))
+        log_ = cls(node_id, voters, data_dir, listen=listen, timeouts=timeouts_from_config(cfg),
                    snapshot_provider=snapshot_provider,
-                   max_bytes_between_snapshots=cfg["metadata.log.max.record.bytes.between.snapshots"], clock=clock,
-                   net=net, store=store)
+                   max_bytes_between_snapshots=cfg["metadata.log.max.record.bytes.between.snapshots"],
+                   initial_voters=read_bootstrap_voters(cfg["metadata.log.dir"]), bootstrap_servers=bootstrap,
+                   clock=clock, net=net, store=store)
+        if listen is not None:
+            log_.advertised = (listen[0] if listen[0] not in ("0.0.0.0", "::", "") else "localhost", listen[1])
+        return log_
 
     # ------------------------------------------------------------------ MetadataLog
     def register(self, listener: Listener) -> None:
@@ -154,16 +205,24 @@ class RaftMetadataLog:
 
     async def start(self) -> None:
         state, snap, entries = await self.store.open()
-        self.core = RaftCore(self.node_id, sorted(self.voters), self.rng, self.timeouts, state=state,
-                             snapshot=snap, entries=entries, now_ms=self.now_ms())
+        static = sorted(self.voters)
+        if not static and self.initial_voters is None and not entries and snap is None:
+            # a node joining a dynamic quorum: learn the leader from controller.quorum.bootstrap.servers
+            static = await self._discover()
+        self.core = RaftCore(self.node_id, static, self.rng, self.timeouts, state=state,
+                             snapshot=snap, entries=entries, now_ms=self.now_ms(), initial_voters=self.initial_voters)
+        self.voters.update({v.id: (v.host, v.port) for v in self.core.voter_info.values() if v.host})
+        self.is_voter = self.core.is_voter
         peers = dict(self.voters)
         self.transport = GrpcTransport(self.node_id, peers, self._deliver, self._unreachable,
                                        self.timeouts.request_ms / 1000, credentials=self.channel_credentials,
-                                       net=self.net)
-        if self.is_voter and self.listen is not None:
+                                       cluster_id=self.cluster_id or None, clock=self.clock, net=self.net)
+        if self.listen is not None:
             self.server = self.net.grpc_server([("grpc.so_reuseport", 0),
-                                                ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE)])
-            pb_grpc.add_RaftQuorumServicer_to_server(RaftServicer(self.transport, self.describe_pb), self.server)
+                                                ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE)],
+                                               server_interceptors(self.cluster_id or None))
+            pb_grpc.add_RaftQuorumServicer_to_server(RaftServicer(self.transport, self.describe_pb, self.change_voters),
+                                                     self.server)
             for add in self.servicers:
                 add(self.server)
             addr = f"{self.listen[0]}:{self.listen[1]}"
@@ -212,6 +271,8 @@ class RaftMetadataLog:
                 await asyncio.wait([self._task], timeout=5)
             if self._task.done() and not self._task.cancelled() and self._task.exception() is not None:
                 log.debug("node %d: metadata loop ended with %r", self.node_id, self._task.exception())
+        if self._updating is not None:
+            self._updating.cancel()
         if self.server is not None:
             await self.server.stop(grace=None)
         if self.transport is not None:
@@ -241,6 +302,7 @@ class RaftMetadataLog:
                 core.poll(self.now_ms())
                 while (r := core.take_ready()) is not None:
                     await self.store.apply(r.ops)  # durable before anything that depends on it
+                    self._sync_peers()
                     for msg in r.messages:
                         self.transport.send(msg)
                     self._notify(r.notifications)
@@ -262,6 +324,103 @@ class RaftMetadataLog:
                 except TimeoutError:
                     pass
             self._wake.clear()
+
+    def _sync_peers(self) -> None:
+        """The voters' addresses from the voter set in the log (KIP-853); a voter whose own
+        listener differs from its entry there asks the leader to update it (UpdateRaftVoter)."""
+        core = self.core
+        for v in core.voter_info.values():
+            if v.host and self.voters.get(v.id) != (v.host, v.port):
+                self.voters[v.id] = (v.host, v.port)
+                self.transport.set_peer(v.id, v.host, v.port)
+        self.is_voter = core.is_voter
+        me = core.voter_info.get(self.node_id)
+        if (me is not None and self.listen is not None and self.advertised is not None and core.dynamic
+                and (me.host, me.port) != self.advertised and core.leader_id not in (None, self.node_id)
+                and core.role is Role.FOLLOWER and (self._updating is None or self._updating.done())):
+            self._updating = asyncio.get_running_loop().create_task(self._update_own_endpoint(me))
+
+    async def _update_own_endpoint(self, me: Voter) -> None:
+        host, port = self.advertised
+        leader = self.voters.get(self.core.leader_id)
+        if leader is None:
+            return
+        icpt = client_interceptors(self.cluster_id or None)
+        try:
+            async with self.net.grpc_channel(f"{leader[0]}:{leader[1]}", self.channel_credentials, (),
+                                             icpt) as ch:
+                r = await pb_grpc.RaftQuorumStub(ch).UpdateVoter(pb.UpdateVoterRequest(
+                    voter_id=self.node_id, directory_id=me.directory_id, host=host, port=port),
+                    timeout=self.timeouts.request_ms / 1000 + 5)
+            if r.error == NONE:
+                log.info("node %d: the voter set now has this node's listener %s:%d", self.node_id, host, port)
+            else:
+                log.info("node %d: UpdateRaftVoter refused: %s", self.node_id, r.error_message)
+                await asyncio.sleep(1)
+        except grpc.aio.AioRpcError as e:
+            log.debug("node %d: UpdateRaftVoter failed: %s", self.node_id, e.code())
+            await asyncio.sleep(1)
+
+    async def _discover(self) -> list[int]:
+        """DescribeQuorum on controller.quorum.bootstrap.servers until one names the leader:
+        it is the voter this node fetches from until the log tells it the whole voter set."""
+        if not self.bootstrap_servers:
+            raise ValueError("no controller.quorum.voters and no controller.quorum.bootstrap.servers: nothing to "
+                             "find the metadata quorum with")
+        i = 0
+        while True:
+            host, port = self.bootstrap_servers[i % len(self.bootstrap_servers)]
+            i += 1
+            try:
+                icpt = client_interceptors(self.cluster_id or None)
+                async with self.net.grpc_channel(f"{host}:{port}", self.channel_credentials, (), icpt) as ch:
+                    r = await pb_grpc.RaftQuorumStub(ch).DescribeQuorum(pb.DescribeQuorumRequest(), timeout=2)
+                if r.leader_id >= 0 and r.leader_host:
+                    self.voters[r.leader_id] = (r.leader_host, r.leader_port)
+                    log.info("node %d: the metadata quorum's leader is %d at %s:%d", self.node_id, r.leader_id,
+                             r.leader_host, r.leader_port)
+                    return [r.leader_id]
+            except grpc.aio.AioRpcError as e:
+                log.debug("node %d: bootstrap server %s:%d: %s", self.node_id, host, port, e.code())
+            await asyncio.sleep(0.2)
+
+    async def change_voters(self, add: Voter | None = None, remove: tuple[int, str] | None = None,
+                            update: Voter | None = None) -> pb.VoterChangeResponse:
+        """AddRaftVoter / RemoveRaftVoter on this node: the leader appends the new voter set and
+        answers once it is committed; any other node names the leader."""
+        core = self.core
+        try:
+            if add is not None:
+                off = core.add_voter(add, self.now_ms())
+            elif update is not None:
+                off = core.update_voter(update, self.now_ms())
+            else:
+                off = core.remove_voter(*remove, self.now_ms())
+        except NotLeaderError:
+            lid = core.leader().leader_id
+            host, port = self.voters.get(lid, ("", 0)) if lid is not None else ("", 0)
+            return pb.VoterChangeResponse(error=NOT_LEADER, error_message="not the leader",
+                                          leader_id=-1 if lid is None else lid, leader_host=host, leader_port=port)
+        except VoterChangeError as e:
+            return pb.VoterChangeResponse(error=e.code, error_message=e.message, leader_id=self.node_id)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(core.epoch, off, fut, self.now_ms()))
+        self._wake.set()
+        try:
+            async with asyncio.timeout(max(self.timeouts.request_ms / 1000, 5.0)):
+                await fut
+        except TimeoutError:
+            return pb.VoterChangeResponse(error=int(ErrorCode.REQUEST_TIMED_OUT), error_message="the new voter set "
+                                          "was not committed in time", leader_id=self.node_id)
+        except NotLeaderError:
+            return pb.VoterChangeResponse(error=NOT_LEADER, error_message="lost the leadership before the change "
+                                          "committed", leader_id=-1)
+        return pb.VoterChangeResponse(error=NONE, leader_id=self.node_id)
+
+    def voter_endpoints(self) -> list[tuple[int, str, int]]:
+        """The current voters and their controller listeners (for the brokers' controller channel)."""
+        ids = self.core.voters if self.core is not None else sorted(self.voters)
+        return [(v, *self.voters[v]) for v in ids if v in self.voters]
 
     def _notify(self, notes) -> None:
         for note in notes:
@@ -367,7 +526,7 @@ class RaftMetadataLog:
                                    last_fetch_timestamp=self._wall(r.last_fetch_ms),
                                    last_caught_up_timestamp=self._wall(r.last_caught_up_ms))
 
-        host, port = self.voters[info.leader_id]
+        host, port = self.voters.get(info.leader_id, self.advertised or ("", 0))
         return pb.DescribeQuorumResponse(error=NONE, leader_id=info.leader_id, leader_epoch=info.epoch,
                                          high_watermark=info.high_watermark, voters=[rs(v) for v in info.voters],
                                          observers=[rs(o) for o in info.observers], leader_host=host,

@@ -160,6 +160,7 @@ class ProcessQuorum:
                 "controller.listener.names": "CONTROLLER",
                 "metadata.log.dir": os.path.join(d, "metadata"),
                 "log.dirs": os.path.join(d, "data"),
+                "cluster.id": "a3JhZnR5LXRlc3Qtbm9kZQ",  # formats the empty directories on first start
                 **(overrides or {}),
             }
             path = os.path.join(d, "server.properties")

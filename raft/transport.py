@@ -16,11 +16,14 @@ from collections.abc import Callable
 
 import grpc
 
+from common.clock import SYSTEM, Clock
 from common.net import REAL, Net
 from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
+from proto.cluster_id import client_interceptors, refused_for_cluster_id
 from raft import messages as m
+from raft.core import Voter
 
 log = logging.getLogger("krafty.raft.transport")
 
@@ -136,9 +139,12 @@ class GrpcTransport:
 
     def __init__(self, node_id: int, peers: dict[int, tuple[str, int]], deliver: Callable[[m.Message], None],
                  unreachable: Callable[[int, int], None], request_timeout_s: float,
-                 credentials: grpc.ChannelCredentials | None = None, net: Net = REAL) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, cluster_id: str | None = None,
+                 clock: Clock = SYSTEM, net: Net = REAL) -> None:
         self.node_id = node_id
         self.net = net
+        self.clock = clock
+        self.cluster_id = cluster_id  # sent with every request; a peer of another cluster refuses them
         self.credentials = credentials  # TLS to the other voters; None = plaintext
         self.peers = peers
         self.deliver = deliver
@@ -150,15 +156,23 @@ class GrpcTransport:
         self._inbound_corr = itertools.count(1 << 40)
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._cluster_refusals: dict[int, float] = {}  # peer -> when we last logged its cluster-id refusal
 
     def _stub(self, peer: int) -> pb_grpc.RaftQuorumStub:
         stub = self._stubs.get(peer)
         if stub is None:
             host, port = self.peers[peer]
-            ch = self.net.grpc_channel(f"{host}:{port}", self.credentials, CHANNEL_OPTIONS)
+            ch = self.net.grpc_channel(f"{host}:{port}", self.credentials, CHANNEL_OPTIONS,
+                                       client_interceptors(self.cluster_id))
             self._channels.append(ch)
             stub = self._stubs[peer] = pb_grpc.RaftQuorumStub(ch)
         return stub
+
+    def set_peer(self, peer: int, host: str, port: int) -> None:
+        """A voter's (new) address, from the voter set in the log (KIP-853)."""
+        if self.peers.get(peer) != (host, port):
+            self.peers[peer] = (host, port)
+            self._stubs.pop(peer, None)
 
     def send(self, msg: m.Message) -> None:
         if self._closed:
@@ -183,6 +197,11 @@ class GrpcTransport:
         try:
             resp = await method(to_pb(body), timeout=timeout)
         except grpc.aio.AioRpcError as e:
+            refused = refused_for_cluster_id(e)
+            now = self.clock.monotonic()
+            if refused and self._cluster_refusals.get(msg.dst, -10.0) + 10 < now:  # (every 10 s at most)
+                self._cluster_refusals[msg.dst] = now
+                log.error("node %d: node %d refused %s: %s", self.node_id, msg.dst, type(body).__name__, refused)
             log.debug("node %d: %s to %d failed: %s", self.node_id, type(body).__name__, msg.dst, e.code())
             if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and not self._closed:
                 # No answer at all: the request is lost (a liveness hint for the core, never a safety input).
@@ -233,9 +252,11 @@ class GrpcTransport:
 
 
 class RaftServicer(pb_grpc.RaftQuorumServicer):
-    def __init__(self, transport: GrpcTransport, describe: Callable[[], pb.DescribeQuorumResponse]) -> None:
+    def __init__(self, transport: GrpcTransport, describe: Callable[[], pb.DescribeQuorumResponse],
+                 change_voters=None) -> None:
         self.t = transport
         self._describe = describe
+        self._change_voters = change_voters  # RaftMetadataLog.change_voters (KIP-853)
 
     async def Vote(self, request, context):
         return await self.t.handle_inbound(request, context)
@@ -254,3 +275,14 @@ class RaftServicer(pb_grpc.RaftQuorumServicer):
 
     async def DescribeQuorum(self, request, context):
         return self._describe()
+
+    async def AddVoter(self, request, context):
+        return await self._change_voters(add=Voter(request.voter_id, request.directory_id, request.host,
+                                                   request.port))
+
+    async def UpdateVoter(self, request, context):
+        return await self._change_voters(update=Voter(request.voter_id, request.directory_id, request.host,
+                                                      request.port))
+
+    async def RemoveVoter(self, request, context):
+        return await self._change_voters(remove=(request.voter_id, request.directory_id))

@@ -106,10 +106,11 @@ class SimNet:
         return self._fd
 
     # -- the Net of one process (common/net.py) ---------------------------------------
-    def grpc_channel(self, target: str, credentials=None, options=()) -> SimChannel:
+    # the cluster-id interceptors (proto/cluster_id.py) are not run: a world is one cluster
+    def grpc_channel(self, target: str, credentials=None, options=(), interceptors=()) -> SimChannel:
         return SimChannel(self, target)
 
-    def grpc_server(self, options=()) -> SimGrpcServer:
+    def grpc_server(self, options=(), interceptors=()) -> SimGrpcServer:
         return SimGrpcServer(self)
 
     def listen_socket(self, host: str, port: int) -> SimListener:
@@ -201,6 +202,12 @@ class SimChannel:
 
     async def channel_ready(self) -> None:
         pass
+
+    async def __aenter__(self) -> SimChannel:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
 
 
 class SimGrpcServer:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.config import KEYS, TOPIC_KEYS, is_sensitive
+from broker.apis.broker_config_apis import BROKER, BROKER_LOGGER, broker_key_synonyms
+from broker.apis.broker_config_apis import config_str as _config_str
+from broker.apis.broker_config_apis import config_type as _config_type
+from common.config import KEYS, TOPIC_KEYS
+from common.dynamic_config import SOURCE_DEFAULT, SOURCE_TOPIC
 from common.errors import ErrorCode, KafkaError
 from common.topic_names import INTERNAL_TOPICS, RESERVED_TOPICS
 from metadata.acl import AclOperation as Op
@@ -157,72 +161,59 @@ class AdminApis:
         req = self.decode(ctx, body, ver)
         image = self.image
         results = []
+        seen: set[tuple[int, str]] = set()
         for res in req.resources:
             entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
                                      "resource_name": res.resource_name, "configs": []}
             results.append(entry)
+            # Kafka's clients never repeat a resource (a map of them); a request that names the
+            # broker 100,000 times in 1 MB would have the node build ~300 entries for each, a
+            # response of gigabytes: the repeats are refused, without configs
+            if (res.resource_type, res.resource_name) in seen:
+                entry["error_code"] = ErrorCode.INVALID_REQUEST
+                entry["error_message"] = "Duplicate resource in the request"
+                continue
+            seen.add((res.resource_type, res.resource_name))
             wanted = set(res.configuration_keys) if res.configuration_keys else None
             if res.resource_type == 2 and not self.authorize(ctx, Op.DESCRIBE_CONFIGS, RT.TOPIC, res.resource_name):
                 entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
-            if res.resource_type == 4 and not self.authorize_cluster(ctx, Op.DESCRIBE_CONFIGS):
+            if res.resource_type in (BROKER, BROKER_LOGGER) and not self.authorize_cluster(ctx, Op.DESCRIBE_CONFIGS):
                 entry["error_code"] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                 continue
-            if res.resource_type == 2:
-                if res.resource_name not in image.topics_by_name:
-                    entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    entry["error_message"] = f"Topic {res.resource_name} does not exist"
-                    continue
-                overrides = image.topic_config(res.resource_name)
-                for k, v in self._effective_topic_config(overrides):
-                    if wanted is not None and k not in wanted:
+            try:
+                if res.resource_type == 2:
+                    if res.resource_name not in image.topics_by_name:
+                        entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                        entry["error_message"] = f"Topic {res.resource_name} does not exist"
                         continue
-                    broker_key = next((b.name for b in KEYS.values() if b.topic_key == k), None)
-                    if k in overrides:
-                        source = 1
-                    elif broker_key and broker_key in self.config.explicit:
-                        source = 4
-                    else:
-                        source = 5
-                    synonyms = []
-                    if req.include_synonyms:
-                        if k in overrides:
-                            synonyms.append({"name": k, "value": v, "source": 1})
-                        if broker_key:
-                            synonyms.append({"name": broker_key, "value": _config_str(self._topic_defaults.get(k)),
-                                             "source": 4 if broker_key in self.config.explicit else 5})
-                    entry["configs"].append({"name": k, "value": v, "read_only": False, "config_source": source,
-                                             "is_sensitive": False, "synonyms": synonyms,
-                                             "config_type": _config_type(TOPIC_KEYS[k])})
-            elif res.resource_type == 4:
-                if res.resource_name not in ("", str(self.broker_id)):
-                    entry["error_code"] = ErrorCode.INVALID_REQUEST
-                    entry["error_message"] = f"unexpected broker id {res.resource_name}, expected {self.broker_id}"
-                    continue
-                # every declared key, and the listener-prefixed ones that were set (as Kafka lists them)
-                listener_keys = [k for k in self.config.explicit if k.startswith("listener.name.")
-                                 and k not in KEYS and k not in self.config.unknown]
-                for k in sorted([*KEYS, *listener_keys]):
-                    if wanted is not None and k not in wanted:
-                        continue
-                    v = _config_str(self.config[k]) if k in KEYS else self.config.explicit[k]
-                    entry["configs"].append(self._broker_config_entry(
-                        k, v, _config_type(KEYS[k]) if k in KEYS else 2, req.include_synonyms))
-            else:
-                entry["error_code"] = ErrorCode.INVALID_REQUEST
-                entry["error_message"] = f"unsupported resource type {res.resource_type}"
+                    entry["configs"] = self._describe_topic_configs(image.topic_config(res.resource_name), wanted,
+                                                                    req.include_synonyms)
+                elif res.resource_type == BROKER:
+                    entry["configs"] = self.describe_broker_configs(res.resource_name, wanted, req.include_synonyms)
+                elif res.resource_type == BROKER_LOGGER:
+                    entry["configs"] = self.describe_broker_loggers(res.resource_name, wanted)
+                else:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {res.resource_type}")
+            except KafkaError as e:
+                entry["error_code"], entry["error_message"] = e.code, e.message
         return {"throttle_time": 0, "results": results}
 
-    def _broker_config_entry(self, name: str, value: str | None, config_type: int, synonyms: bool) -> dict:
-        """A DescribeConfigs entry of a static broker key. A secret (a PASSWORD-type key, or one
-        named like it) has a null value, also in its synonyms, and is marked sensitive, as in Kafka."""
-        source = 4 if name in self.config.explicit else 5
-        sensitive = is_sensitive(name)
-        if sensitive:
-            value, config_type = None, 9  # ConfigType PASSWORD
-        return {"name": name, "value": value, "read_only": True, "config_source": source, "is_sensitive": sensitive,
-                "synonyms": [{"name": name, "value": value, "source": source}] if synonyms else [],
-                "config_type": config_type}
+    def _describe_topic_configs(self, overrides: dict[str, str], wanted: set[str] | None, synonyms: bool) -> list:
+        """Kafka's createTopicConfigEntry: the topic's override, else the broker key that
+        defaults it (dynamic for this broker, dynamic cluster default, static, built-in)."""
+        out = []
+        for k, v in self._effective_topic_config(overrides):
+            if wanted is not None and k not in wanted:
+                continue
+            broker_key = _BROKER_KEY_OF.get(k)
+            syn = [(k, v, SOURCE_TOPIC)] if k in overrides else []
+            if broker_key:
+                syn += broker_key_synonyms(self.config, broker_key)
+            out.append({"name": k, "value": v, "read_only": False, "config_source": syn[0][2] if syn else SOURCE_DEFAULT,
+                        "is_sensitive": False, "config_type": _config_type(TOPIC_KEYS[k]),
+                        "synonyms": [{"name": n, "value": x, "source": s} for n, x, s in syn] if synonyms else []})
+        return out
 
     async def incremental_alter_configs(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
@@ -230,19 +221,24 @@ class AdminApis:
                                          ctx)
 
     async def alter_configs(self, ctx, body, ver):
-        """The legacy, non-incremental AlterConfigs replaces a topic's whole set of overrides."""
+        """The legacy, non-incremental AlterConfigs replaces a resource's whole set of configs."""
         req = self.decode(ctx, body, ver)
         image = self.image
 
         def ops(res):
             new = {c.name: c.value for c in res.configs}
+            if res.resource_type == BROKER:  # the broker path adds the deletions itself
+                return [(k, 0, v) for k, v in new.items()]
             return [(k, 1, None) for k in image.topic_config(res.resource_name) if k not in new] + [
                 (k, 0, v) for k, v in new.items()]
-        return await self._alter_configs(req, ops, ctx)
+        return await self._alter_configs(req, ops, ctx, legacy=True)
 
-    async def _alter_configs(self, req, ops_of, ctx=None) -> dict:
+    async def _alter_configs(self, req, ops_of, ctx=None, *, legacy: bool = False) -> dict:
         out = []
         too_many = len(req.resources) > MAX_RECORDS_PER_USER_OP  # one record per config at least
+        seen: dict[tuple[int, str], int] = {}
+        for res in req.resources:
+            seen[(res.resource_type, res.resource_name)] = seen.get((res.resource_type, res.resource_name), 0) + 1
         for res in req.resources:
             entry = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
                      "resource_name": res.resource_name}
@@ -250,15 +246,22 @@ class AdminApis:
             try:
                 if too_many or len(res.configs) > MAX_RECORDS_PER_USER_OP:
                     raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS)
+                if res.resource_type in (BROKER, BROKER_LOGGER) and seen[(res.resource_type, res.resource_name)] > 1:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
                 if ctx is not None and res.resource_type == 2 and not self.authorize(
                         ctx, Op.ALTER_CONFIGS, RT.TOPIC, res.resource_name):
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-                if ctx is not None and res.resource_type == 4 and not self.authorize_cluster(ctx, Op.ALTER_CONFIGS):
+                if ctx is not None and res.resource_type in (BROKER, BROKER_LOGGER) and not self.authorize_cluster(
+                        ctx, Op.ALTER_CONFIGS):
                     raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-                if res.resource_type != 2:
-                    raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                     "only topic configs can be altered; dynamic broker configs are not supported")
-                await self.controller.alter_topic_configs(res.resource_name, ops_of(res), req.validate_only)
+                if res.resource_type == BROKER:
+                    await self.alter_broker_configs(res.resource_name, ops_of(res), req.validate_only, legacy=legacy)
+                elif res.resource_type == BROKER_LOGGER and not legacy:
+                    self.alter_broker_loggers(res.resource_name, ops_of(res), req.validate_only)
+                elif res.resource_type == 2:
+                    await self.controller.alter_topic_configs(res.resource_name, ops_of(res), req.validate_only)
+                else:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {res.resource_type}")
             except KafkaError as e:
                 entry["error_code"], entry["error_message"] = e.code, e.message
         return {"throttle_time": 0, "responses": out}
@@ -272,18 +275,4 @@ def _too_large_create_topics(topics, default_partitions: int) -> str | None:
     return TOO_MANY_RECORDS if len(topics) > MAX_RECORDS_PER_USER_OP else None
 
 
-def _config_str(v) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, list):
-        return ",".join(str(x) if not hasattr(x, "port") else f"{x.name}://{x.host}:{x.port}" for x in v)
-    if isinstance(v, dict):
-        return ",".join(f"{k}:{x}" for k, x in v.items())
-    return str(v)
-
-
-def _config_type(key) -> int:
-    name = getattr(key.parse, "__name__", "")
-    return {"_bool": 1, "_int": 5, "_list": 7}.get(name, 2)
+_BROKER_KEY_OF = {k.topic_key: k.name for k in KEYS.values() if k.topic_key}  # topic key -> its broker key

@@ -67,18 +67,23 @@ class FetchApis:
             else:
                 denied = frozenset(w[0] for w in wanted if w[0] is not None
                                    and not self.authorize(ctx, Op.READ, RT.TOPIC, w[0]))
-        quota_cap = None  # a consumer with a fetch quota gets at most its quota over the window per response
+        # a response carries at most fetch.max.bytes (Kafka's cap, followers' too: a client asking
+        # for 2 GiB would have the broker build it), and a consumer with a fetch quota at most its
+        # quota over the window
+        bytes_cap = self.config["fetch.max.bytes"]
         if replica_id < 0 and image.client_quotas:
             self.quotas.update(image.client_quotas)
             quota_cap = self.quotas.max_bytes_in_window(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)),
                                                         ctx.header.client_id or "")
+            if quota_cap is not None:
+                bytes_cap = min(bytes_cap, quota_cap)
         first_pass = True
         while True:
             topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image, denied,
-                                                         quota_cap)
+                                                         bytes_cap)
             first_pass = False
             left = deadline - self.clock.monotonic()
-            if total >= req.min_bytes or errors or left <= 0 or not wanted:
+            if total >= min(req.min_bytes, bytes_cap) or errors or left <= 0 or not wanted:
                 break
             if replica_id >= 0 and fctx.session is not None and any(
                     fctx.has_news(((tid if ver >= 13 else name), r.index), r.high_watermark, r.log_start_offset)
@@ -113,6 +118,7 @@ class FetchApis:
         follower_reads = from_consumer and ver >= 11
         client_rack = (req.rack_id or None) if follower_reads else None
         selector = self.replica_selector if client_rack else None
+        read_committed = from_consumer and req.isolation_level == 1  # Fetch v4+ (the baseline)
         remaining = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
         if max_bytes_cap is not None:
             remaining = min(remaining, max_bytes_cap)
@@ -124,6 +130,7 @@ class FetchApis:
             for p in parts:
                 r = wire.FetchPartitionResult(p.partition, 0, -1, -1, -1, None)
                 out.append(r)
+                throttled = False
                 try:
                     if name in denied:
                         raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -144,13 +151,21 @@ class FetchApis:
                             raise KafkaError(v.error)
                         if v.diverging_epoch is not None:
                             r.diverging_epoch = v.diverging_epoch
-                            r.high_watermark = r.last_stable_offset = st.high_watermark
+                            r.high_watermark = st.high_watermark
+                            r.last_stable_offset = lg.last_stable_offset(st.high_watermark)
                             r.log_start_offset = lg.log_start_offset
                             errors = True  # answer at once
                             continue
                         if first_pass:
-                            self.replicas.on_follower_fetch(part, replica_id, p.fetch_offset)
+                            self.replicas.on_follower_fetch(part, replica_id, p.fetch_offset,
+                                                            p.log_start_offset if ver >= 5 else -1)
                         max_offset = lg.log_end_offset
+                        quota = self.replicas.leader_quota
+                        if quota.enabled and self.replicas.throttled(quota, (name, p.partition),
+                                                                     replica_id in st.isr):
+                            throttled = True  # a reassignment's new replica (leader.replication.throttled.*)
+                            if quota.is_exceeded(self.clock.monotonic()):
+                                max_offset = -1  # nothing this time: answered with the watermarks only
                     else:
                         if ver >= 9:
                             bad = st.check_leader_epoch(p.current_leader_epoch)
@@ -162,21 +177,33 @@ class FetchApis:
                                                                      p.fetch_offset)
                             if preferred is not None:
                                 r.preferred_read_replica = preferred
-                                r.high_watermark = r.last_stable_offset = st.high_watermark
+                                r.high_watermark = st.high_watermark
+                                r.last_stable_offset = lg.last_stable_offset(st.high_watermark)
                                 r.log_start_offset = lg.log_start_offset
                                 errors = True  # answer at once, without records
                                 continue
                     r.high_watermark = st.high_watermark
-                    r.last_stable_offset = st.high_watermark
+                    r.last_stable_offset = lso = lg.last_stable_offset(st.high_watermark)
                     r.log_start_offset = lg.log_start_offset
                     if p.fetch_offset < lg.log_start_offset or p.fetch_offset > lg.log_end_offset:
                         raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                    if read_committed:
+                        max_offset = min(max_offset, lso)  # nothing of an undecided transaction
+                        r.aborted = []
+                    if max_offset < 0:
+                        continue
                     limit = min(p.partition_max_bytes, remaining)
                     sl = lg.read(p.fetch_offset, limit, max_offset, min_one_batch=(total == 0))
                     if sl is not None and sl.size > 0:
                         r.records = FileRegion(sl.fd, sl.position, sl.size, sl.file)
                         total += sl.size
                         remaining -= sl.size
+                        if read_committed and lg.has_aborted_transactions(p.fetch_offset):
+                            # the client drops the records of these (KIP-98): the bytes stay zero-copy
+                            r.aborted = [(t.producer_id, t.first_offset) for t in lg.aborted_transactions(
+                                p.fetch_offset, lg.fetch_upper_bound(sl))]
+                        if throttled:
+                            self.replicas.leader_quota.record(sl.size, self.clock.monotonic())
                 except KafkaError as e:
                     r.error = e.code
                     errors = True

@@ -1,5 +1,5 @@
 """Handlers of the group APIs (classic protocol): FindCoordinator, JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, ListGroups,
+Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, ListGroups,
 DescribeGroups, DeleteGroups. They decode with the generated codec, ask the
 ``GroupCoordinator`` for the group's shard, and turn its answers into responses for the
 requested version. Member metadata and assignments are relayed byte for byte."""
@@ -11,7 +11,7 @@ import datetime
 import logging
 import struct
 
-from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, map_append_error
 from broker.group.state import JoinRequest, join_error, sync_error
 from broker.protocol.apis import ApiKey
 from common.errors import ErrorCode, KafkaError
@@ -58,6 +58,14 @@ def _clamp_retention_time(body: bytes) -> tuple[bytes, int]:
     return body, retention
 
 
+def _merge_topics(topics: list[dict]) -> list[dict]:
+    """One entry per topic, however its partitions fared."""
+    merged: dict[str, list] = {}
+    for t in topics:
+        merged.setdefault(t["name"], []).extend(t["partitions"])
+    return [{"name": n, "partitions": ps} for n, ps in merged.items()]
+
+
 class GroupApis:
     def __init__(self, apis, coordinator: GroupCoordinator):
         self.apis = apis  # KafkaApis: decode() and the metadata image
@@ -71,6 +79,7 @@ class GroupApis:
             ApiKey.HEARTBEAT: self.heartbeat,
             ApiKey.LEAVE_GROUP: self.leave_group,
             ApiKey.OFFSET_COMMIT: self.offset_commit,
+            ApiKey.TXN_OFFSET_COMMIT: self.txn_offset_commit,
             ApiKey.OFFSET_FETCH: self.offset_fetch,
             ApiKey.OFFSET_DELETE: self.offset_delete,
             ApiKey.LIST_GROUPS: self.list_groups,
@@ -102,33 +111,24 @@ class GroupApis:
             res["error_code"] = (ErrorCode.GROUP_AUTHORIZATION_FAILED if key_type == KEY_TYPE_GROUP
                                  else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             return res
-        if key_type == KEY_TYPE_TRANSACTION:
-            res["error_code"] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            res["error_message"] = "transactions are not supported by this broker"
-            return res
-        if key_type != KEY_TYPE_GROUP:
+        if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
             res["error_code"] = ErrorCode.INVALID_REQUEST
             res["error_message"] = f"unsupported coordinator key type {key_type}"
             return res
         if key is None:
             res["error_code"] = ErrorCode.INVALID_REQUEST
             return res
-        err = await self.coordinator.ensure_offsets_topic()
+        # __consumer_offsets or __transaction_state: created on the first FindCoordinator
+        runtime = (self.coordinator if key_type == KEY_TYPE_GROUP else self.apis.txn_coordinator).runtime
+        err = await runtime.ensure_topic()
         if err:
             res["error_code"] = err
             return res
-        image = self.apis.image
-        t = image.topics_by_name.get(OFFSETS_TOPIC)
-        if t is None or not t.partitions:
-            res["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        err, node, host, port = runtime.coordinator_endpoint(key, ctx.listener)
+        if err:
+            res["error_code"] = err
             return res
-        p = t.partitions.get(self.coordinator.partition_for(key))
-        b = image.brokers.get(p.leader) if p is not None and p.leader >= 0 else None
-        ep = b.endpoint(ctx.listener) if b is not None and not b.fenced else None
-        if ep is None:
-            res["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
-            return res
-        res.update(node_id=b.id, host=ep.host, port=ep.port)
+        res.update(node_id=node, host=host, port=port)
         return res
 
     # --- JoinGroup --------------------------------------------------------------------------
@@ -248,10 +248,7 @@ class GroupApis:
                                       wall=c.wall())
         out += self._commit_error(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED)["topics"]
         out += self._commit_error(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)["topics"]
-        merged: dict[str, list] = {}  # one entry per topic, however its partitions fared
-        for t in out:
-            merged.setdefault(t["name"], []).extend(t["partitions"])
-        out = [{"name": n, "partitions": ps} for n, ps in merged.items()]
+        out = _merge_topics(out)
         if w is not None:
             err = await self.coordinator.write(shard.partition, w, offsets=True)
             if err:
@@ -260,6 +257,60 @@ class GroupApis:
                         if not p["error_code"]:
                             p["error_code"] = int(err)
         return {"throttle_time": 0, "topics": out}
+
+    # --- TxnOffsetCommit ----------------------------------------------------------------------
+    async def txn_offset_commit(self, ctx, body, ver):
+        """Offsets committed inside a transaction (send_offsets_to_transaction): written to
+        ``__consumer_offsets`` as a transactional batch of the producer, pending until the
+        transaction's marker reaches the group's partition. The partition is verified with
+        the transaction coordinator first (KIP-890; added to the transaction from v5)."""
+        req = self._decode(ctx, body, ver)
+        topics = [(t.name, [(p.partition_index, p.committed_offset, p.committed_leader_epoch if ver >= 2 else -1,
+                             p.committed_metadata) for p in t.partitions]) for t in req.topics]
+        if not self.apis.authorize(ctx, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id):
+            return self._txn_commit_error(topics, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not self.apis.authorize(ctx, Op.READ, RT.GROUP, req.group_id):
+            return self._txn_commit_error(topics, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        denied = [t for t in topics if not self.apis.authorize(ctx, Op.READ, RT.TOPIC, t[0])]
+        topics, unknown = self._split_unknown([t for t in topics if t not in denied])
+        refused = (self._commit_error(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED)["topics"]
+                   + self._commit_error(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)["topics"])
+        if not topics:
+            return {"throttle_time": 0, "topics": refused}
+        replicas = self.apis.replicas
+        try:
+            shard = self.coordinator.shard_for(req.group_id)
+            part = replicas.leader_partition((OFFSETS_TOPIC, shard.partition))
+        except KafkaError as e:
+            code = map_append_error(e.code, True) if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER else e.code
+            return self._txn_commit_error(topics, code, refused)
+        guards, errors = await replicas.verify_transaction(
+            req.transactional_id, req.producer_id, req.producer_epoch, [part], [0], supports_epoch_bump=ver >= 5)
+        if errors:
+            code = next(iter(errors.values()))
+            return self._txn_commit_error(topics, ErrorCode.COORDINATOR_NOT_AVAILABLE
+                                          if code == ErrorCode.NETWORK_EXCEPTION else code, refused)
+        try:
+            shard = self.coordinator.shard_for(req.group_id)  # it may have moved meanwhile
+        except KafkaError as e:
+            return self._txn_commit_error(topics, e.code, refused)
+        c = self.coordinator
+        out, w = shard.commit_txn_offsets(c.now(), req.group_id, req.producer_id, req.producer_epoch,
+                                          req.member_id if ver >= 3 else "",
+                                          req.group_instance_id if ver >= 3 else None,
+                                          req.generation_id if ver >= 3 else -1, topics, wall=c.wall())
+        if w is not None:
+            w.verification_guard = guards.get((OFFSETS_TOPIC, shard.partition))
+            err = await self.coordinator.write(shard.partition, w, offsets=True)
+            if err:
+                for t in out:
+                    for p in t["partitions"]:
+                        if not p["error_code"]:
+                            p["error_code"] = int(err)
+        return {"throttle_time": 0, "topics": _merge_topics(out + refused)}
+
+    def _txn_commit_error(self, topics, code: int, refused=()) -> dict:
+        return {"throttle_time": 0, "topics": _merge_topics(self._commit_error(topics, code)["topics"] + list(refused))}
 
     def _split_unknown(self, topics):
         """(partitions that exist, those that do not): Kafka answers a commit for a topic or
@@ -283,7 +334,7 @@ class GroupApis:
             for name, parts in topics]}
 
     # --- OffsetFetch ------------------------------------------------------------------------
-    def _fetch_group(self, group_id: str, topics, ctx=None) -> tuple[int, list[dict]]:
+    def _fetch_group(self, group_id: str, topics, ctx=None, require_stable: bool = False) -> tuple[int, list[dict]]:
         wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
         if ctx is not None and not self.apis.authorize(ctx, Op.DESCRIBE, RT.GROUP, group_id):
             return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
@@ -291,7 +342,8 @@ class GroupApis:
             shard = self.coordinator.shard_for(group_id)
         except KafkaError as e:
             return e.code, []
-        return ErrorCode.NONE, self._describable_offsets(ctx, shard.fetch_offsets(group_id, wanted), wanted is None)
+        return ErrorCode.NONE, self._describable_offsets(ctx, shard.fetch_offsets(group_id, wanted, require_stable),
+                                                         wanted is None)
 
     def _describable_offsets(self, ctx, topics: list[dict], all_topics: bool) -> list[dict]:
         """Offsets of topics the principal may not describe: left out of an all-topics fetch,
@@ -313,13 +365,13 @@ class GroupApis:
         if ver >= 8:
             groups = []
             for g in req.groups:
-                code, topics = self._fetch_group(g.group_id, g.topics, ctx)
+                code, topics = self._fetch_group(g.group_id, g.topics, ctx, req.require_stable)
                 groups.append({"group_id": g.group_id, "topics": topics, "error_code": int(code)})
             return {"throttle_time": 0, "groups": groups}
         topics_req = req.topics
         if ver < 2 and topics_req is None:
             topics_req = ()
-        code, topics = self._fetch_group(req.group_id, topics_req, ctx)
+        code, topics = self._fetch_group(req.group_id, topics_req, ctx, ver >= 7 and req.require_stable)
         if code and ver < 2:
             # v1 has no top-level error: every requested partition carries it
             topics = [{"name": t.name, "partitions": [

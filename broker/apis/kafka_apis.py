@@ -8,12 +8,17 @@ import asyncio
 import logging
 
 from broker.apis.admin_apis import AdminApis
+from broker.apis.broker_config_apis import BrokerConfigApis
 from broker.apis.fetch_apis import FetchApis
 from broker.apis.group_apis import GroupApis
 from broker.apis.metadata_apis import MetadataApis
 from broker.apis.offset_apis import OffsetApis
+from broker.apis.ops_apis import PartitionOpsApis
 from broker.apis.produce_apis import CloseConnection, ProduceApis
 from broker.apis.producer_apis import ProducerApis, ProducerIdAllocator
+from broker.apis.quorum_apis import QuorumApis
+from broker.apis.txn_apis import TxnApis
+from broker.apis.txn_data_apis import TxnDataApis
 from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupCoordinator
 from broker.protocol import codec
@@ -25,6 +30,7 @@ from broker.security.authorizer import ANONYMOUS, make_authorizer
 from broker.security.quotas import ClientQuotas, user_of
 from broker.security.scram_apis import ScramApis
 from broker.server import RequestContext
+from broker.txn.coordinator import TransactionCoordinator
 from common.clock import SYSTEM, Clock
 from common.config import Config, ConfigError, topic_defaults
 from common.errors import ErrorCode, KafkaError
@@ -36,7 +42,7 @@ from metadata.image import MetadataImage
 log = logging.getLogger("krafty.apis")
 
 
-class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, AdminApis):
+class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, AdminApis, BrokerConfigApis):
     """Every API of the broker: the families live in their own modules (mixins); this class
     holds the shared state (config, image, replica manager, authorizer, quotas), the
     authorization helpers and the dispatch."""
@@ -77,6 +83,12 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         # the group coordinator (broker/group) and its handlers (broker/apis/group_apis.py)
         self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller, clock)
         self.handlers.update(GroupApis(self, self.group_coordinator).handlers())
+        self.handlers.update(TxnDataApis(self, clock).handlers())  # WriteTxnMarkers, DescribeProducers
+        # the transaction coordinator (broker/txn) and its handlers (broker/apis/txn_apis.py)
+        self.txn_coordinator = TransactionCoordinator(config, broker_id, replicas, loader, controller, self.producer_ids,
+                                                      clock)
+        self.txn_apis = TxnApis(self, self.txn_coordinator)
+        self.handlers.update(self.txn_apis.handlers())
         # authorization (authorizer.class.name; None = every request allowed) and the ACL/quota APIs
         self.authorizer = make_authorizer(config)
         if self.authorizer is not None:
@@ -87,6 +99,8 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         self._muted: dict[tuple[str, int], float] = {}
         # SCRAM credential APIs; SASL requests that get here (broker/security/scram_apis.py)
         self.handlers.update(ScramApis(self).handlers())
+        self.handlers.update(PartitionOpsApis(self).handlers())  # DeleteRecords (broker/apis/ops_apis.py)
+        self.handlers.update(QuorumApis(self).handlers())  # UpdateFeatures (broker/apis/quorum_apis.py)
         self.metrics = None  # broker.metrics.BrokerMetrics when metrics are served (krafty.metrics.port)
 
     @property
@@ -175,7 +189,8 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
 
     def _frame_obj(self, ctx, obj) -> list:
         h = ctx.header
-        return [codec.response_header(h.api_key, h.api_version, h.correlation_id), codec.encode(obj)]
+        return [codec.response_header(h.api_key, h.api_version, h.correlation_id),
+                codec.encode_response(h.api_key, h.api_version, obj)]
 
     def _frame(self, ctx, version: int, obj) -> list:
         return [codec.response_header(ctx.header.api_key, version, ctx.header.correlation_id), codec.encode(obj)]

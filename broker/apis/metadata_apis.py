@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 
+from broker.apis.quorum_apis import supported_features
 from broker.group.coordinator import OFFSETS_TOPIC
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
@@ -29,16 +30,18 @@ class MetadataApis:
 
     # --- ApiVersions ------------------------------------------------------------------------
     def _api_versions_body(self, ver: int, error: int = 0):
-        metadata_version = self.image.features.get("metadata.version", 0)
+        image = self.image
+        finalized = sorted((n, lv) for n, lv in image.features.items() if lv > 0)
         return codec.build_response(ApiKey.API_VERSIONS, ver, {
             "error_code": error,
             "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
                          for k, (lo, hi) in sorted(SUPPORTED.items())],
             "throttle_time": 0,
-            "supported_features": [{"name": "metadata.version", "min_version": 7, "max_version": 21}],
-            "finalized_features_epoch": self.image.offset if metadata_version else -1,
-            "finalized_features": [{"name": "metadata.version", "max_version_level": metadata_version,
-                                    "min_version_level": metadata_version}] if metadata_version else [],
+            "supported_features": supported_features(),
+            # the metadata offset the finalized levels were read at (Kafka: its image's)
+            "finalized_features_epoch": image.offset if finalized else -1,
+            "finalized_features": [{"name": n, "max_version_level": lv, "min_version_level": lv}
+                                   for n, lv in finalized],
         })
 
     async def api_versions(self, ctx, body, ver):
@@ -102,9 +105,16 @@ class MetadataApis:
                           if self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.name)]
         else:
             to_create = []
+            seen: set = set()
             for rt in req.topics:
                 name = getattr(rt, "name", None)
                 tid = getattr(rt, "topic_id", None)
+                # each topic once, as Kafka answers (a set of the names): a request naming one
+                # topic 100,000 times in 1 MB would otherwise build its partitions 100,000 times
+                key = name if name is not None else tid
+                if key in seen:
+                    continue
+                seen.add(key)
                 if name is None and tid is not None and tid.int != 0:
                     t = image.topics_by_id.get(tid)
                     if t is not None and not self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.name):

@@ -40,7 +40,11 @@ class OffsetApis:
 
     async def _list_offset(self, part, ts: int, isolation: int, replica_id: int, res: dict) -> None:
         lg, st = part.log, part.state
+        # what the asker may read: a consumer up to the high watermark, or under read_committed
+        # up to the last stable offset (Kafka's lastFetchableOffset); a replica up to the log end
         hw = st.high_watermark if replica_id < 0 else lg.log_end_offset
+        if replica_id < 0 and isolation == 1:
+            hw = lg.last_stable_offset(st.high_watermark)
         cache = lg.leader_epoch_cache
         if ts == LATEST:
             res["offset"] = hw

@@ -1,12 +1,14 @@
 """Handler of Produce: the hand-parsed hot path (broker/apis/wire.py), record validation,
-append through the replica manager and the acks=all wait."""
+transactional batches checked with their coordinator first (KIP-890), append through the
+replica manager and the acks=all wait."""
 
 from __future__ import annotations
 
 from broker.apis import wire
-from broker.log.batch import validate_produce_batches
+from broker.log.batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_BIT, validate_produce_batches
 from broker.log.validator import RecordValidationError
 from broker.protocol import codec
+from broker.replica.txn_verifier import produce_error
 from broker.security.quotas import PRODUCE
 from common.errors import ErrorCode, KafkaError
 from common.topic_names import INTERNAL_TOPICS
@@ -30,9 +32,11 @@ class ProduceApis:
         image = self.image
         results: dict[str, list[dict]] = {}
         appended: list[tuple[tuple[str, int], int, dict]] = []
+        todo: list[tuple[str, object, dict, object, list]] = []  # (topic, partition data, result, partition, headers)
         any_error = False
-        txn_denied = req.transactional_id is not None and not self.authorize(
-            ctx, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id)
+        # Kafka: transactional records need a transactional id the principal may write
+        txn_denied = (req.transactional_id is not None or _has_transactional_records(req)) and (
+            req.transactional_id is None or not self.authorize(ctx, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id))
         for name, parts in req.topics:
             out = results.setdefault(name, [])
             auth_error = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied else
@@ -55,33 +59,33 @@ class ProduceApis:
                         raise KafkaError(ErrorCode.INVALID_RECORD, "null records")
                     headers = validate_produce_batches(p.records, part.log.config.max_message_bytes,
                                                        produce_version=ver)
-                    min_isr = self.replicas.min_insync_replicas(image, name)
                     if req.acks == -1:
-                        code = part.state.can_append_acks_all(min_isr)
+                        code = part.state.can_append_acks_all(self.replicas.min_insync_replicas(image, name))
                         if code != ErrorCode.NONE:
                             raise KafkaError(code)
-                    info = await self.replicas.append_async(part, p.records, headers)
-                    res["base_offset"] = info.first_offset
-                    res["log_append_time"] = info.log_append_time_ms
-                    res["log_start_offset"] = info.log_start_offset
-                    if self.metrics is not None:
-                        self.metrics.produced(name, len(p.records), info.last_offset - info.first_offset + 1)
-                    if req.acks == -1:
-                        appended.append(((name, p.index), info.last_offset, min_isr, res))
+                    todo.append((name, p, res, part, headers))
                 except KafkaError as e:
                     any_error = True
-                    if self.metrics is not None:
-                        self.metrics.produce_failed(name, len(p.records) if p.records is not None else 0, e.code)
-                    res["error_code"] = e.code
-                    res["error_message"] = e.message
-                    if isinstance(e, RecordValidationError):  # KIP-467 (v8+)
-                        res["record_errors"] = [{"batch_index": i, "batch_index_error_message": m}
-                                                for i, m in e.record_errors]
-                    if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
-                        t = image.topics_by_name.get(name)
-                        reg = t.partitions.get(p.index) if t else None
-                        if reg is not None:
-                            res["current_leader"] = {"leader_id": reg.leader, "leader_epoch": reg.leader_epoch}
+                    self._produce_error(image, name, p, res, e)
+        guards, unverified = await self._verify_transactional(req, ver, todo) if req.transactional_id else ({}, {})
+        for name, p, res, part, headers in todo:
+            tp = (name, p.index)
+            try:
+                if tp in unverified:
+                    code, message = unverified[tp]
+                    raise KafkaError(code, message)
+                min_isr = self.replicas.min_insync_replicas(image, name)
+                info = await self.replicas.append_async(part, p.records, headers, verification_guard=guards.get(tp))
+                res["base_offset"] = info.first_offset
+                res["log_append_time"] = info.log_append_time_ms
+                res["log_start_offset"] = info.log_start_offset
+                if self.metrics is not None:
+                    self.metrics.produced(name, len(p.records), info.last_offset - info.first_offset + 1)
+                if req.acks == -1:
+                    appended.append((tp, info.last_offset, min_isr, res))
+            except KafkaError as e:
+                any_error = True
+                self._produce_error(image, name, p, res, e)
         throttle = await self._throttle(ctx, PRODUCE, len(body), ver >= 6) if self.image.client_quotas else 0
         if req.acks == 0:
             if any_error:
@@ -91,6 +95,40 @@ class ProduceApis:
             await self._await_replication(ctx, appended, req.timeout_ms)
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in results.items()],
                 "throttle_time": throttle}
+
+    def _produce_error(self, image, name: str, p, res: dict, e: KafkaError) -> None:
+        if self.metrics is not None:
+            self.metrics.produce_failed(name, len(p.records) if p.records is not None else 0, e.code)
+        index = p.index
+        res["error_code"] = e.code
+        res["error_message"] = e.message
+        if isinstance(e, RecordValidationError):  # KIP-467 (v8+)
+            res["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in e.record_errors]
+        if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            t = image.topics_by_name.get(name)
+            reg = t.partitions.get(index) if t else None
+            if reg is not None:
+                res["current_leader"] = {"leader_id": reg.leader, "leader_epoch": reg.leader_epoch}
+
+    async def _verify_transactional(self, req, ver: int, todo) -> tuple[dict, dict]:
+        """KIP-890: the partitions whose transactional batch would start a transaction are
+        checked with the transaction coordinator in one request (added to the transaction with
+        Produce v12, transaction version 2). Returns the verification guards of the confirmed
+        partitions and ``{tp: (code, message)}`` for the others."""
+        txn = [(name, p, h[0], part) for name, p, _res, part, h in todo if h[0].is_transactional]
+        if not txn:
+            return {}, {}
+        producers = {(h.producer_id, h.producer_epoch) for _n, _p, h, _part in txn}
+        if len(producers) > 1:
+            return {}, {(n, p.index): (ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                                       "Transactional records contained more than one producer ID")
+                        for n, p, _h, _part in txn}
+        (pid, epoch), = producers
+        tv2 = ver >= 12
+        guards, errors = await self.replicas.verify_transaction(
+            req.transactional_id, pid, epoch, [part for *_x, part in txn], [h.base_sequence for _n, _p, h, _x in txn],
+            supports_epoch_bump=tv2)
+        return guards, {tp: produce_error(code, tv2) for tp, code in errors.items()}
 
     async def _await_replication(self, ctx, appended, timeout_ms: int) -> None:
         """The produce purgatory: acks=all completes when the HW passes each batch."""
@@ -110,3 +148,11 @@ class ProduceApis:
                     res["error_code"] = ErrorCode.REQUEST_TIMED_OUT
                     break
                 await ctx.park(self.replicas.wait_for_data([tp], left))
+
+
+def _has_transactional_records(req) -> bool:
+    """Whether a partition's first batch is transactional (Kafka's hasTransactionalRecords):
+    one attribute byte per partition, no parsing."""
+    at = ATTRIBUTES_OFFSET + 1  # the low byte of the int16 attributes
+    return any(p.records is not None and len(p.records) > at and p.records[at] & TRANSACTIONAL_BIT
+               for _name, parts in req.topics for p in parts)

@@ -48,8 +48,7 @@ class ProducerApis:
             return {"throttle_time": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "producer_id": -1, "producer_epoch": -1}
         if req.transactional_id is not None:
-            return {"throttle_time": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    "producer_id": -1, "producer_epoch": -1}
+            return await self.txn_apis.init_producer_id(ctx, req, ver)
         try:
             pid = await self.producer_ids.next_id()
         except KafkaError as e:

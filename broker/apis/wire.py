@@ -11,7 +11,8 @@ Fetch response v4-v17 (flexible from v12; topic ids instead of names from v13):
     responses [ topic (name string | topic_id uuid) |
         partitions [ partition_index int32 | error_code int16 | high_watermark int64 |
                      last_stable_offset int64 | [v5+ log_start_offset int64] |
-                     aborted_transactions nullable array | [v11+ preferred_read_replica int32] |
+                     aborted_transactions nullable array [ producer_id int64 | first_offset int64 ] |
+                     [v11+ preferred_read_replica int32] |
                      records nullable bytes | [flexible: tagged fields] ] ]
     [v16+: node_endpoints as tagged field 0]
 ``records`` is written as a length followed by a log file region sent with sendfile.
@@ -29,6 +30,7 @@ from broker.server import FileRegion
 _h = struct.Struct(">h")
 _i = struct.Struct(">i")
 _hq = struct.Struct(">hq")
+_qq = struct.Struct(">qq")
 
 
 @dataclasses.dataclass(slots=True)
@@ -157,6 +159,7 @@ class FetchPartitionResult:
     preferred_read_replica: int = -1
     current_leader: tuple[int, int] | None = None  # (leader id, epoch) on leadership errors (v12+)
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) for a diverged follower (v12+)
+    aborted: list[tuple[int, int]] | None = None  # read_committed: (producer id, first offset) of aborted txns
 
 
 def encode_fetch_response(version: int, topics: list[tuple[str, uuid.UUID, list[FetchPartitionResult]]],
@@ -182,7 +185,15 @@ def encode_fetch_response(version: int, topics: list[tuple[str, uuid.UUID, list[
             out += struct.pack(">qq", p.high_watermark, p.last_stable_offset)
             if version >= 5:
                 out += struct.pack(">q", p.log_start_offset)
-            out += b"\x00" if flex else b"\xff\xff\xff\xff"  # aborted_transactions: null
+            aborted = p.aborted
+            if aborted is None:
+                out += b"\x00" if flex else b"\xff\xff\xff\xff"  # aborted_transactions: null
+            else:
+                out += _uvarint(len(aborted) + 1) if flex else _i.pack(len(aborted))
+                for pid, first in aborted:
+                    out += _qq.pack(pid, first)
+                    if flex:
+                        out += b"\x00"
             if version >= 11:
                 out += _i.pack(p.preferred_read_replica)
             rec = p.records

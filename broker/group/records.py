@@ -288,3 +288,8 @@ def subscribed_topics(subscription: bytes) -> set[str] | None:
         return {r.string() for _ in range(n)}
     except RecordFormatError:
         return None
+
+
+# shared with the other coordinators' record formats (broker/txn/records.py)
+RecordReader = _Reader
+encode_string = _str

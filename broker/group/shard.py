@@ -10,6 +10,12 @@ Offsets are applied to memory when their records are appended (the shell calls
 ``Write.on_append``); answers go out once the high watermark passes them. Records above
 the high watermark only exist while this broker stays leader, and a leadership change
 unloads the shard and the next leader rebuilds it from the log.
+
+Transactional offset commits (TxnOffsetCommit, in transactional batches of the producer)
+stay pending per producer until the transaction's marker is written to this partition: a
+COMMIT makes them the committed offsets (unless a plain commit written after them is
+newer), an ABORT drops them. OffsetFetch with ``require_stable`` (KIP-447) answers
+UNSTABLE_OFFSET_COMMIT for a partition with a pending one.
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ class GroupShard:
         self.metadata_max_bytes = metadata_max_bytes
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
+        # the log offset of the record of each committed offset: a transaction's offsets only
+        # replace offsets committed before them (Kafka's OffsetAndMetadata.recordOffset)
+        self.positions: dict[str, dict[tuple[str, int], int]] = {}
+        # producer id -> group -> (topic, partition) -> (offset, log offset of its record)
+        self.pending_txn: dict[int, dict[str, dict[tuple[str, int], tuple[rec.OffsetValue, int]]]] = {}
 
     # --- loading ------------------------------------------------------------------------------
     def _at(self, g: ClassicGroup, now: int, wall: int | None) -> ClassicGroup:
@@ -51,23 +62,27 @@ class GroupShard:
         g.wall_offset_ms = 0 if wall is None else wall - now
         return g
 
-    def replay(self, key: bytes | None, value: bytes | None, now: int, wall: int | None = None) -> None:
-        """Apply one record read from the partition (raises RecordFormatError if undecodable)."""
+    def replay(self, key: bytes | None, value: bytes | None, now: int, offset: int = -1,
+               producer_id: int = -1, wall: int | None = None) -> None:
+        """Apply one record read from the partition (raises RecordFormatError if undecodable);
+        ``offset`` is its log offset, ``producer_id`` that of its transactional batch (-1: none)."""
         if key is None:
             raise rec.RecordFormatError("record without a key")
         k = rec.decode_key(key)
         if isinstance(k, rec.OffsetKey):
+            tp = (k.topic, k.partition)
             if value is None:
                 offs = self.offsets.get(k.group)
                 if offs is not None:
-                    offs.pop((k.topic, k.partition), None)
+                    offs.pop(tp, None)
                     if not offs:
                         del self.offsets[k.group]
                 return
             v = rec.decode_offset_value(value)
-            self.offsets.setdefault(k.group, {})[(k.topic, k.partition)] = v
-            if k.group not in self.groups:
-                self.groups[k.group] = ClassicGroup(k.group, now, self.config, wall)
+            if producer_id >= 0:
+                self.pending_txn.setdefault(producer_id, {}).setdefault(k.group, {})[tp] = (v, offset)
+                return
+            self._set_offset(k.group, tp, v, offset, now, wall)
             return
         if value is None:
             self.groups.pop(k.group, None)
@@ -75,12 +90,37 @@ class GroupShard:
         self.groups[k.group] = ClassicGroup.from_value(k.group, rec.decode_group_value(value), now, self.config,
                                                        wall)
 
+    def _set_offset(self, group_id: str, tp: tuple[str, int], v: rec.OffsetValue, position: int, now: int,
+                    wall: int | None = None) -> None:
+        self.offsets.setdefault(group_id, {})[tp] = v
+        self.positions.setdefault(group_id, {})[tp] = position
+        if group_id not in self.groups:
+            self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
+
+    def replay_end_txn(self, producer_id: int, commit: bool, now: int, wall: int | None = None) -> None:
+        """The marker of ``producer_id``'s transaction is in the partition (Kafka's
+        replayEndTransactionMarker): its pending offsets become committed or are dropped."""
+        pending = self.pending_txn.pop(producer_id, None)
+        if not pending or not commit:
+            return
+        for group_id, offs in pending.items():
+            for tp, (v, position) in offs.items():
+                committed = self.offsets.get(group_id, {})
+                # the most recent of a transactional and a plain commit wins
+                if tp not in committed or position > self.positions.get(group_id, {}).get(tp, -1):
+                    self._set_offset(group_id, tp, v, position, now, wall)
+
+    def has_pending_txn_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
+        return any(tp in groups.get(group_id, ()) for groups in self.pending_txn.values())
+
     def unload(self, now: int) -> Effects:
         fx = Effects()
         for g in self.groups.values():
             fx.add(g.make_dead(now, ErrorCode.NOT_COORDINATOR))
         self.groups.clear()
         self.offsets.clear()
+        self.positions.clear()
+        self.pending_txn.clear()
         return fx
 
     # --- timers -------------------------------------------------------------------------------
@@ -157,23 +197,27 @@ class GroupShard:
 
     # --- offsets ------------------------------------------------------------------------------
     def validate_offset_commit(self, now: int, group_id: str, member_id: str, instance_id: str | None,
-                               generation: int, api_version: int) -> int:
+                               generation: int, api_version: int, transactional: bool = False) -> int:
         g = self.groups.get(group_id)
         if g is None:
             if generation < 0:
                 return ErrorCode.NONE  # a simple (manual-assignment) consumer: the group is made on commit
+            if transactional:
+                return ErrorCode.ILLEGAL_GENERATION
             return ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
         if g.state == DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and g.state == EMPTY:
             return ErrorCode.NONE
+        if transactional and generation < 0 and not member_id and instance_id is None:
+            return ErrorCode.NONE  # TxnOffsetCommit below v3, or a producer that sends no group metadata
         if generation >= 0 or member_id or instance_id is not None:
             err = g.validate_member(member_id, instance_id)
             if err:
                 return err
         if generation != g.generation:
             return ErrorCode.ILLEGAL_GENERATION
-        if g.state == COMPLETING_REBALANCE:
+        if g.state == COMPLETING_REBALANCE and not transactional:
             return ErrorCode.REBALANCE_IN_PROGRESS
         g.touch(now, member_id)
         return ErrorCode.NONE
@@ -209,24 +253,74 @@ class GroupShard:
                 applied.append((name, p, v))
         if not records:
             return out, None
+        w = Write(records)
 
         def on_append() -> None:
             if group_id not in self.groups:
                 self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
-            offs = self.offsets.setdefault(group_id, {})
             for name, p, v in applied:
-                offs[(name, p)] = v
+                self._set_offset(group_id, (name, p), v, w.base_offset, now, wall)
 
-        return out, Write(records, on_append=on_append)
+        w.on_append = on_append
+        return out, w
 
-    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None) -> list[dict]:
+    def commit_txn_offsets(self, now: int, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                           instance_id: str | None, generation: int,
+                           topics: list[tuple[str, list[tuple[int, int, int, str | None]]]],
+                           wall: int | None = None) -> tuple[list[dict], Write | None]:
+        """TxnOffsetCommit: like ``commit_offsets``, but the records go in a transactional batch
+        of the producer and the offsets stay pending until the transaction's marker (KIP-447
+        fencing: a member of a later generation or another member makes it fail)."""
+        out = []
+        if not group_id:
+            err = ErrorCode.INVALID_GROUP_ID
+        else:
+            err = self.validate_offset_commit(now, group_id, member_id, instance_id, generation, 5, transactional=True)
+        records: list[tuple[bytes, bytes | None]] = []
+        applied: list[tuple[tuple[str, int], rec.OffsetValue]] = []
+        for name, parts in topics:
+            pout = []
+            out.append({"name": name, "partitions": pout})
+            for p, offset, epoch, metadata in parts:
+                code = err
+                if not code and metadata is not None and len(metadata.encode("utf-8")) > self.metadata_max_bytes:
+                    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                pout.append({"partition_index": p, "error_code": int(code)})
+                if code:
+                    continue
+                v = rec.OffsetValue(offset, epoch, metadata or "", now if wall is None else wall)
+                records.append((rec.offset_commit_key(group_id, name, p), rec.offset_commit_value(v)))
+                applied.append(((name, p), v))
+        if not records:
+            return out, None
+        w = Write(records, producer_id=producer_id, producer_epoch=producer_epoch)
+
+        def on_append() -> None:
+            if group_id not in self.groups:
+                self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
+            offs = self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
+            for tp, v in applied:
+                offs[tp] = (v, w.base_offset)
+
+        w.on_append = on_append
+        return out, w
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                      require_stable: bool = False) -> list[dict]:
         offs = self.offsets.get(group_id, {})
+
+        def entry(t: str, p: int, v: rec.OffsetValue | None) -> dict:
+            if require_stable and self.has_pending_txn_offset(group_id, (t, p)):
+                return {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                        "error_code": int(ErrorCode.UNSTABLE_OFFSET_COMMIT)}
+            return _offset_entry(p, v)
+
         if topics is None:
             by_topic: dict[str, list[dict]] = {}
             for (t, p), v in sorted(offs.items()):
-                by_topic.setdefault(t, []).append(_offset_entry(p, v))
+                by_topic.setdefault(t, []).append(entry(t, p, v))
             return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
-        return [{"name": t, "partitions": [_offset_entry(p, offs.get((t, p))) for p in ps]} for t, ps in topics]
+        return [{"name": t, "partitions": [entry(t, p, offs.get((t, p))) for p in ps]} for t, ps in topics]
 
     def delete_offsets(self, now: int, group_id: str, topics: list[tuple[str, list[int]]]
                        ) -> tuple[int, list[dict], Write | None]:
@@ -320,6 +414,7 @@ class GroupShard:
                 if subscribed is not None:
                     expired = [tp for tp, v in offs.items()
                                if tp[0] not in subscribed and now - v.commit_timestamp >= retention_ms]
+            expired = [tp for tp in expired if not self.has_pending_txn_offset(gid, tp)]
             for tp in expired:
                 records.append((rec.offset_commit_key(gid, tp[0], tp[1]), None))
                 gone.append((gid, tp))

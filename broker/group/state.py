@@ -81,6 +81,12 @@ class Write:
     replies: list[tuple[Any, dict]] = dataclasses.field(default_factory=list)
     on_fail: Callable[[int, int], Effects] | None = None
     on_append: Callable[[], None] | None = None  # applies the records to the state once appended
+    # a transactional offset commit (TxnOffsetCommit): the records go in a transactional batch of
+    # this producer, appended with the guard of its KIP-890 verification
+    producer_id: int = -1
+    producer_epoch: int = -1
+    verification_guard: Any = None
+    base_offset: int = -1  # set by the shell before on_append: where the records went in the log
 
 
 @dataclasses.dataclass(slots=True)

@@ -622,10 +622,11 @@ def build_batch(records: list[Record], *, base_offset: int | None = None, last_o
                 compression: int = 0, timestamp_type: int = 0, producer_id: int = NO_PRODUCER_ID,
                 producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE, transactional: bool = False,
                 control: bool = False, partition_leader_epoch: int = -1, base_timestamp: int | None = None,
-                max_timestamp: int | None = None) -> bytearray:
+                max_timestamp: int | None = None, delete_horizon: bool = False) -> bytearray:
     """Encode a v2 batch. Record offsets are absolute (gaps allowed, as after compaction);
     ``base_offset`` defaults to the first record's. With LogAppendTime pass the append
-    time as ``max_timestamp``."""
+    time as ``max_timestamp``. ``delete_horizon`` (KIP-534): ``base_timestamp`` is the time
+    after which the log cleaner may remove the batch's tombstones or marker."""
     if not records and (base_offset is None or last_offset_delta is None):
         raise ValueError("an empty batch needs base_offset and last_offset_delta")
     base = records[0].offset if base_offset is None else base_offset
@@ -636,7 +637,8 @@ def build_batch(records: list[Record], *, base_offset: int | None = None, last_o
     lod = (records[-1].offset - base) if last_offset_delta is None else last_offset_delta
     max_ts = max((r.timestamp for r in records), default=base_ts) if max_timestamp is None else max_timestamp
     attributes = (compression | (TIMESTAMP_TYPE_BIT if timestamp_type else 0)
-                  | (TRANSACTIONAL_BIT if transactional else 0) | (CONTROL_BIT if control else 0))
+                  | (TRANSACTIONAL_BIT if transactional else 0) | (CONTROL_BIT if control else 0)
+                  | (DELETE_HORIZON_BIT if delete_horizon else 0))
     return assemble_batch(base, partition_leader_epoch, attributes, lod, base_ts, max_ts, producer_id,
                           producer_epoch, base_sequence, len(records), body)
 
@@ -651,3 +653,52 @@ def assemble_batch(base_offset: int, partition_leader_epoch: int, attributes: in
     out = bytearray(struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, 2, crc32c(after_crc)))
     out += after_crc
     return out
+
+
+# --- control batches: transaction markers ------------------------------------------------
+#
+# A COMMIT or ABORT marker is a control batch (transactional and control bits set, base
+# sequence -1, never compressed by Kafka) of the producer, holding one record:
+#
+#     key    version int16 (0) | type int16 (0 ABORT, 1 COMMIT)      (Kafka's ControlRecordType)
+#     value  version int16 (0) | coordinatorEpoch int32             (Kafka's EndTransactionMarker)
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_MARKER_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnMarker:
+    commit: bool
+    coordinator_epoch: int
+    timestamp: int = NO_TIMESTAMP
+
+
+def build_end_txn_marker(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                         timestamp: int) -> bytearray:
+    """The control batch of a COMMIT/ABORT marker (Kafka's MemoryRecords.withEndTransactionMarker)."""
+    key = _MARKER_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return build_batch([Record(0, timestamp, key, value, [])], base_offset=0, producer_id=producer_id,
+                       producer_epoch=producer_epoch, base_sequence=NO_SEQUENCE, transactional=True, control=True)
+
+
+def read_end_txn_marker(batch, limit: int = DEFAULT_RECORDS_LIMIT) -> EndTxnMarker | None:
+    """The marker of a control batch (``batch``: the whole batch), or None for an empty control
+    batch (the cleaner emptied it) or a control record that is not a transaction marker (KRaft's
+    control types). Raises KafkaError when the batch does not decode or the marker is malformed."""
+    for r in iter_records(batch, limit):
+        if r.key is None or len(r.key) < _MARKER_KEY.size:
+            raise _invalid("control record without a valid key")
+        version, kind = _MARKER_KEY.unpack_from(r.key, 0)
+        if version < 0:
+            raise _invalid(f"control record key version {version}")
+        if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+            return None
+        if r.value is None or len(r.value) < _MARKER_VALUE.size:
+            raise _invalid("end transaction marker without a valid value")
+        _v, coordinator_epoch = _MARKER_VALUE.unpack_from(r.value, 0)
+        return EndTxnMarker(kind == CONTROL_COMMIT, coordinator_epoch, r.timestamp)
+    return None

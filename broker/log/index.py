@@ -23,7 +23,7 @@ import os
 import struct
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 _LITTLE = sys.byteorder == "little"
@@ -73,11 +73,20 @@ class _LazyIndex:
         self._disk_count = 0
         self._written = 0  # entries already in the file
         self._on_disk = True  # the file exists (False for a new segment's index until its first flush)
+        self._detached = False  # its segment was deleted or replaced: the path is not ours any more
+
+    def detach(self) -> None:
+        """Never read or write the file at ``path`` again: its segment was deleted or replaced,
+        and another segment's index may be there now. Entries not loaded yet read as none."""
+        self._detached = True
 
     def _ensure(self) -> None:
         if self._loaded:
             return
         self._loaded = True
+        if self._detached:
+            self.reset()
+            return
         try:
             with open(self.path, "rb") as f:
                 data = f.read()
@@ -107,13 +116,15 @@ class _LazyIndex:
         return len(self) >= self.max_entries
 
     def flush(self) -> None:
+        if self._detached:
+            return
         self.write_pending()
         self.ensure_file()
         _fsync_path(self.path)
 
     def ensure_file(self) -> None:
         """Create the (empty) file of a new segment's index; done by the flush thread, off the loop."""
-        if not self._on_disk:
+        if not self._on_disk and not self._detached:
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
             self._on_disk = True
 
@@ -121,6 +132,8 @@ class _LazyIndex:
         """Empty the index file if there is one, without creating it: creating two files per new
         segment on the event loop was most of the cost of creating a partition; the file is made
         by the first flush (or write), and a missing one is rebuilt from the segment on open."""
+        if self._detached:
+            return
         try:
             os.truncate(self.path, 0)
             self._on_disk = True
@@ -128,7 +141,7 @@ class _LazyIndex:
             self._on_disk = False
 
     def write_pending(self) -> None:
-        if not self._loaded:
+        if not self._loaded or self._detached:
             return
         n = self._len()
         if self._written == n:
@@ -147,7 +160,7 @@ class _LazyIndex:
 
     def _truncate_file(self, entries: int) -> None:
         self._written = min(self._written, entries)
-        if os.path.exists(self.path):
+        if not self._detached and os.path.exists(self.path):
             os.truncate(self.path, entries * self.ENTRY_SIZE)
 
 
@@ -223,6 +236,13 @@ class OffsetIndex(_LazyIndex):
         self._ensure()
         i = bisect_right(self._pos, position)
         return self._pos[i - 1] if i else 0
+
+    def offset_at_or_after(self, position: int) -> int | None:
+        """Offset of the first entry whose position is >= ``position`` (None if none): an upper
+        bound of the offsets below that position (Kafka's fetchUpperBoundOffset)."""
+        self._ensure()
+        i = bisect_left(self._pos, position)
+        return self.base_offset + self._rel[i] if i < len(self._rel) else None
 
     def append(self, offset: int, position: int) -> None:
         self._ensure()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -27,9 +28,9 @@ from common.clock import SYSTEM, Clock
 from common.metrics import Histogram
 from common.topic_names import CLUSTER_METADATA_TOPIC
 
-from .cleaner import compact
+from .cleaner import CleanerStopped, compact
 from .leader_epoch import fsync_dir, read_checkpoint_file, write_checkpoint_file
-from .log import Log, LogConfig, parse_partition_dir_name
+from .log import DELETE_DIR_SUFFIX, Log, LogConfig, parse_partition_dir_name, remove_deleted_dir
 from .segment import CorruptBatchError, reap_retired
 
 log = logging.getLogger("krafty.log")
@@ -60,6 +61,15 @@ class LogManager:
         # flush_check runs in a worker thread: close() waits for it (and writes the checkpoints
         # after it), so the clean-shutdown marker never precedes a flush or a checkpoint
         self._flush_lock = threading.Lock()
+        # a log start moved (DeleteRecords): the flush check writes log-start-offset-checkpoint
+        self._log_starts_dirty = False
+        # cleaner_check runs in a worker thread too: stop_cleaner() ends a pass between two
+        # batches, and close() waits for it before closing the logs
+        self._cleaner_stop = threading.Event()
+        self._cleaner_lock = threading.Lock()
+        # deleted logs' directories are removed by this thread: LogManager.delete is called on
+        # the event loop, and unlinking a log's files can wait on the disk (seen: 1.2 s)
+        self._removals = ThreadPoolExecutor(1, thread_name_prefix="log-delete")
         self.clock = clock
         self.flush_times = Histogram(now=self.clock.monotonic())  # fsyncs of logs (LogFlushStats)
         start_ms = self._clock() if now_ms is None or callable(now_ms) else now_ms
@@ -76,7 +86,10 @@ class LogManager:
         config = LogConfig.from_topic_configs(self.default_topic_config)
         for name in sorted(os.listdir(d)):
             full = os.path.join(d, name)
-            if not os.path.isdir(full) or name.endswith(("-delete", "-future", "-stray")):
+            if os.path.isdir(full) and name.endswith(DELETE_DIR_SUFFIX):  # a deletion a stop interrupted
+                shutil.rmtree(full, ignore_errors=True)
+                continue
+            if not os.path.isdir(full) or name.endswith(("-future", "-stray")):
                 continue
             tp = parse_partition_dir_name(name)
             if tp is None or tp[0] == CLUSTER_METADATA_TOPIC:  # the metadata log's own directory (raft/store.py)
@@ -148,8 +161,15 @@ class LogManager:
 
     def delete(self, topic: str, partition: int) -> None:
         lg = self._logs.pop((topic, partition), None)
-        if lg is not None:
-            lg.delete()
+        if lg is not None and (doomed := lg.delete(remove=False)) is not None:
+            try:
+                self._removals.submit(remove_deleted_dir, doomed)
+            except RuntimeError:  # closed: the thread is gone
+                remove_deleted_dir(doomed)
+
+    def removals_done(self) -> None:
+        """Wait until the directories of the logs deleted so far are removed."""
+        self._removals.submit(lambda: None).result()
 
     def update_config(self, topic: str, topic_config: Mapping[str, Any]) -> None:
         self._topic_configs[topic] = dict(topic_config)
@@ -176,19 +196,31 @@ class LogManager:
                       *, force: bool = False) -> int:
         """Compact the logs of compacted topics that are dirty enough (log.cleaner.backoff.ms
         in Kafka: 15 s). CPU-heavy (decodes records): run it in a worker thread. Returns
-        the number of segments rewritten."""
+        the number of segments rewritten; stops early (between two batches) after
+        ``stop_cleaner()``."""
         n = 0
-        for tp, lg in list(self._logs.items()):
-            if lg.closed or not lg.config.compact_enabled:
-                continue
-            hw = high_watermarks.get(tp) if high_watermarks else None
-            try:
-                n += compact(lg, now_ms, high_watermark=hw, force=force).segments
-            except CorruptBatchError as e:  # not cleaned (a rewrite would drop what follows it); others go on
-                log.error("%s-%d: not compacted: %s", tp[0], tp[1], e)
-            except Exception:  # anything else: that log is left as it is, every other log is still compacted
-                log.exception("%s-%d: compaction failed; the log is left uncompacted this time", tp[0], tp[1])
+        with self._cleaner_lock:
+            for tp, lg in list(self._logs.items()):
+                if self._cleaner_stop.is_set():
+                    break
+                if lg.closed or not lg.config.compact_enabled:
+                    continue
+                hw = high_watermarks.get(tp) if high_watermarks else None
+                try:
+                    n += compact(lg, now_ms, high_watermark=hw, force=force, stop=self._cleaner_stop).segments
+                except CleanerStopped:
+                    break
+                except CorruptBatchError as e:  # not cleaned (a rewrite would drop what follows it); others go on
+                    log.error("%s-%d: not compacted: %s", tp[0], tp[1], e)
+                except Exception:  # anything else: that log is left as it is, every other log is still compacted
+                    if lg.closed:  # deleted or closed meanwhile: nothing to compact any more
+                        continue
+                    log.exception("%s-%d: compaction failed; the log is left uncompacted this time", tp[0], tp[1])
         return n
+
+    def stop_cleaner(self) -> None:
+        """End the running compaction pass soon (between two batches) and start no other."""
+        self._cleaner_stop.set()
 
     def flush_check(self, now_ms: int) -> int:
         """fsync logs whose flush.ms elapsed or that rolled a segment since their last flush, and
@@ -223,7 +255,15 @@ class LogManager:
                 lg.flush(up_to=lg.recovery_point)  # just the new directory / epoch entries
         if flushed or lowered:
             self.checkpoint_recovery_points()
+        if self._log_starts_dirty:
+            self._log_starts_dirty = False
+            self.checkpoint_log_start_offsets()
         return flushed
+
+    def log_start_moved(self) -> None:
+        """A log start offset moved (DeleteRecords): the next flush check checkpoints it, off the
+        event loop (Kafka checkpoints log starts periodically too)."""
+        self._log_starts_dirty = True
 
     def writeback(self, min_bytes: int) -> int:
         """Start writeback of the active segments that have ``min_bytes`` of whole pages
@@ -237,6 +277,10 @@ class LogManager:
         return n
 
     # --- checkpoints ---------------------------------------------------------------------------
+    def logs_by_dir(self) -> dict[str, list[Log]]:
+        """Every log dir (``log.dirs``, absolute) and the logs it holds (DescribeLogDirs)."""
+        return self._by_dir()
+
     def _by_dir(self) -> dict[str, list[Log]]:
         out: dict[str, list[Log]] = {d: [] for d in self.log_dirs}
         for lg in self._logs.values():
@@ -269,12 +313,16 @@ class LogManager:
         return out
 
     def close(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown markers.
-        The marker comes strictly after: a start that finds it trusts the data it covers."""
-        with self._flush_lock:
+        """Stop the log cleaner, flush and close every log, write the checkpoints, then the
+        clean-shutdown markers. The marker comes strictly after: a start that finds it trusts
+        the data it covers."""
+        self.stop_cleaner()
+        with self._cleaner_lock, self._flush_lock:
             self._close()
 
     def _close(self) -> None:
+        # removals not started yet are left to the next start (it removes every "-delete" dir)
+        self._removals.shutdown(wait=False, cancel_futures=True)
         for lg in self._logs.values():
             lg.close()
         if self.writer is not None:

@@ -1,4 +1,5 @@
-"""One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+"""One log segment: ``<base>.log`` plus its ``.index``, ``.timeindex`` and (once a
+transaction is aborted in it) ``.txnindex``.
 
 Files are named by the 20-digit zero-padded base offset, like Kafka. The log file is
 written with ``pwrite`` at the known end and read with ``pread``/``sendfile``. The
@@ -31,6 +32,7 @@ from .batch import (
     unpack_header,
 )
 from .index import CorruptIndexError, OffsetIndex, TimeIndex, _write_all
+from .txn_index import TXNINDEX_SUFFIX, CorruptTxnIndexError, TransactionIndex
 
 log = logging.getLogger("krafty.log")
 
@@ -70,6 +72,12 @@ def write_at(file: SegmentFile, data: memoryview, pos: int) -> None:
         except OSError:
             pass
         raise
+
+
+class SegmentDeletedError(FileNotFoundError):
+    """The segment was deleted (retention, truncation, the log's deletion) or replaced by its
+    compacted copy since the caller took it from the log's segment list: read the list again
+    (``Log`` does, or answers LogClosedError when the log itself is gone)."""
 
 
 class CorruptBatchError(KafkaError):
@@ -170,6 +178,10 @@ class LogSegment:
 
         self.index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, index_max_bytes, rebuild)
         self.time_index = TimeIndex(prefix + TIMEINDEX_SUFFIX, base_offset, index_max_bytes, rebuild)
+        self.txn_index = TransactionIndex(prefix + TXNINDEX_SUFFIX, base_offset)
+        # the aborted transactions of this segment must be found again from the log (recovered or
+        # a bad .txnindex): the log does it while it replays its producer state
+        self.txn_stale = False
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self._file: SegmentFile | None = None
@@ -195,11 +207,13 @@ class LogSegment:
         seg._file = SegmentFile(os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
         seg.index.reset()
         seg.time_index.reset()
+        seg.txn_index.delete()  # a leftover of an earlier segment with this base
         return seg
 
     @classmethod
     def open(cls, dir: str, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int,
-             created_ms: int, recover: bool, on_batch=None, last: bool = False) -> tuple[LogSegment, int]:
+             created_ms: int, recover: bool, on_batch=None, last: bool = False,
+             txn_index: bool = True) -> tuple[LogSegment, int]:
         """Open an existing segment. With ``recover`` every batch is CRC-checked, a bad tail is
         truncated and the indexes rebuilt. Otherwise (flushed data) the indexes are loaded and
         the batches after the last index entry framing-checked; the ``last`` segment's tail
@@ -207,10 +221,18 @@ class LogSegment:
         too, and a torn tail truncated after the last valid batch. A flushed segment that fails
         the check is CRC-scanned whole: a stale index is rebuilt; a damaged batch is kept in
         place and remembered (``damage``), never a reason to drop what precedes it.
+        ``txn_index``: whether a ``.txnindex`` may exist (the caller listed the directory).
         Returns the segment and the number of bytes truncated."""
         seg = cls(dir, base_offset, index_interval_bytes=index_interval_bytes,
                   index_max_bytes=index_max_bytes, created_ms=created_ms)
         seg._file = SegmentFile(os.open(seg.log_path, os.O_RDWR))
+        if txn_index and not recover:
+            try:
+                seg.txn_index.load()
+            except CorruptTxnIndexError as e:
+                log.warning("%s; rebuilding it from the log", e)
+                seg.txn_index.reset()
+                seg.txn_stale = True
         seg.size = os.fstat(seg.fd).st_size
         try:
             seg.created_ms = int(os.stat(seg.log_path).st_mtime * 1000) if seg.size else created_ms
@@ -236,7 +258,7 @@ class LogSegment:
                 f = self._file
                 if f is None:
                     if self.deleted:
-                        raise FileNotFoundError(f"segment {self.log_path} was deleted")
+                        raise SegmentDeletedError(f"segment {self.log_path} was deleted or replaced")
                     f = self._file = SegmentFile(os.open(self.log_path, os.O_RDWR))
         return f
 
@@ -267,13 +289,21 @@ class LogSegment:
         self.time_index.write_pending()
 
     def flush(self) -> None:
+        self.flush_data()
+        self.flush_indexes()
+
+    def flush_data(self) -> None:
+        """fsync the log file (through its descriptor: safe while the segment is deleted)."""
         f = self._file
-        if self.deleted:
-            return
-        if f is not None:
+        if f is not None and not self.deleted:
             os.fsync(f.fd)
-        self.index.flush()
-        self.time_index.flush()
+
+    def flush_indexes(self) -> None:
+        """Write out and fsync the index files (by path: the caller keeps deletion out)."""
+        if not self.deleted:
+            self.index.flush()
+            self.time_index.flush()
+            self.txn_index.flush()
 
     def start_writeback(self, min_bytes: int) -> int:
         """Start the kernel writing back the whole pages appended since the last call, once
@@ -300,14 +330,30 @@ class LogSegment:
 
     def delete(self) -> None:
         """Unlink the files. An in-flight sendfile keeps reading through its SegmentFile."""
-        self.deleted = True
-        retire(self._file)
-        self._file = None
+        self.detach()
         for p in (self.log_path, self.index.path, self.time_index.path):
             try:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+        self.txn_index.delete()
+
+    def load_indexes(self) -> None:
+        """Read both indexes into memory now (they are read lazily, by path): before this
+        segment is replaced, so that a reader still holding it never reads the new files'."""
+        self.index._ensure()
+        self.time_index._ensure()
+
+    def detach(self) -> None:
+        """This object no longer stands for the files at its paths (deleted, or replaced by a
+        compacted copy): reads through it raise SegmentDeletedError, and its indexes never
+        touch those paths again (another segment's files may be there now)."""
+        self.deleted = True
+        retire(self._file)
+        self._file = None
+        self.index.detach()
+        self.time_index.detach()
+        self.txn_index.detach()
 
     # --- appends ------------------------------------------------------------------------
     def append(self, buf, headers: list[BatchHeader], nbytes: int) -> None:
@@ -518,9 +564,12 @@ class LogSegment:
         indexes. ``on_batch(header)`` sees every valid batch. At the first bad batch: with
         ``truncate`` (unflushed data, a torn tail) the file is cut there; without (flushed data
         that went bad) the bytes stay and the batch is remembered as ``damage``. Returns the
-        number of bytes truncated."""
+        number of bytes truncated. The transaction index is left for the log to rebuild
+        (``txn_stale``): its entries come from the producer state."""
         self.index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
+        self.txn_stale = True
         self._recent_ends.clear()
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
@@ -639,6 +688,7 @@ class LogSegment:
         self.writeback_pos = min(self.writeback_pos, pos)
         self.index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self._recent_ends.clear()
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1

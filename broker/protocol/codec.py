@@ -22,6 +22,7 @@ import dataclasses
 import datetime
 import functools
 import io
+import logging
 import struct
 import typing
 import uuid
@@ -30,8 +31,12 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import OutOfBoundValue
 
 from broker.protocol.apis import ApiKey, is_flexible  # noqa: F401 (re-exported)
+from common.errors import ErrorCode
+
+log = logging.getLogger("krafty.protocol")
 
 _HDR = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")
@@ -103,12 +108,45 @@ def frame(header: bytes, body: bytes) -> bytes:
 
 @functools.cache
 def request_type(api_key: int, version: int):
-    return load_request_schema(api_key, version)
+    return _plain_timestamps(load_request_schema(api_key, version))
 
 
 @functools.cache
 def response_type(api_key: int, version: int):
-    return load_response_schema(api_key, version)
+    return _plain_timestamps(load_response_schema(api_key, version))
+
+
+_CLASS_VARS = ("__type__", "__version__", "__flexible__", "__api_key__", "__header_schema__")
+
+
+@functools.cache
+def _plain_timestamps(cls):
+    """``cls``, or a copy whose non-nullable timestamps (kio's datetime_i64) are plain int64
+    milliseconds: kio refuses to read a negative one, and Kafka sends -1 for "none" (e.g.
+    DescribeTransactions' TransactionStartTimeMs of a transactional id with no transaction)."""
+    hints = typing.get_type_hints(cls)
+    out, changed = [], False
+    for f in dataclasses.fields(cls):
+        tp, md = hints[f.name], dict(f.metadata)
+        if md.get("kafka_type") == "datetime_i64" and _unwrap(tp)[1] is False:
+            tp, md["kafka_type"], changed = int, "int64", True
+        elif typing.get_origin(tp) is tuple and dataclasses.is_dataclass(inner := typing.get_args(tp)[0]):
+            if (plain := _plain_timestamps(inner)) is not inner:
+                tp, changed = tuple[plain, ...], True
+        elif dataclasses.is_dataclass(tp) and (plain := _plain_timestamps(tp)) is not tp:
+            tp, changed = plain, True
+        kw: dict[str, Any] = {"metadata": md}
+        if f.default is not dataclasses.MISSING:
+            kw["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            kw["default_factory"] = f.default_factory
+        out.append((f.name, tp, dataclasses.field(**kw)))
+    if not changed:
+        return cls
+    ns = {k: getattr(cls, k) for k in _CLASS_VARS if hasattr(cls, k)}
+    new = dataclasses.make_dataclass(cls.__name__, out, frozen=True, slots=True, kw_only=True, namespace=ns)
+    new.__annotations__.update(dict.fromkeys(ns, typing.ClassVar))
+    return new
 
 
 @functools.cache
@@ -134,6 +172,53 @@ def encode(obj) -> bytes:
     out = io.BytesIO()
     _writer(type(obj))(out, obj)
     return out.getvalue()
+
+
+LEGACY_STRING_MAX = 32767  # a classic (non-flexible) version's strings have an int16 length
+
+
+def encode_response(api_key: int, version: int, obj) -> bytes:
+    """``encode`` a response, which must not cost the client its connection. A classic
+    version's strings have an int16 length, and an error message that echoes client input (a
+    name of 32,767 bytes with words around it) would not fit: Kafka's messages are short, and
+    its generated writers refuse a longer string ("field is too long to be serialized"), after
+    which the request gets its error response. Here an error message is cut to fit (it is for
+    people; it ends in "..."); a response whose other strings do not fit (an id stored through a
+    flexible version and listed through a classic one) is answered as Kafka answers a request
+    whose response it cannot write: UNKNOWN_SERVER_ERROR, with a warning naming the API."""
+    try:
+        return encode(obj)
+    except OutOfBoundValue:
+        if is_flexible(api_key, version):
+            raise
+    try:
+        return encode(_fit_messages(obj))
+    except OutOfBoundValue as e:
+        name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else str(api_key)
+        log.warning("cannot write a %s v%d response: %s; answering UNKNOWN_SERVER_ERROR (a client of a flexible "
+                    "version of this API gets the whole answer)", name, version, e)
+        return encode(error_response(api_key, version, ErrorCode.UNKNOWN_SERVER_ERROR))
+
+
+def _fit_messages(obj):
+    """``obj`` with every error message longer than a classic string can be cut to fit."""
+    changes = {}
+    for f in _fields(type(obj)):
+        v = getattr(obj, f.name)
+        if v is None:
+            continue
+        if f.kind == "entity":
+            new = _fit_messages(v)
+        elif f.kind == "entities":
+            new = tuple(_fit_messages(x) for x in v)
+        elif f.name.endswith("error_message") and isinstance(v, str) and len(v) > LEGACY_STRING_MAX // 4:
+            b = v.encode()
+            new = v if len(b) <= LEGACY_STRING_MAX else b[:LEGACY_STRING_MAX - 3].decode("utf-8", "ignore") + "..."
+        else:
+            continue
+        if new != v:
+            changes[f.name] = new
+    return dataclasses.replace(obj, **changes) if changes else obj
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -82,6 +82,10 @@ class _Walker:
             if n > 0:
                 self.take(n)
         elif f.entity is not None:
+            if f.nullable:  # a nullable struct (e.g. DescribeTopicPartitions' cursor): int8 -1 null, 1 present
+                self.take(1)
+                if self.buf[self.pos - 1] == 0xFF:
+                    return
             self.entity(f.entity)
         else:
             raise FramingError(f"unknown field type {kt}")
@@ -97,7 +101,7 @@ class _Walker:
                     raise FramingError(f"non-nullable field {f.name} was serialized as null")
                 if n > self.end - self.pos:  # every element takes at least one byte
                     raise FramingError(f"array of {n} elements in {self.end - self.pos} bytes")
-                one = dataclasses.replace(f, array=False)
+                one = dataclasses.replace(f, array=False, nullable=False)  # the array is nullable, not its elements
                 for _ in range(max(n, 0)):
                     self.value(one, flexible)
             else:

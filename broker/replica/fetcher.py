@@ -22,6 +22,7 @@ from broker.replica.follower import (
     FetchAnswer,
     FetchRequest,
     FollowerFetchState,
+    IncrementLogStartOffset,
     OffsetsForLeaderEpochRequest,
     SetHighWatermark,
     Truncate,
@@ -87,6 +88,9 @@ class FetcherThread:
                                 "again", *tp, damaged)
                 if effects:
                     await self.m.apply(tp, part, fs, effects, None, f"our copy does not parse from offset {damaged} on")
+            quota = self.m.rm.follower_quota
+            if quota.enabled and self._follower_throttled(tp, part) and quota.is_exceeded(self.m.clock.monotonic()):
+                continue  # out of sync and throttled (follower.replication.throttled.*): not this round
             act = fs.next_action(part.log, now)
             if isinstance(act, OffsetsForLeaderEpochRequest):
                 ofle.append((tp, fs, act))
@@ -118,6 +122,12 @@ class FetcherThread:
             for _, fs, act in ofle + fetches:
                 fs.on_request_failed(act, now)
             await asyncio.sleep(self.m.backoff_s)
+
+    def _follower_throttled(self, tp: TopicPartition, part) -> bool:
+        """Kafka's shouldFollowerThrottle (but the quota test): not caught up with the leader's
+        high watermark, and the topic lists this partition on this broker."""
+        hw = self.m.leader_hw.get(tp)
+        return self.m.rm.throttled(self.m.rm.follower_quota, tp, hw is not None and part.log.log_end_offset >= hw)
 
     async def _offsets_for_leader_epoch(self, conn: KafkaConnection, items) -> None:
         by_topic: dict[str, list] = {}
@@ -190,6 +200,8 @@ class FetcherThread:
             records = bytes(p.records) if p.records else b""
             self.m.leader_hw[tp] = p.high_watermark  # for MaxLag and ReplicationBytesIn (broker metrics)
             self.m.bytes_in += len(records)
+            if records and self.m.rm.follower_quota.enabled and self._follower_throttled(tp, part):
+                self.m.rm.follower_quota.record(len(records), self.m.clock.monotonic())
             headers = parse_batches(records) if records else []
             div = p.diverging_epoch
             answer = FetchAnswer(
@@ -309,6 +321,8 @@ class ReplicaFetcherManager:
             elif isinstance(e, SetHighWatermark):
                 part.state.set_follower_high_watermark(e.high_watermark)
                 self.rm.wake_hw(tp)
+            elif isinstance(e, IncrementLogStartOffset):
+                self.rm.advance_log_start(part, e.offset)
 
     async def close(self) -> None:
         for th in self.threads.values():

@@ -16,6 +16,7 @@ The shell (the fetcher) drives it::
                                          TruncateFullyAndStartAt -> log.truncate_fully_and_start_at(offset)
                                          AppendRecords -> log.append_as_follower(records)
                                          SetHighWatermark -> partition_state.set_follower_high_watermark(hw)
+                                         IncrementLogStartOffset -> log.delete_records_before(offset)
         an append that fails -> fs.on_append_failed()
 
 ``log`` is anything with ``log_start_offset``, ``log_end_offset`` and ``leader_epoch_cache``
@@ -86,7 +87,15 @@ class SetHighWatermark:
     high_watermark: int
 
 
-Effect = Truncate | TruncateFullyAndStartAt | AppendRecords | SetHighWatermark
+@dataclasses.dataclass(frozen=True, slots=True)
+class IncrementLogStartOffset:
+    """The leader's log start moved past ours (DeleteRecords, retention): move ours, never past
+    our high watermark (Kafka's ``maybeIncrementLogStartOffset`` on the follower)."""
+
+    offset: int
+
+
+Effect = Truncate | TruncateFullyAndStartAt | AppendRecords | SetHighWatermark | IncrementLogStartOffset
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -286,6 +295,9 @@ class FollowerFetchState:
             leo = answer.records_next_offset
         if answer.high_watermark >= 0:
             effects.append(SetHighWatermark(self._set_hw(answer.high_watermark, leo)))
+        start = min(answer.log_start_offset, self.high_watermark)
+        if start > log.log_start_offset:
+            effects.append(IncrementLogStartOffset(start))
         return effects
 
     def _on_out_of_range(self, log, answer: FetchAnswer) -> list[Effect]:

@@ -17,8 +17,11 @@ from collections.abc import Callable, Iterable
 
 from broker.log.log import Log
 from broker.log.manager import LogManager
+from broker.log.producer_state import COORDINATOR
 from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.partition import PartitionState
+from broker.replica.throttle import ReplicationQuota
+from broker.replica.txn_verifier import TxnVerifier
 from common.clock import SYSTEM, Clock
 from common.config import topic_defaults
 from common.errors import ErrorCode, KafkaError
@@ -88,7 +91,12 @@ class ReplicaManager:
         self._lag_ms = config["replica.lag.time.max.ms"]
         self._hw_waiters = _Waiters()
         self._leo_waiters = _Waiters()
+        self._low_watermark_waiters = _Waiters()  # DeleteRecords waiting for followers' log starts
         self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of, clock)
+        # KIP-890: transactional appends checked with the transaction coordinator first
+        self.txn_verifier = TxnVerifier(lambda: self._image, endpoint_of, lambda: self.fetchers.security,
+                                        timeout_s=config["request.timeout.ms"] / 1000, clock=clock)
+        self.verification_enabled: bool = config["transaction.partition.verification.enable"]
         self._alter_wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
         # partitions of a large delta whose logs are still to be made: tp -> (topic id, registration, leader?)
@@ -96,6 +104,12 @@ class ReplicaManager:
         self._creating: asyncio.Task | None = None
         self._image: MetadataImage | None = None
         self.isr_shrinks = self.isr_expands = 0  # ISR changes committed for partitions we lead (metrics)
+        # replication throttles (broker/replica/throttle.py): the leader's sends, our fetches as follower
+        wn, ws = config["replication.quota.window.num"], config["replication.quota.window.size.seconds"]
+        self.leader_quota = ReplicationQuota(broker_id, "leader.replication.throttled.replicas",
+                                             config["leader.replication.throttled.rate"], wn, ws)
+        self.follower_quota = ReplicationQuota(broker_id, "follower.replication.throttled.replicas",
+                                               config["follower.replication.throttled.rate"], wn, ws)
 
     async def start(self) -> None:
         self._alter_wake = asyncio.Event()
@@ -107,6 +121,17 @@ class ReplicaManager:
         cfg = dict(self._defaults)
         cfg.update(image.topic_config(topic))
         return cfg
+
+    def set_topic_defaults(self, defaults: dict) -> None:
+        """The broker's topic defaults changed (dynamic log.* configs): every log takes them
+        where its topic has no override."""
+        self._defaults = dict(defaults)
+        image = self._image
+        if image is None:
+            return
+        for topic in {tp[0] for tp in self.partitions}:
+            if topic in image.topics_by_name:
+                self.logs.update_config(topic, self.topic_config(image, topic))
 
     def min_insync_replicas(self, image: MetadataImage, topic: str) -> int:
         v = image.topic_config(topic).get("min.insync.replicas")
@@ -216,30 +241,69 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return part
 
-    def append(self, part: Partition, buf, headers):
+    def append(self, part: Partition, buf, headers, **producer_checks):
         """Append in the calling thread (the group coordinator's small writes to its own
-        internal partitions, which must be in the log before it goes on)."""
-        info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, self.clock.wall_ms())
+        internal partitions, which must be in the log before it goes on). ``producer_checks``:
+        see ``Log.append_as_leader``."""
+        info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, self.clock.wall_ms(),
+                                         **producer_checks)
         self._appended(part)
         return info
 
-    async def append_async(self, part: Partition, buf, headers):
-        """Append produced batches after validating their records (Kafka's LogValidator, off the
-        event loop unless small), the write syscall in a log writer thread if there are any
-        (krafty.log.writer.threads), else on the loop; appends to one partition are
-        serialised, and each re-checks leadership when its turn comes."""
+    def _leader_epoch_of(self, part: Partition) -> Callable[[], int]:
         tp = (part.state.topic, part.state.partition)
 
         def leader_epoch() -> int:
             if self.partitions.get(tp) is not part or not part.state.is_leader:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             return part.state.leader_epoch
+        return leader_epoch
 
+    async def append_async(self, part: Partition, buf, headers, verification_guard: object = None):
+        """Append produced batches after validating their records (Kafka's LogValidator, off the
+        event loop unless small), the write syscall in a log writer thread if there are any
+        (krafty.log.writer.threads), else on the loop; appends to one partition are
+        serialised, and each re-checks leadership when its turn comes. A transactional batch
+        that starts a transaction must bring the guard of its verification (KIP-890)."""
         now = self.clock.wall_ms()  # record timestamps: the wall clock
         buf, headers = await part.log.validate_client_batches(buf, headers, now)
-        info = await part.log.append_as_leader_async(buf, headers, leader_epoch, now, self.logs.writer)
+        info = await part.log.append_as_leader_async(
+            buf, headers, self._leader_epoch_of(part), now, self.logs.writer, verification_guard=verification_guard,
+            require_verification=self.verification_enabled)
         self._appended(part)
         return info
+
+    async def append_marker(self, part: Partition, buf, headers, transaction_version: int):
+        """Append a transaction marker (a control batch the WriteTxnMarkers handler built), in
+        turn with the other appends of the partition."""
+        info = await part.log.append_as_leader_async(
+            buf, headers, self._leader_epoch_of(part), self.clock.wall_ms(), self.logs.writer, origin=COORDINATOR,
+            transaction_version=transaction_version)
+        self._appended(part)
+        return info
+
+    async def verify_transaction(self, txn_id: str, producer_id: int, epoch: int, parts: list[Partition],
+                                 sequences: list[int], supports_epoch_bump: bool = False,
+                                 ) -> tuple[dict[TopicPartition, object], dict[TopicPartition, int]]:
+        """KIP-890 part 1 for the transactional batches of one request (one producer): the
+        partitions where the producer has no open transaction get a verification guard and are
+        checked with the coordinator in one AddPartitionsToTxn (``verify_only``; with
+        transaction version 2 the partitions are added instead). Returns ``(guards, errors)``:
+        the guard to append each verified partition with, and the coordinator's error for each
+        partition it did not confirm. Kafka's ReplicaManager.maybeStartTransactionVerification."""
+        guards: dict[TopicPartition, object] = {}
+        if not self.verification_enabled and not supports_epoch_bump:
+            return guards, {}
+        now = self.clock.wall_ms()
+        for part, seq in zip(parts, sequences, strict=True):
+            g = part.log.producer_state.maybe_start_verification(producer_id, seq, epoch, now, supports_epoch_bump)
+            if g is not None:
+                guards[(part.state.topic, part.state.partition)] = g
+        if not guards:
+            return guards, {}
+        errors = await self.txn_verifier.verify(txn_id, producer_id, epoch, list(guards),
+                                                verify_only=not supports_epoch_bump)
+        return {tp: g for tp, g in guards.items() if tp not in errors}, errors
 
     def _appended(self, part: Partition) -> None:
         tp = (part.state.topic, part.state.partition)
@@ -247,12 +311,74 @@ class ReplicaManager:
         if part.state.maybe_advance_hw(part.log.log_end_offset):
             self._wake(tp)
 
-    def on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
+    def on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int,
+                          log_start_offset: int = -1) -> None:
         st = part.state
-        if st.on_follower_fetch(replica_id, fetch_offset, part.log.log_end_offset, self.clock.monotonic_ms()):
+        before = st.progress.get(replica_id)
+        start_before = before.log_start_offset if before is not None else -1
+        if st.on_follower_fetch(replica_id, fetch_offset, part.log.log_end_offset, self.clock.monotonic_ms(),
+                                log_start_offset=log_start_offset):
             self._wake((st.topic, st.partition))
+        if log_start_offset != start_before:
+            self._low_watermark_waiters.wake((st.topic, st.partition))
         if st.pending_alter is not None and self._alter_wake is not None:
             self._alter_wake.set()
+
+    # --- replication throttles ------------------------------------------------------------------------
+    def throttled(self, quota: ReplicationQuota, tp: TopicPartition, in_sync: bool) -> bool:
+        """Whether replication of ``tp`` counts against ``quota``: the quota is set, the replica is
+        not in sync and the topic lists ``tp`` on this broker (Kafka's shouldLeaderThrottle /
+        shouldFollowerThrottle, before the quota-exceeded test)."""
+        if not quota.enabled or in_sync or self._image is None:
+            return False
+        return quota.is_throttled(self._image.topic_config(tp[0]), tp[1])
+
+    # --- DeleteRecords -----------------------------------------------------------------------------
+    def advance_log_start(self, part: Partition, offset: int) -> int:
+        """Move the log start offset of a partition (a DeleteRecords on the leader, or the
+        leader's log start learnt by a follower); segments wholly below it are deleted."""
+        lg = part.log
+        before = lg.log_start_offset
+        start = lg.delete_records_before(offset)
+        if start != before:
+            self.logs.log_start_moved()
+            tp = (part.state.topic, part.state.partition)
+            self._wake(tp)  # followers' long polls carry the new log start at once
+            self._low_watermark_waiters.wake(tp)
+        return start
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """Kafka's ``Partition.deleteRecordsOnLeader``: moves the leader's log start to
+        ``offset`` (-1: the high watermark) and returns the offset requested. Errors:
+        NOT_LEADER_OR_FOLLOWER, POLICY_VIOLATION (cleanup.policy without delete),
+        OFFSET_OUT_OF_RANGE (negative, or beyond the high watermark)."""
+        part = self.leader_partition(tp)
+        lg, st = part.log, part.state
+        if not lg.config.delete_enabled:
+            raise KafkaError(ErrorCode.POLICY_VIOLATION,
+                             f"Records of partition {tp[0]}-{tp[1]} can not be deleted due to the configured policy")
+        if offset == -1:
+            offset = st.high_watermark
+        if offset < 0:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"The offset {offset} for partition {tp[0]}-{tp[1]} is not valid")
+        if offset > st.high_watermark:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"Cannot increment the log start offset to {offset} of partition {tp[0]}-{tp[1]} "
+                             f"since it is larger than the high watermark {st.high_watermark}")
+        self.advance_log_start(part, offset)
+        return offset
+
+    def low_watermark(self, tp: TopicPartition) -> int:
+        """The smallest log start offset over the live replicas (we must lead ``tp``)."""
+        part = self.leader_partition(tp)
+        image = self._image
+        alive = {b.id for b in image.brokers.values() if not b.fenced} if image is not None else set()
+        return part.state.low_watermark(part.log.log_start_offset, alive)
+
+    async def wait_for_low_watermark(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
+        """Until a follower reports a new log start for any of ``tps``, leadership changes, or the timeout."""
+        await self._low_watermark_waiters.wait(tps, timeout_s)
 
     async def _isr_shrink_loop(self) -> None:
         """Kafka checks every replica.lag.time.max.ms / 2 for followers that fell behind."""
@@ -324,6 +450,7 @@ class ReplicaManager:
         (a follower's ends if the watermark is news to it, see KafkaApis.fetch)."""
         self._hw_waiters.wake(tp)
         self._leo_waiters.wake(tp)
+        self._low_watermark_waiters.wake(tp)
 
     async def wait_for_data(self, tps: Iterable[TopicPartition], timeout_s: float, *, log_end: bool = False) -> None:
         """Until the high watermark (or, for followers' fetches, the log end) of any of the
@@ -334,8 +461,10 @@ class ReplicaManager:
         for t in self._tasks + ([self._creating] if self._creating else []):
             t.cancel()
         await self.fetchers.close()
+        await self.txn_verifier.close()
         self._hw_waiters.wake_all()
         self._leo_waiters.wake_all()
+        self._low_watermark_waiters.wake_all()
 
 
 __all__ = ["ReplicaManager", "Partition", "PartitionRegistration"]

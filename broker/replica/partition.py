@@ -66,6 +66,7 @@ class ReplicaProgress:
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_time_ms: int = 0
     broker_epoch: int = -1  # the follower's broker epoch from its last fetch (KIP-903)
+    log_start_offset: int = UNKNOWN_OFFSET  # the follower's log start, from its fetches (DeleteRecords)
 
     def is_caught_up(self, leader_end_offset: int, now_ms: int, max_lag_ms: int) -> bool:
         return (self.log_end_offset == leader_end_offset
@@ -276,7 +277,7 @@ class PartitionState:
         return FetchValidation()
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, leader_leo: int, now_ms: int,
-                          broker_epoch: int = -1) -> bool:
+                          broker_epoch: int = -1, log_start_offset: int = UNKNOWN_OFFSET) -> bool:
         """A valid fetch from follower ``replica_id`` at ``fetch_offset`` (its log end), served
         while our log end was ``leader_leo``. Updates its progress, may propose an ISR
         expansion, and returns True if the HW moved (complete acks=all waiters)."""
@@ -297,9 +298,20 @@ class PartitionState:
         p.last_fetch_leader_log_end_offset = leader_leo
         p.last_fetch_time_ms = now_ms
         p.broker_epoch = broker_epoch
+        p.log_start_offset = log_start_offset
         self.follower_end_offsets[replica_id] = fetch_offset
         self._maybe_expand_isr(replica_id)
         return self.maybe_advance_hw(leader_leo)
+
+    def low_watermark(self, local_log_start: int, alive_brokers) -> int:
+        """Kafka's ``lowWatermarkIfLeader``: the smallest log start offset over this leader and
+        every follower on a live broker (as their fetches reported it). A DeleteRecords is
+        complete once this reaches its offset: every live replica has moved its log start."""
+        low = local_log_start
+        for r, p in self.progress.items():
+            if r in alive_brokers and p.log_start_offset < low:
+                low = p.log_start_offset
+        return low
 
     def set_eligible_brokers(self, broker_epochs: dict[int, int] | None) -> None:
         """From the metadata image: brokers that may join an ISR (registered, unfenced, not

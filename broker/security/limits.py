@@ -75,6 +75,15 @@ class ConnectionLimits:
                    parse_ip_overrides(config["max.connections.per.ip.overrides"]), config["connections.max.idle.ms"],
                    frozenset({config["inter.broker.listener.name"]}))
 
+    def reconfigure(self, max_connections: int, max_per_ip: int, overrides: dict[str, int]) -> None:
+        """New limits (dynamic broker configs): connections over a lowered limit stay open, new
+        ones wait or are refused; a raised max.connections lets waiting listeners accept again."""
+        if max_per_ip == 0 and not overrides:
+            raise ConfigError("'max.connections.per.ip' 0 would refuse every connection")
+        self.max_connections, self.max_per_ip, self.overrides = max_connections, max_per_ip, overrides
+        if self._slot_freed is not None:
+            self._slot_freed.set()
+
     def limit_for(self, ip: str) -> int:
         return self.overrides.get(ip, self.max_per_ip)
 

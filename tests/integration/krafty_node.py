@@ -100,6 +100,11 @@ class NodeError(RuntimeError):
     pass
 
 
+# the cluster id of test nodes: with it in server.properties a node formats its empty
+# directories on first start (krafty/storage.py)
+TEST_CLUSTER_ID = "a3JhZnR5LXRlc3Qtbm9kZQ"
+
+
 class KraftyNode:
     """One `python -m krafty node` process with a server.properties of our making."""
 
@@ -172,6 +177,7 @@ class KraftyNode:
             "controller.quorum.voters": self.voters,
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
+            "cluster.id": TEST_CLUSTER_ID,  # formats the empty data dir on first start
         }
         props.update(self.extra_properties)
         return props

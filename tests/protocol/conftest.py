@@ -12,6 +12,8 @@ from broker.protocol import codec
 from common.config import Config
 from krafty.node import Node
 
+TEST_CLUSTER_ID = "a3JhZnR5LXRlc3Qtbm9kZQ"
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -21,18 +23,25 @@ def free_port() -> int:
 
 async def start_node(tmp_path, **overrides: str) -> Node:
     """A started in-process node; ``overrides`` are config keys with dots written as ``_``."""
+    cfg, port = node_config(tmp_path, **overrides)
+    n = Node(cfg)
+    await n.start()
+    n.port = port
+    return n
+
+
+def node_config(tmp_path, **overrides: str) -> tuple[Config, int]:
+    """The configuration start_node uses, and its client port."""
     port, cport = free_port(), free_port()
     props = {
         "node.id": "1", "process.roles": "broker,controller",
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
         "controller.quorum.voters": f"1@127.0.0.1:{cport}", "log.dirs": str(tmp_path / "data"),
         "socket.request.max.bytes": str(1024 * 1024 * 4), "message.max.bytes": "100000",
+        "cluster.id": TEST_CLUSTER_ID,  # formats the empty data dir on first start
     }
     props.update({k.replace("_", "."): v for k, v in overrides.items()})
-    n = Node(Config(props))
-    await n.start()
-    n.port = port
-    return n
+    return Config(props), port
 
 
 @pytest.fixture

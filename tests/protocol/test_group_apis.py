@@ -16,7 +16,7 @@ from broker.protocol.client import KafkaConnection
 from common.config import Config
 from common.errors import ErrorCode
 from krafty.node import Node
-from tests.protocol.conftest import free_port
+from tests.protocol.conftest import TEST_CLUSTER_ID, free_port
 
 TOPICS = {"t1": 3, "t2": 2}
 
@@ -27,7 +27,7 @@ def _config(tmp_path, port: int, cport: int, **extra) -> Config:
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
         "controller.quorum.voters": f"1@127.0.0.1:{cport}", "log.dirs": str(tmp_path / "data"),
         "group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3",
-        "offsets.topic.replication.factor": "1", **extra,
+        "offsets.topic.replication.factor": "1", "cluster.id": TEST_CLUSTER_ID, **extra,
     })
 
 
@@ -126,8 +126,9 @@ async def test_find_coordinator_answers_every_key_of_a_batch(gnode, conn):
     assert all((c.node_id, c.host, c.port) == (1, "127.0.0.1", gnode.port) for c in r.coordinators)
     single = await conn.request(ApiKey.FIND_COORDINATOR, 3, {"key": "alpha", "key_type": 0})
     assert (int(single.error_code), single.node_id, single.port) == (0, 1, gnode.port)
+    # key type 1: a transactional id's coordinator (__transaction_state is created on the way)
     tx = await conn.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["tx"]})
-    assert int(tx.coordinators[0].error_code) != 0 and tx.coordinators[0].error_message
+    assert (int(tx.coordinators[0].error_code), tx.coordinators[0].port) == (0, gnode.port)
 
 
 async def test_commit_to_unknown_topic_or_partition_is_refused_per_partition(conn):
@@ -316,7 +317,7 @@ async def test_consumer_offsets_defaults_and_compaction_keep_the_latest_state_ac
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
         "controller.quorum.voters": f"1@127.0.0.1:{cport}", "log.dirs": str(tmp_path / "data"),
         "group.initial.rebalance.delay.ms": "0", "offsets.topic.segment.bytes": "4096",
-        "log.cleaner.backoff.ms": "200"})
+        "log.cleaner.backoff.ms": "200", "cluster.id": TEST_CLUSTER_ID})
     n = await _start(cfg, port)
     c = KafkaConnection("127.0.0.1", port, client_id="compaction-test")
     try:

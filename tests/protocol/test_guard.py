@@ -41,3 +41,14 @@ CASES = [(k, v) for k, (lo, hi) in sorted(SUPPORTED.items()) if k != ApiKey.PROD
 def test_guard_accepts_every_well_formed_request(api, version, data):
     req = data.draw(st.from_type(codec.request_type(api, version)))
     check_bounds(type(req), codec.encode(req))
+
+
+def test_nullable_struct_is_one_byte_when_null_and_is_walked_when_present():
+    # DescribeTopicPartitions v0's cursor: int8 -1 for null, 1 then the struct
+    from broker.protocol import codec
+    for cursor in (None, {"topic_name": "a", "partition_index": 3}):
+        req = codec.build(codec.request_type(75, 0), {"topics": [], "response_partition_limit": 10, "cursor": cursor})
+        raw = codec.encode(req)
+        assert codec.decode_request(75, 0, raw, 0).cursor == (None if cursor is None else req.cursor)
+        with pytest.raises(codec.FramingError):
+            codec.decode_request(75, 0, raw[:-2], 0)

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.config import Config
 from krafty.node import Node
-from tests.protocol.conftest import free_port, start_node
+from tests.protocol.conftest import TEST_CLUSTER_ID, free_port, start_node
 
 
 def http_get(port: int, path: str) -> tuple[int, bytes]:
@@ -139,7 +139,7 @@ async def test_ready_is_503_while_the_controller_has_no_quorum(tmp_path):
                      "listeners": f"CONTROLLER://127.0.0.1:{cport}",
                      "controller.quorum.voters": f"1@127.0.0.1:{cport},2@127.0.0.1:{free_port()}",
                      "log.dirs": str(tmp_path / "data"), "krafty.metrics.port": str(mport),
-                     "krafty.metrics.host": "127.0.0.1"}))
+                     "krafty.metrics.host": "127.0.0.1", "cluster.id": TEST_CLUSTER_ID}))
     await n.start()
     try:
         await asyncio.sleep(1.0)

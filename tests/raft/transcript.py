@@ -6,7 +6,11 @@ datadriven tests. A transcript is a sequence of cases separated by blank lines:
     expected output
 
 Commands:
-  cluster voters=1,2,3 [observers=4] [max_records=N] [linger=MS]   create the nodes (time 0)
+  cluster voters=1,2,3 [observers=4] [max_records=N] [linger=MS] [dynamic=1]   create the nodes (time 0);
+                        dynamic=1: a KIP-853 quorum whose initial voters are ``voters``
+  add-voter L N / remove-voter L N   AddRaftVoter / RemoveRaftVoter of node N on leader L
+  update-voter L N host=H port=P     UpdateRaftVoter: node N's new listener, on leader L
+  voters [N...]         each node's voter set (and whether a change is uncommitted)
   campaign N            node N stands for election (pre-vote first)
   tick MS               advance the clock and fire every due timer
   run MS                tick 50 ms + stabilize, repeatedly (prints nothing)
@@ -30,19 +34,18 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from raft.api import Snapshot
 from raft.core import (
-    Append,
+    VOTERS_PREFIX,
     Committed,
     LoadSnapshot,
-    QuorumState,
     RaftCore,
-    SaveSnapshot,
-    SaveState,
     Timeouts,
-    Truncate,
+    Voter,
+    VoterChangeError,
+    parse_voters_record,
 )
 from raft.messages import Entry, Message
+from sim.cluster import KV, SimDisk
 
 
 def render(m: Message) -> str:
@@ -66,75 +69,9 @@ def render(m: Message) -> str:
 
 
 def _entry(e: Entry) -> str:
+    if e.control and e.data.startswith(VOTERS_PREFIX):
+        return f"e{e.epoch}:V{[v.id for v in parse_voters_record(e.data)]}".replace(" ", "")
     return f"e{e.epoch}:LC" if e.control else f"e{e.epoch}:{e.data.decode()}"
-
-
-# The test state machine and a node's synced disk (they served sim/cluster.py, the Raft-only
-# simulation that whole-cluster worlds replaced; the transcripts drive the core directly).
-class KV:
-    """The test state machine: records are ``key=value``; a snapshot is the sorted items."""
-
-    def __init__(self) -> None:
-        self.data: dict[bytes, bytes] = {}
-        self.applied_end = 0  # every record below this offset is applied
-
-    def load(self, snap: Snapshot) -> None:
-        self.data = dict(r.split(b"=", 1) for r in snap.records)
-        self.applied_end = snap.end_offset
-
-    def apply(self, base: int, entries) -> None:
-        for i, e in enumerate(entries):
-            if base + i < self.applied_end:
-                continue
-            assert base + i == self.applied_end, f"gap in commits: {base + i} != {self.applied_end}"
-            if not e.control:
-                k, _, v = e.data.partition(b"=")
-                self.data[k] = v
-            self.applied_end = base + i + 1
-
-    def snapshot_records(self) -> list[bytes]:
-        return [k + b"=" + v for k, v in sorted(self.data.items())]
-
-
-class SimDisk:
-    """What a node has durably synced: quorum state, snapshot, log entries."""
-
-    def __init__(self) -> None:
-        self.state = QuorumState()
-        self.snapshot: Snapshot | None = None
-        self.log_start = 0
-        self.entries: list[Entry] = []
-
-    def apply(self, ops) -> list[tuple[int, int]]:
-        """Apply ops atomically; returns the (start, end) offset ranges that were removed."""
-        removed = []
-        for op in ops:
-            if isinstance(op, Truncate):
-                end = self.log_start + len(self.entries)
-                if op.offset < end:
-                    removed.append((max(op.offset, self.log_start), end))
-                    del self.entries[max(0, op.offset - self.log_start):]
-            elif isinstance(op, Append):
-                assert op.base_offset == self.log_start + len(self.entries), "append leaves a gap on disk"
-                self.entries.extend(op.entries)
-            elif isinstance(op, SaveState):
-                self.state = op.state
-            elif isinstance(op, SaveSnapshot):
-                s = op.snapshot
-                drop = s.end_offset - self.log_start
-                if drop > 0:
-                    del self.entries[:drop]
-                else:
-                    self.entries = []
-                self.log_start = s.end_offset
-                self.snapshot = s
-        return removed
-
-    def has(self, offset: int, entry: tuple[int, bytes]) -> bool:
-        if offset < self.log_start:
-            return True  # covered by the snapshot
-        i = offset - self.log_start
-        return i < len(self.entries) and (self.entries[i].epoch, self.entries[i].data) == entry
 
 
 class Node:
@@ -148,8 +85,9 @@ class Node:
     def start(self) -> None:
         d = self.disk
         self.kv = KV()
+        initial = [Voter(v) for v in self.h.voters] if self.h.dynamic else None
         self.core = RaftCore(self.id, self.h.voters, random.Random(self.id), self.h.timeouts, state=d.state,
-                             snapshot=d.snapshot, entries=list(d.entries), now_ms=self.h.now)
+                             snapshot=d.snapshot, entries=list(d.entries), now_ms=self.h.now, initial_voters=initial)
         self.alive = True
 
 
@@ -161,14 +99,17 @@ class Harness:
         self.queue: list[Message] = []
         self.isolated: set[int] = set()
         self.timeouts = Timeouts()
+        self.dynamic = False
 
     def run(self, cmd: str) -> str:
         words = cmd.split()
-        name, args = words[0], words[1:]
+        name, args = words[0].replace("-", "_"), words[1:]
         kw = dict(a.split("=", 1) for a in args if "=" in a)
         pos = [a for a in args if "=" not in a]
         if name == "propose":
             pos, kw = args, {}
+        if name == "update_voter":
+            pos = [a for a in args if "=" not in a]
         out: list[str] = []
         getattr(self, "cmd_" + name)(pos, kw, out)
         return "\n".join(out) if out else "ok"
@@ -179,6 +120,7 @@ class Harness:
     # ------------------------------------------------------------------ commands
     def cmd_cluster(self, pos, kw, out) -> None:
         self.voters = [int(x) for x in kw["voters"].split(",")]
+        self.dynamic = kw.get("dynamic") == "1"
         observers = [int(x) for x in kw.get("observers", "").split(",") if x]
         self.timeouts = Timeouts(fetch_max_records=int(kw.get("max_records", 2000)),
                                  append_linger_ms=int(kw.get("linger", 0)))
@@ -195,6 +137,31 @@ class Harness:
         for n in self.nodes.values():
             if n.alive:
                 n.core.poll(self.now)
+
+    def cmd_add_voter(self, pos, kw, out) -> None:
+        self._voter_change(out, lambda c: c.add_voter(Voter(int(pos[1])), self.now), int(pos[0]))
+
+    def cmd_update_voter(self, pos, kw, out) -> None:
+        self._voter_change(out, lambda c: c.update_voter(Voter(int(pos[1]), "", kw.get("host", ""),
+                                                               int(kw.get("port", 0))), self.now), int(pos[0]))
+
+    def cmd_remove_voter(self, pos, kw, out) -> None:
+        self._voter_change(out, lambda c: c.remove_voter(int(pos[1]), "", self.now), int(pos[0]))
+
+    def _voter_change(self, out, fn, leader: int) -> None:
+        try:
+            out.append(f"voters record at offset {fn(self.nodes[leader].core)}")
+        except VoterChangeError as e:
+            out.append(f"error {e.code}: {e.message}")
+        except Exception as e:  # NotLeaderError
+            out.append(f"error: {type(e).__name__}")
+
+    def cmd_voters(self, pos, kw, out) -> None:
+        for nid in self._ids(pos):
+            c = self.nodes[nid].core
+            where = " ".join(f"{v.id}@{v.host}:{v.port}" for v in c.voter_info.values() if v.host)
+            out.append(f"{nid}: voters={list(c.voters)} is_voter={c.is_voter} pending={c.voter_change_pending()}"
+                       + (f" at {where}" if where else ""))
 
     def cmd_resign(self, pos, kw, out) -> None:
         self.nodes[int(pos[0])].core.resign(self.now)

@@ -243,8 +243,8 @@ def test_quotas_are_managed_with_krafty_configs(quota_node):
     assert res.returncode == 2 and "positive" in res.stderr
     res = cli("--alter", "--entity-type", "clients", "--entity-name", "x", "--add-config", "SCRAM-SHA-256=[password=x]")
     assert res.returncode == 2 and "one named user" in res.stderr
-    res = cli("--describe", "--entity-type", "topics")
-    assert res.returncode == 2 and "'topics' is not supported" in res.stderr
+    res = cli("--describe", "--entity-type", "groups")
+    assert res.returncode == 2 and "'groups' is not supported" in res.stderr
     # clean up for the other tests of this module
     cli("--alter", "--entity-type", "clients", "--entity-name", "app-1", "--delete-config", "consumer_byte_rate")
     cli("--alter", "--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients",

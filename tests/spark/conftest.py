@@ -97,6 +97,7 @@ class KraftyProcess:
                     f"controller.quorum.voters=1@127.0.0.1:{self.cport}",
                     f"log.dirs={self.workdir}/data",
                     "num.partitions=1",
+                    "cluster.id=a3JhZnR5LXRlc3Qtbm9kZQ",  # formats the empty data dir on first start
                     # Kafka's own key; checked every second so retention tests need not wait 5 minutes
                     "log.retention.check.interval.ms=1000",
                     "",

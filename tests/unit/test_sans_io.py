@@ -21,12 +21,13 @@ FORBIDDEN_ATTRS = {("datetime", "now"), ("datetime", "utcnow"), ("datetime", "to
                    ("uuid", "uuid1"), ("uuid", "uuid4")}
 FORBIDDEN_NAMES = {"uuid1", "uuid4", "open", "input"}
 CORES = [
-    "raft/core.py", "raft/quorum.py", "raft/messages.py", "raft/api.py",
+    "raft/core*.py", "raft/quorum*.py", "raft/messages.py", "raft/api.py",
     "metadata/*.py",
     "controller/topics.py", "controller/placement.py", "controller/cluster.py", "controller/replication.py",
     "controller/acls.py", "controller/scram.py",
-    "broker/replica/partition.py", "broker/replica/follower.py", "broker/replica/selector.py",
-    "broker/group/state.py", "broker/group/shard.py", "broker/group/records.py", "broker/group/lag.py",
+    "broker/replica/partition*.py", "broker/replica/follower.py", "broker/replica/selector.py",
+    "broker/group/state*.py", "broker/group/shard.py", "broker/group/records.py", "broker/group/lag.py",
+    "broker/txn/state.py", "broker/txn/records.py",
     "broker/fetch_session.py",
     "common/errors.py", "common/topic_names.py",
 ]

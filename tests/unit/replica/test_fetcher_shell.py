@@ -10,6 +10,7 @@ import uuid
 from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.follower import AppendRecords, FetchAnswer, FetchRequest, Truncate
 from broker.replica.partition import PartitionState
+from broker.replica.throttle import UNLIMITED, ReplicationQuota
 from common.config import Config
 
 
@@ -47,7 +48,8 @@ def _partition():
     """One partition ("t", 0) on a fake log, and the replica manager around it."""
     part = types.SimpleNamespace(state=PartitionState("t", 0, uuid.uuid4(), 1), log=_Log())
     rm = types.SimpleNamespace(partitions={("t", 0): part}, wake_hw=lambda tp: None,
-                               logs=types.SimpleNamespace(writer=None))
+                               logs=types.SimpleNamespace(writer=None),
+                               follower_quota=ReplicationQuota(1, "follower.replication.throttled.replicas", UNLIMITED))
     return part, rm
 
 

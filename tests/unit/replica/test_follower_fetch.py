@@ -9,6 +9,7 @@ from broker.replica.follower import (
     FetchAnswer,
     FetchRequest,
     FollowerFetchState,
+    IncrementLogStartOffset,
     OffsetsForLeaderEpochRequest,
     Phase,
     SetHighWatermark,
@@ -257,3 +258,23 @@ def test_damaged_copy_in_the_isr_is_kept_and_the_leader_is_shown_where_it_ends()
     assert truncations(effects) == [4]
     apply(log, effects)
     assert not fs.next_action(log, 10**6).probe
+
+
+def test_fetch_response_moves_log_start_to_leaders_but_not_past_our_hw():
+    # DeleteRecords on the leader: followers learn its log start from Fetch responses
+    log = make_log((7, 10))
+    fs = follower(hw=10, ofle=False)
+    req = fs.next_action(log)
+    effects = fs.on_fetch_response(req, log, FetchAnswer(high_watermark=10, log_start_offset=6))
+    assert IncrementLogStartOffset(6) in effects
+    req = fs.next_action(log)
+    effects = fs.on_fetch_response(req, log, FetchAnswer(high_watermark=4, log_start_offset=8))
+    assert [e for e in effects if isinstance(e, IncrementLogStartOffset)] == [IncrementLogStartOffset(4)]
+
+
+def test_fetch_response_without_a_newer_log_start_leaves_ours():
+    log = make_log((7, 10), start=0)
+    fs = follower(hw=10, ofle=False)
+    req = fs.next_action(log)
+    effects = fs.on_fetch_response(req, log, FetchAnswer(high_watermark=10, log_start_offset=0))
+    assert not [e for e in effects if isinstance(e, IncrementLogStartOffset)]

@@ -271,3 +271,15 @@ def test_isr_does_not_expand_with_fenced_or_restarted_replica():
     assert st.pending_alter is None
     st.on_follower_fetch(3, 10, 10, 4, broker_epoch=8)
     assert st.pending_alter.new_isr == (1, 2, 3)
+
+
+def test_low_watermark_is_min_log_start_over_live_replicas():
+    # Kafka's lowWatermarkIfLeader: a DeleteRecords completes when every live replica moved its start
+    st = leader(leo=10)
+    assert st.low_watermark(6, alive_brokers={1, 2, 3}) == -1  # followers have not reported a start yet
+    st.on_follower_fetch(2, 10, 10, 1, log_start_offset=6)
+    st.on_follower_fetch(3, 10, 10, 1, log_start_offset=2)
+    assert st.low_watermark(6, alive_brokers={1, 2, 3}) == 2
+    assert st.low_watermark(6, alive_brokers={1, 2}) == 6  # a dead (fenced) replica does not hold it back
+    st.on_follower_fetch(3, 10, 10, 2, log_start_offset=6)
+    assert st.low_watermark(6, alive_brokers={1, 2, 3}) == 6

@@ -1,0 +1,180 @@
+"""Transactional produce against the idempotent producer, commit latency, and read_committed
+against read_uncommitted consume, with confluent-kafka, on one krafty broker and on a real
+3-controller + 3-broker cluster (RF=3, min.insync.replicas=2, acks=all).
+
+    .venv/bin/python bench/transactions.py                        # both setups, 10 s per phase
+    .venv/bin/python bench/transactions.py --setups 1 --seconds 5 --json /tmp/txn.json
+
+Per setup, into a fresh 3-partition topic each, 1 KiB values (--size), acks=all, linger.ms=5:
+1. idempotent producer (the reference), records/s and MB/s acknowledged;
+2. transactional producer, 1,000 records per transaction (round-robin over the partitions),
+   committed records/s and MB/s, and the commit_transaction() latency p50/p99 (flush of the
+   transaction's last records + EndTxn + markers written on every partition);
+3. the same with 10 records per transaction;
+4. consume of the 1,000-per-transaction topic from the beginning, read_committed against
+   read_uncommitted (records/s, MB/s).
+The ratio asked by issue 19 is 2 / 1 (goal >= 0.8). MB = 10^6 bytes of record values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from krafty_node import KraftyNode, wait_until  # noqa: E402
+
+from tests.cluster.conftest import Cluster  # noqa: E402
+
+PARTITIONS = 3
+
+
+def create_topic(bootstrap: str, name: str, rf: int, n_brokers: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    wait_until(lambda: len(a.list_topics(timeout=5).brokers) == n_brokers, 120, message="all brokers registered")
+    config = {"min.insync.replicas": "2"} if rf == 3 else {}
+    a.create_topics([NewTopic(name, PARTITIONS, rf, config=config)])[name].result(60)
+    wait_until(lambda: all(p.leader >= 0 and len(p.isrs) == rf for p in
+                           a.list_topics(name, timeout=5).topics[name].partitions.values()), 60,
+               message="leaders and ISR")
+
+
+def _conf(bootstrap: str, **extra) -> dict:
+    return {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1024 * 1024,
+            "queue.buffering.max.kbytes": 256 * 1024, "message.timeout.ms": 120000, **extra}
+
+
+def idempotent(bootstrap: str, topic: str, size: int, seconds: float) -> dict:
+    from confluent_kafka import Producer
+    p = Producer(_conf(bootstrap, **{"enable.idempotence": True}))
+    value, acked, sent = os.urandom(size), [0], 0
+
+    def done(err, _msg):
+        if err is None:
+            acked[0] += 1
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        try:
+            p.produce(topic, value=value, partition=sent % PARTITIONS, on_delivery=done)
+            sent += 1
+        except BufferError:
+            p.poll(0.01)
+        p.poll(0)
+    p.flush(120)
+    s = time.perf_counter() - t0
+    return {"records": acked[0], "seconds": round(s, 2), "rps": round(acked[0] / s), "mbps": round(acked[0] * size / s / 1e6, 2)}
+
+
+def transactional(bootstrap: str, topic: str, size: int, seconds: float, per_txn: int) -> dict:
+    from confluent_kafka import Producer
+    p = Producer(_conf(bootstrap, **{"transactional.id": f"bench-{uuid.uuid4().hex[:8]}", "transaction.timeout.ms": 120000}))
+    p.init_transactions(60)
+    value, committed, commits, sent = os.urandom(size), 0, [], 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        p.begin_transaction()
+        for _ in range(per_txn):
+            while True:
+                try:
+                    p.produce(topic, value=value, partition=sent % PARTITIONS)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            sent += 1
+            p.poll(0)
+        c0 = time.perf_counter()
+        p.commit_transaction(120)
+        commits.append(time.perf_counter() - c0)
+        committed += per_txn
+    s = time.perf_counter() - t0
+    commits.sort()
+
+    def pct(q):
+        return round(commits[min(len(commits) - 1, int(q * len(commits)))] * 1000, 2)
+    return {"records_per_txn": per_txn, "transactions": len(commits), "records": committed, "seconds": round(s, 2),
+            "rps": round(committed / s), "mbps": round(committed * size / s / 1e6, 2),
+            "commit_ms_p50": pct(0.50), "commit_ms_p99": pct(0.99)}
+
+
+def consume(bootstrap: str, topic: str, size: int, expect: int, isolation: str, max_s: float) -> dict:
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "isolation.level": isolation, "fetch.max.bytes": 50 * 1024 * 1024,
+                  "max.partition.fetch.bytes": 10 * 1024 * 1024, "fetch.wait.max.ms": 10})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    n, t0 = 0, time.perf_counter()
+    while n < expect and time.perf_counter() - t0 < max_s:
+        n += sum(1 for m in c.consume(10000, 0.5) if m.error() is None)
+    s = time.perf_counter() - t0
+    c.close()
+    return {"isolation": isolation, "records": n, "seconds": round(s, 2), "rps": round(n / s),
+            "mbps": round(n * size / s / 1e6, 2)}
+
+
+def run(bootstrap: str, rf: int, n_brokers: int, args) -> dict:
+    names = {k: f"{k}-{uuid.uuid4().hex[:6]}" for k in ("idem", "txn1000", "txn10")}
+    for t in names.values():
+        create_topic(bootstrap, t, rf, n_brokers)
+    res = {"idempotent": idempotent(bootstrap, names["idem"], args.size, args.seconds)}
+    print(" idempotent:", res["idempotent"], flush=True)
+    for per in (1000, 10):
+        res[f"txn_{per}"] = r = transactional(bootstrap, names[f"txn{per}"], args.size, args.seconds, per)
+        print(f" {per} per transaction:", r, flush=True)
+    res["txn_1000_vs_idempotent"] = round(res["txn_1000"]["rps"] / res["idempotent"]["rps"], 2)
+    res["txn_10_vs_idempotent"] = round(res["txn_10"]["rps"] / res["idempotent"]["rps"], 2)
+    n = res["txn_1000"]["records"]
+    for iso in ("read_committed", "read_uncommitted"):
+        res[f"consume_{iso}"] = r = consume(bootstrap, names["txn1000"], args.size, n, iso, args.seconds * 6)
+        print(f" consume {iso}:", r, flush=True)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--setups", default="1,3", help="1: one broker (RF=1); 3: 3 controllers + 3 brokers (RF=3)")
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--seconds", type=float, default=10, help="duration of each produce phase")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    out: dict = {"value_bytes": args.size, "seconds": args.seconds, "cpus": os.cpu_count()}
+    for setup in args.setups.split(","):
+        d = tempfile.mkdtemp(prefix="krafty-txn-bench-")
+        try:
+            if setup == "1":
+                node = KraftyNode(Path(d), extra_properties={"transaction.state.log.replication.factor": "1",
+                                                             "transaction.state.log.min.isr": "1",
+                                                             "offsets.topic.replication.factor": "1"})
+                node.start()
+                try:
+                    print("one broker, RF=1:", flush=True)
+                    out["one_broker"] = run(node.bootstrap, 1, 1, args)
+                finally:
+                    node.stop()
+            else:
+                c = Cluster(d)
+                c.start()
+                try:
+                    print("3 controllers + 3 brokers, RF=3:", flush=True)
+                    out["three_brokers"] = run(c.bootstrap, 3, c.n_brokers, args)
+                finally:
+                    c.shutdown()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Simulation of the transaction coordinator under faults (world.py; ``python -m sim.txn.run``)."""

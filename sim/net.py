@@ -122,7 +122,10 @@ class SimNet:
         return lst
 
     # -- gRPC --------------------------------------------------------------------------
-    async def unary_call(self, target: str, method: str, data: bytes, timeout: float | None):
+    async def unary_call(self, target: str, method: str, data: bytes, timeout: float | None,
+                         trailing: list | None = None):
+        """The serialized answer of ``method`` at ``target``; the trailing metadata the servicer
+        set is appended to ``trailing``."""
         loop = self.loop
         src = NODE.get()
         deadline = loop.time() + (timeout if timeout is not None else 3600.0)
@@ -144,7 +147,8 @@ class SimNet:
             raise _rpc_error(grpc.StatusCode.UNIMPLEMENTED if handler is None else grpc.StatusCode.DEADLINE_EXCEEDED,
                              method)
         request = handler.request_deserializer(data)
-        call = loop.create_task(handler.unary_unary(request, _Context()), context=srv.context.copy())
+        ctx = _Context()
+        call = loop.create_task(handler.unary_unary(request, ctx), context=srv.context.copy())
         done, _ = await asyncio.wait({call}, timeout=max(deadline - loop.time(), 0))
         if not done:
             call.cancel()
@@ -160,11 +164,19 @@ class SimNet:
             await asyncio.sleep(max(deadline - loop.time(), 0))
             raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "reply lost")
         await asyncio.sleep(min(self.delay(), max(deadline - loop.time(), 0)))
+        if trailing is not None:
+            trailing.extend(ctx.trailing)
         return body
 
 
 class _Context:
     """What servicers see of a gRPC call."""
+
+    def __init__(self) -> None:
+        self.trailing: tuple = ()
+
+    def set_trailing_metadata(self, metadata) -> None:
+        self.trailing = tuple(metadata)
 
     async def abort(self, code, details=""):
         raise _Abort(code, details)
@@ -183,11 +195,28 @@ class _UnaryCall:
     def __init__(self, net: SimNet, target: str, method: str, ser, deser):
         self.net, self.target, self.method, self.ser, self.deser = net, target, method, ser, deser
 
-    async def __call__(self, request, *, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
-                       compression=None):
+    def __call__(self, request, *, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
+                 compression=None) -> _SimCall:
+        trailing: list = []
+        return _SimCall(self._call(request, timeout, trailing), trailing)
+
+    async def _call(self, request, timeout, trailing: list):
         data = self.ser(request) if self.ser is not None else request
-        body = await self.net.unary_call(self.target, self.method, data, timeout)
+        body = await self.net.unary_call(self.target, self.method, data, timeout, trailing)
         return self.deser(body) if self.deser is not None else body
+
+
+class _SimCall:
+    """An awaitable call, as grpc.aio's: its answer, then its trailing metadata."""
+
+    def __init__(self, coro, trailing: list) -> None:
+        self._coro, self._trailing = coro, trailing
+
+    def __await__(self):
+        return self._coro.__await__()
+
+    async def trailing_metadata(self):
+        return tuple(self._trailing)
 
 
 class SimChannel:

@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SEEDS ?= 1000
+SIM_SAFETY_S ?= 4
+SIM_JOBS ?= $(shell nproc)
 
 .PHONY: run test lint sim bench fuzz system-deps clean chaos test-cluster docker-deps test-docker test-spark pipeline-demo pipeline-bench
 
@@ -33,9 +35,8 @@ lint: $(BIN)/krafty
 	$(BIN)/ruff check .
 
 sim: $(BIN)/krafty
-	$(BIN)/python -m sim.run --seeds $(SEEDS)
+	$(BIN)/python -m sim.run_world --seeds $(SEEDS) --safety-s $(SIM_SAFETY_S) --jobs $(SIM_JOBS)
 	$(BIN)/python -m sim.replication.run --seeds $(SEEDS)
-	$(BIN)/python -m sim.controller.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.txn_log.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.txn.run --seeds $(SEEDS)
 

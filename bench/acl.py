@@ -163,7 +163,7 @@ async def _admin(port: int, n_acls: int) -> None:
     try:
         res = await c.request(ApiKey.CREATE_TOPICS, 4, {"topics": [{"name": TOPIC, "num_partitions": 1,
                                                                      "replication_factor": 1, "assignments": [],
-                                                                     "configs": []}], "timeout_ms": 30000,
+                                                                     "configs": []}], "timeout": 30000,
                                                         "validate_only": False})
         assert res.topics[0].error_code in (0, 36), res.topics[0]  # 36: already exists
         acls = my_acls() + other_acls(n_acls) if n_acls >= 0 else []

@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from broker.apis.kafka_apis import KafkaApis
@@ -23,8 +21,10 @@ from broker.security.sasl import inter_broker_security, listener_security
 from broker.security.scram import ScramCredential
 from broker.server import KafkaServer
 from common import dynamic_config as dyn
+from common.clock import SYSTEM, Clock
 from common.config import Config, topic_defaults
 from common.errors import ErrorCode, KafkaError
+from common.net import REAL, Net
 from metadata import records as r
 from metadata.loader import MetadataLoader
 
@@ -33,14 +33,16 @@ WRITEBACK_INTERVAL_MS = 100  # how often krafty.log.writeback.bytes is checked
 
 
 class Broker:
-    def __init__(self, config: Config, loader: MetadataLoader, controller):
+    def __init__(self, config: Config, loader: MetadataLoader, controller, clock: Clock = SYSTEM, net: Net = REAL):
         self.config = config
         self.node_id: int = config["node.id"]
         self.loader = loader
         self.controller = controller
+        self.clock = clock  # timestamps and retention: wall; everything else through the loop or monotonic
+        self.net = net  # the listeners' sockets (the OS's, or sim/'s network)
         if hasattr(controller, "wait_for_offset"):  # the ControllerChannel: admin answers wait for our image
             controller.wait_for_offset = self.wait_for_metadata_offset
-        self.incarnation_id = uuid.uuid4()
+        self.incarnation_id = clock.uuid4()
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.apis: KafkaApis | None = None
@@ -70,28 +72,29 @@ class Broker:
         self.lag_monitor = None
         if config["krafty.metrics.port"] >= 0:
             from broker.metrics import BrokerMetrics
-            self.metrics = BrokerMetrics(self.node_id)
+            self.metrics = BrokerMetrics(self.node_id, clock=self.clock)
             self.metrics.broker = self
 
     def open_logs(self) -> None:
         """Loads and recovers every partition log; must run before the metadata log replays."""
-        t0 = time.monotonic()
-        self.logs = LogManager(self.config["log.dirs"], topic_defaults(self.config), now_ms=int(time.time() * 1000),
+        t0 = self.clock.monotonic()
+        self.logs = LogManager(self.config["log.dirs"], topic_defaults(self.config),
                                writer_threads=self.config["krafty.log.writer.threads"],
-                               producer_id_expiration_ms=self.config["producer.id.expiration.ms"])
+                               producer_id_expiration_ms=self.config["producer.id.expiration.ms"], clock=self.clock)
         # first: the other publishers of a delta see the dynamic configs it carries
         self.loader.add_publisher(self.dynamic_config.on_metadata)
         self.replicas = ReplicaManager(self.node_id, self.config, self.logs, channel=self.controller,
-                                       broker_epoch=lambda: self.broker_epoch, endpoint_of=self._endpoint_of)
+                                       broker_epoch=lambda: self.broker_epoch, endpoint_of=self._endpoint_of,
+                                       clock=self.clock)
         self.loader.add_publisher(self.replicas.on_metadata)
-        self.apis = KafkaApis(self.config, self.node_id, self.loader, self.replicas, self.controller)
+        self.apis = KafkaApis(self.config, self.node_id, self.loader, self.replicas, self.controller, clock=self.clock)
         self.apis.metrics = self.metrics
         self.replicas.fetchers.security = self.inter_broker_security  # TLS/SASL to other brokers
         # after the replica manager's publisher: a partition we now lead has its log when we load it
         self.loader.add_publisher(self.apis.group_coordinator.on_metadata, catch_up=False)
         self.loader.add_publisher(self.apis.txn_coordinator.on_metadata, catch_up=False)
         self._add_reconfigurables()
-        log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), time.monotonic() - t0)
+        log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), self.clock.monotonic() - t0)
 
     def _add_reconfigurables(self) -> None:
         """What takes a dynamic broker config without a restart, besides the code that reads the
@@ -188,7 +191,8 @@ class Broker:
             s = KafkaServer(lst.name, lst.host, lst.port, self.apis,
                             max_request_size=self.config["socket.request.max.bytes"],
                             security=self.listener_security[lst.name], scram_lookup=self._scram_credential,
-                            limits=self.limits, memory_pool=self.memory_pool)
+                            limits=self.limits, memory_pool=self.memory_pool, clock=self.clock,
+                            net=self.net)
             s.metrics = self.metrics
             s.bind()
             self.servers.append(s)
@@ -196,7 +200,8 @@ class Broker:
         await self.apis.group_coordinator.start()
         if self.metrics is not None:  # consumer lag of the groups we coordinate
             from broker.group.lag_monitor import ConsumerLagMonitor
-            self.lag_monitor = ConsumerLagMonitor(self, self.config["krafty.metrics.consumer.lag.interval.ms"] / 1000)
+            self.lag_monitor = ConsumerLagMonitor(self, self.config["krafty.metrics.consumer.lag.interval.ms"] / 1000,
+                                                 clock=self.clock)
             self.lag_monitor.start()
         await self.apis.txn_coordinator.start()
         await self._register()
@@ -342,9 +347,9 @@ class Broker:
             await asyncio.sleep((interval_ms() if callable(interval_ms) else interval_ms) / 1000)
             try:
                 if in_thread:
-                    await loop.run_in_executor(self._background, fn, int(time.time() * 1000))
+                    await loop.run_in_executor(self._background, fn, self.clock.wall_ms())
                 else:
-                    fn(int(time.time() * 1000))
+                    fn(self.clock.wall_ms())
             except Exception:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 

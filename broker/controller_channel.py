@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 
 import grpc
 
+from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
+from common.net import REAL, Net
 from metadata.acl_wire import acl_to_pb, binding_from_pb, filter_to_pb
 from metadata.controller_api import (
     METADATA_OFFSET_KEY,
@@ -44,9 +45,12 @@ _RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR}
 class ControllerChannel:
     def __init__(self, voters, leader_id: Callable[[], int | None], *,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 50,
-                 credentials: grpc.ChannelCredentials | None = None, cluster_id: str | None = None):
-        self.credentials = credentials
-        self.cluster_id = cluster_id  # sent with every call: controllers of another cluster refuse them  # TLS to the controllers (broker/security/ssl.py); None = plaintext
+                 credentials: grpc.ChannelCredentials | None = None, cluster_id: str | None = None,
+                 clock: Clock = SYSTEM, net: Net = REAL):
+        self.clock = clock  # deadlines of calls (monotonic)
+        self.net = net  # gRPC to the controllers (or sim/'s network)
+        self.credentials = credentials  # TLS to the controllers (broker/security/ssl.py); None = plaintext
+        self.cluster_id = cluster_id  # sent with every call: controllers of another cluster refuse them
         # the controllers: a list of (id, host, port), or a function giving the current one (a dynamic
         # quorum, KIP-853: the voters come from the metadata log)
         self._voters_fn = voters if callable(voters) else None
@@ -67,10 +71,8 @@ class ControllerChannel:
             host, port = self.voters[vid]
             opts = [("grpc.max_receive_message_length", MAX_GRPC_MESSAGE),
                     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE)]
-            icpt = client_interceptors(self.cluster_id)
-            channel = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=opts, interceptors=icpt)
-                       if self.credentials is not None else
-                       grpc.aio.insecure_channel(f"{host}:{port}", options=opts, interceptors=icpt))
+            channel = self.net.grpc_channel(f"{host}:{port}", self.credentials, opts,
+                                            client_interceptors(self.cluster_id))
             ch = self._channels[vid] = (channel, pb_grpc.ControllerServiceStub(channel))
         return ch[1]
 
@@ -88,10 +90,10 @@ class ControllerChannel:
         return ids[self._rr % len(ids)]
 
     async def _call(self, method: str, request, timeout: float | None = None):
-        deadline = time.monotonic() + (timeout or self.timeout)
+        deadline = self.clock.monotonic() + (timeout or self.timeout)
         last_error: KafkaError | None = None
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if left <= 0:
                 raise last_error or KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"controller did not answer {method}")
             vid = self._target()
@@ -123,7 +125,7 @@ class ControllerChannel:
             if self.wait_for_offset is not None:
                 offset = _metadata_offset(await call.trailing_metadata())
                 if offset is not None:  # an admin operation: answer once our own image shows it
-                    await self.wait_for_offset(offset, max(deadline - time.monotonic(), 0.0))
+                    await self.wait_for_offset(offset, max(deadline - self.clock.monotonic(), 0.0))
             return resp
 
     async def close(self) -> None:
@@ -239,14 +241,14 @@ class ControllerChannel:
     async def describe_quorum(self, timeout: float = 5.0):
         """The metadata quorum as its leader describes it (raft.proto DescribeQuorum), asked of the
         leader we know or of each voter in turn; None if no voter leads or answers in time."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + timeout
+        while self.clock.monotonic() < deadline:
             vid = self._target()
             self._stub(vid)  # makes the channel
             stub = pb_raft_grpc.RaftQuorumStub(self._channels[vid][0])
             try:
                 resp = await stub.DescribeQuorum(pb_raft.DescribeQuorumRequest(),
-                                                 timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+                                                 timeout=max(0.1, min(2.0, deadline - self.clock.monotonic())))
             except grpc.aio.AioRpcError as e:
                 refused = refused_for_cluster_id(e)
                 if refused:
@@ -262,13 +264,13 @@ class ControllerChannel:
         """KIP-853 AddVoter (``request`` an AddVoterRequest) or RemoveVoter on the quorum's
         leader, following it; the raft.proto VoterChangeResponse."""
         method = "AddVoter" if isinstance(request, pb_raft.AddVoterRequest) else "RemoveVoter"
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         while True:
             vid = self._target()
             self._stub(vid)
             stub = pb_raft_grpc.RaftQuorumStub(self._channels[vid][0])
             try:
-                resp = await getattr(stub, method)(request, timeout=max(0.1, deadline - time.monotonic()))
+                resp = await getattr(stub, method)(request, timeout=max(0.1, deadline - self.clock.monotonic()))
             except grpc.aio.AioRpcError as e:
                 refused = refused_for_cluster_id(e)
                 if refused:
@@ -276,7 +278,7 @@ class ControllerChannel:
                 resp = None
             if resp is not None and resp.error != ErrorCode.NOT_LEADER_OR_FOLLOWER:
                 return resp
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"no controller answered {method}")
             await asyncio.sleep(self.backoff)
 

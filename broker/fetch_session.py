@@ -17,9 +17,9 @@ sessionless full fetch (closing the named one), n > 0 continues session ``id`` a
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
+from typing import Protocol
 
 from common.errors import ErrorCode
 
@@ -115,6 +115,10 @@ class FetchContext:
         return out
 
 
+class RandomInt(Protocol):
+    def randint(self, a: int, b: int, /) -> int: ...
+
+
 class FetchSessionCache:
     """The broker's sessions (``max.incremental.fetch.session.cache.slots``). When full, a new
     session takes the slot of the least recently used one if that one has been idle for
@@ -122,11 +126,11 @@ class FetchSessionCache:
     used consumer session; otherwise the fetcher gets no session (id 0) and fetches in full,
     as Kafka's cache does."""
 
-    def __init__(self, max_slots: int = 1000, eviction_ms: int = 120_000, rng: random.Random | None = None):
+    def __init__(self, rng: RandomInt, max_slots: int = 1000, eviction_ms: int = 120_000):
         self.max_slots = max_slots
         self.eviction_ms = eviction_ms
         self.sessions: OrderedDict[int, FetchSession] = OrderedDict()  # least recently used first
-        self._rng = rng or random.Random()
+        self._rng = rng  # session ids (the broker's clock.rng)
 
     def context(self, session_id: int, epoch: int, requested: Iterable[tuple[Key, PartitionData]],
                 forgotten: Iterable[Key], now_ms: int, is_follower: bool) -> FetchContext:

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 
 from broker.protocol.codec import FramingError, RequestHeader, parse_request_header
 from common.clock import SYSTEM, Clock
+from common.net import REAL, Net
 
 log = logging.getLogger("krafty.network")
 _I32 = struct.Struct(">i")
@@ -416,6 +417,9 @@ class Connection:
             await self.tls.sendall(b"".join(pending))
 
     async def _sendfile(self, region: FileRegion) -> None:
+        if not isinstance(self.sock, socket.socket):  # sim/'s network: no kernel to sendfile through
+            await self.loop.sock_sendall(self.sock, os.pread(region.fd, region.size, region.offset))
+            return
         out = self.sock.fileno()
         offset, left = region.offset, region.size
         while left > 0:
@@ -449,9 +453,11 @@ class KafkaServer:
     """One listener: accepts connections and runs them until closed."""
 
     def __init__(self, listener_name: str, host: str, port: int, handler: Handler, *, max_request_size: int,
-                 security=None, scram_lookup=None, limits=None, memory_pool=None, clock: Clock = SYSTEM):
+                 security=None, scram_lookup=None, limits=None, memory_pool=None, clock: Clock = SYSTEM,
+                 net: Net = REAL):
         self.listener_name = listener_name
         self.clock = clock
+        self.net = net  # where the listening socket comes from (the OS, or sim/'s network)
         self.metrics = None  # broker.metrics.BrokerMetrics when metrics are served (krafty.metrics.port)
         self.parked: dict[int, int] = {}  # api key -> requests parked now (the purgatories' sizes)
         self.auth_ok = self.auth_failed = 0  # SASL authentications (socket-server-metrics)
@@ -472,13 +478,9 @@ class KafkaServer:
     def bind(self) -> None:
         """Takes the listener's address without accepting connections yet (they are refused
         until ``start()``), so that a port in use stops start-up at once."""
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        s = socket.socket(family, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((self.host or "0.0.0.0", self.port))
+            s = self.net.listen_socket(self.host, self.port)
         except OSError as e:
-            s.close()
             raise OSError(e.errno, f"cannot bind listener {self.listener_name} to {self.host}:{self.port}: "
                                    f"{e.strerror}") from None
         self._sock = s

@@ -18,6 +18,7 @@ Outside this module no krafty code calls ``time.time()``, ``time.monotonic()``, 
 from __future__ import annotations
 
 import random
+import secrets
 import time
 import uuid
 from typing import Protocol
@@ -43,6 +44,11 @@ class Clock(Protocol):
     def uuid4(self) -> uuid.UUID:
         ...
 
+    def secret_bytes(self, n: int) -> bytes:
+        """Bytes for secrets (salts, seeds): from the OS's CSPRNG on a real node, from ``rng``
+        in simulation (where replaying a seed matters more than secrecy)."""
+        ...
+
 
 class SystemClock:
     """The real clocks of the machine."""
@@ -63,6 +69,9 @@ class SystemClock:
 
     def uuid4(self) -> uuid.UUID:
         return uuid.uuid4()
+
+    def secret_bytes(self, n: int) -> bytes:
+        return secrets.token_bytes(n)
 
 
 class ManualClock:
@@ -89,6 +98,9 @@ class ManualClock:
 
     def uuid4(self) -> uuid.UUID:
         return uuid.UUID(int=self.rng.getrandbits(128), version=4)
+
+    def secret_bytes(self, n: int) -> bytes:
+        return self.rng.randbytes(n)
 
     def advance(self, seconds: float) -> None:
         if seconds < 0:

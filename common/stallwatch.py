@@ -20,8 +20,9 @@ import asyncio
 import logging
 import sys
 import threading
-import time
 import traceback
+
+from common.clock import SYSTEM
 
 log = logging.getLogger("krafty.stall")
 
@@ -34,7 +35,7 @@ class _Section:
     def __init__(self, what: str, args: tuple):
         self.what = what
         self.args = args
-        self.t0 = time.monotonic()
+        self.t0 = SYSTEM.monotonic()
         self.stack_path = f"/proc/self/task/{threading.get_native_id()}/stack"
         self.kernel = ""
 
@@ -56,7 +57,7 @@ def leave(sec: _Section | None) -> None:
     if sec is None or w is None:
         return
     w._sections.discard(sec)
-    took = time.monotonic() - sec.t0
+    took = SYSTEM.monotonic() - sec.t0
     if took >= w._threshold:
         what = sec.what % sec.args if sec.args else sec.what
         w.slow = [*w.slow[-9:], (took, what, sec.kernel)]
@@ -91,7 +92,7 @@ class StallWatch:
         self._thread.join(timeout=5)
 
     def _sample_sections(self) -> None:
-        now = time.monotonic()
+        now = SYSTEM.monotonic()
         for sec in list(self._sections):
             if not sec.kernel and now - sec.t0 >= self._threshold:
                 sec.kernel = _read_kernel_stack(sec.stack_path) or "  kernel: (not readable)\n"
@@ -100,7 +101,7 @@ class StallWatch:
         while not self._stop.wait(self._interval):
             self._sample_sections()
             ran = threading.Event()
-            t0 = time.monotonic()
+            t0 = SYSTEM.monotonic()
             try:
                 self._loop.call_soon_threadsafe(ran.set)
             except RuntimeError:  # loop closed
@@ -114,7 +115,7 @@ class StallWatch:
                 self._sample_sections()
                 if self._stop.is_set():
                     return
-            stalled = time.monotonic() - t0
+            stalled = SYSTEM.monotonic() - t0
             self.stalls = [*self.stalls[-9:], (stalled, stack)]
             log.warning("event loop stalled for %.0f ms; %.0f ms in, the loop thread was at:\n%s",
                         stalled * 1000, self._threshold * 1000, stack.rstrip())

@@ -31,7 +31,7 @@ def _record(acl_id: uuid.UUID, b: AclBinding) -> r.AccessControlEntryRecord:
 
 
 def create_acls(image: MetadataImage, bindings: Sequence[AclBinding],
-                new_uuid: Callable[[], uuid.UUID] = uuid.uuid4) -> tuple[list[Any], list[CreateResult]]:
+                new_uuid: Callable[[], uuid.UUID]) -> tuple[list[Any], list[CreateResult]]:
     """One record per new binding; a binding that already exists succeeds without a record."""
     existing = set(image.acls.values())
     records: list[Any] = []

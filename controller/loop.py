@@ -12,13 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import secrets
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from common.clock import SYSTEM
+from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
 from common.metrics import Histogram
 from controller import acls as acl_ops
@@ -46,13 +44,16 @@ class QuorumController:
                  defaults: topic_ops.TopicDefaults, rng: random.Random | None = None,
                  session_timeout_ms: int = 9000, unclean_default: bool = False,
                  auto_leader_rebalance: bool = True, rebalance_interval_s: int = 300,
-                 colocated_broker_id: int | None = None, bootstrap: list | None = None):
+                 colocated_broker_id: int | None = None, bootstrap: list | None = None, clock: Clock = SYSTEM):
         self.node_id = node_id
+        # Broker sessions are timed with clock.monotonic_ms (never the wall clock: an NTP step
+        # must neither fence a live broker nor keep a dead one alive)
+        self.clock = clock
         self.log = metadata_log
         self.loader = loader
         self.cluster_id = cluster_id
         self.defaults = defaults
-        self.rng = rng or random.Random()
+        self.rng = rng or clock.rng
         self.session_timeout_ms = session_timeout_ms
         self._unclean_static = unclean_default  # unclean.leader.election.enable of server.properties
         self.auto_leader_rebalance = auto_leader_rebalance
@@ -73,9 +74,13 @@ class QuorumController:
         self._spec_commit: asyncio.Future | None = None  # completes when the speculative image's last write commits
         loader.add_publisher(self._on_publish, catch_up=False)
         loader.add_leader_listener(self._on_leader_change)
-        self.processing_times = Histogram(now=SYSTEM.monotonic())  # EventQueueProcessingTimeMs (metrics)
+        self.processing_times = Histogram(now=self.clock.monotonic())  # EventQueueProcessingTimeMs (metrics)
 
     # --- state ---------------------------------------------------------------------------
+    def _now_ms(self) -> int:
+        """The time of broker sessions: monotonic."""
+        return self.clock.monotonic_ms()
+
     @property
     def image(self) -> MetadataImage:
         return self.loader.image
@@ -108,7 +113,7 @@ class QuorumController:
     async def _activate(self) -> None:
         await self._bootstrap()
         # every broker gets a fresh session: a failover must not fence anybody by itself
-        self.cluster.activate(self.loader.image, _now_ms())
+        self.cluster.activate(self.loader.image, self._now_ms())
         loop = asyncio.get_running_loop()
         self._active_tasks.append(loop.create_task(self._fence_timer()))
         if self.auto_leader_rebalance:
@@ -118,11 +123,11 @@ class QuorumController:
         """Fences brokers whose session (broker.session.timeout.ms) expired."""
         while True:
             nxt = self.cluster.next_session_expiry_ms(self.loader.image, self.session_timeout_ms)
-            delay = 1.0 if nxt is None else min(1.0, max(0.05, (nxt - _now_ms()) / 1000))
+            delay = 1.0 if nxt is None else min(1.0, max(0.05, (nxt - self._now_ms()) / 1000))
             await asyncio.sleep(delay)
             try:
                 await self.write(lambda image: (cluster_ops.fence_stale_brokers(
-                    image, self.cluster, _now_ms(), self.session_timeout_ms, self.unclean_default), None))
+                    image, self.cluster, self._now_ms(), self.session_timeout_ms, self.unclean_default), None))
             except KafkaError as e:
                 log.debug("fencing check skipped: %s", e)
 
@@ -147,7 +152,7 @@ class QuorumController:
             if getattr(core, "dynamic", False) and image.features.get("kraft.version", 0) < 1:
                 recs.append(r.FeatureLevelRecord("kraft.version", 1))  # the quorum's voters live in its log
             if image.scram_decoy_seed is None:  # (also for a cluster made before the seed existed)
-                recs.append(r.ScramDecoySeedRecord(secrets.token_bytes(32)))
+                recs.append(r.ScramDecoySeedRecord(self.clock.secret_bytes(32)))
             return recs, None
         try:
             await self.write(op)
@@ -173,7 +178,7 @@ class QuorumController:
         leader = self.log.leader()
         if leader.leader_id != self.node_id or self._active_epoch != leader.epoch:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node is not the active controller")
-        t0 = SYSTEM.monotonic()
+        t0 = self.clock.monotonic()
         committed = self.loader.image
         spec = self._spec if self._spec is not None and self._spec.offset > committed.offset else None
         records, result = op(spec or committed)
@@ -190,7 +195,7 @@ class QuorumController:
                 d.replay(x)
             self._spec = d.apply(last, leader.epoch)
             self._spec_commit = fut
-            self.processing_times.record(SYSTEM.monotonic() - t0)
+            self.processing_times.record(self.clock.monotonic() - t0)
         elif spec is not None:
             last, fut = spec.offset, self._spec_commit  # answer only once what it saw is committed
         else:
@@ -208,7 +213,7 @@ class QuorumController:
     async def create_topics(self, new_topics: list[topic_ops.NewTopic], validate_only: bool = False
                             ) -> list[topic_ops.CreateTopicResult]:
         def op(image):
-            recs, results = topic_ops.create_topics(image, new_topics, self.defaults, self.rng)
+            recs, results = topic_ops.create_topics(image, new_topics, self.defaults, self.rng, self.clock.uuid4)
             return ([] if validate_only else recs), results
         return await self.write(op, user_op=True)
 
@@ -265,17 +270,17 @@ class QuorumController:
                               ) -> int:
         """Registers (or re-registers) a broker, fenced until it catches up; returns its epoch."""
         return await self.write(lambda image: cluster_ops.register_broker(
-            image, self.cluster, broker_id, incarnation_id, tuple(endpoints), rack, _now_ms(),
+            image, self.cluster, broker_id, incarnation_id, tuple(endpoints), rack, self._now_ms(),
             self.session_timeout_ms, next_offset=self.log.next_offset(), unclean_default=self.unclean_default,
             colocated_broker_id=self.colocated_broker_id))
 
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, want_fence: bool,
                         want_shutdown: bool, timeout: float | None = None):
-        received = _now_ms()
+        received = self._now_ms()
 
         def op(image: MetadataImage):
-            self.cluster.touch(broker_id, max(received, _now_ms()))
-            return cluster_ops.heartbeat(image, self.cluster, broker_id, broker_epoch, _now_ms(), metadata_offset,
+            self.cluster.touch(broker_id, max(received, self._now_ms()))
+            return cluster_ops.heartbeat(image, self.cluster, broker_id, broker_epoch, self._now_ms(), metadata_offset,
                                          want_fence, want_shutdown, next_offset=self.log.next_offset(),
                                          unclean_default=self.unclean_default)
         return await self.write(op)
@@ -312,7 +317,7 @@ class QuorumController:
         return await self.write(op)
 
     async def create_acls(self, bindings) -> list:
-        return await self.write(lambda image: acl_ops.create_acls(image, bindings), user_op=True)
+        return await self.write(lambda image: acl_ops.create_acls(image, bindings, self.clock.uuid4), user_op=True)
 
     async def delete_acls(self, filters) -> list:
         return await self.write(lambda image: acl_ops.delete_acls(image, filters), user_op=True)
@@ -327,6 +332,3 @@ class QuorumController:
         """changes: [metadata.controller_api.ScramChange]; returns [(user, error code, message)]."""
         return await self.write(lambda image: scram_ops.alter_user_scram_credentials(image, changes), user_op=True)
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

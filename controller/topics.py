@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from common.config import TOPIC_KEYS, ConfigError, validate_topic_config
@@ -51,9 +51,12 @@ def _placement_brokers(image: MetadataImage) -> list[BrokerPlacement]:
 
 
 def create_topics(image: MetadataImage, topics: Sequence[NewTopic], defaults: TopicDefaults, rng: RandomLike,
-                  new_uuid=uuid.uuid4) -> tuple[list[Any], list[CreateTopicResult]]:
+                  new_uuid: Callable[[], uuid.UUID] | None = None) -> tuple[list[Any], list[CreateTopicResult]]:
     """Raises KafkaError(POLICY_VIOLATION) for a request too large to be one operation; every
-    other error is the topic's own."""
+    other error is the topic's own. Topic ids come from ``new_uuid`` (default: drawn from ``rng``)."""
+    if new_uuid is None:
+        def new_uuid() -> uuid.UUID:
+            return uuid.UUID(int=rng.randrange(1 << 128), version=4)
     validate_total_partitions(topics, defaults.num_partitions)
     records: list[Any] = []
     results: list[CreateTopicResult] = []

@@ -13,7 +13,8 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
+
+from common.clock import SYSTEM
 
 
 def node_configs(controllers: int, brokers: int, base_port: int, directory: str, racks: list[str] | None = None,
@@ -22,7 +23,7 @@ def node_configs(controllers: int, brokers: int, base_port: int, directory: str,
     if controllers < 1:
         raise ValueError("a cluster needs at least one controller")
     voters = ",".join(f"{i + 1}@{host}:{base_port + 100 + i}" for i in range(controllers))
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = base64.urlsafe_b64encode(SYSTEM.uuid4().bytes).decode().rstrip("=")
     out = []
     for i in range(controllers):
         out.append((f"controller-{i + 1}", {
@@ -125,10 +126,10 @@ def up(controllers: int, brokers: int, base_port: int, directory: str, racks: li
         for p in group:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        deadline = time.time() + 40
+        deadline = SYSTEM.monotonic() + 40
         for p in group:
             try:
-                p.wait(max(0.1, deadline - time.time()))
+                p.wait(max(0.1, deadline - SYSTEM.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
     print("krafty cluster stopped")

@@ -23,12 +23,12 @@ import datetime
 import re
 import struct
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
+from common.clock import SYSTEM
 from common.errors import ErrorCode
 
 CLIENT_ID = "krafty-consumer-groups"
@@ -193,7 +193,8 @@ class GroupAdmin:
 
     async def metadata(self, topics: list[str] | None = None):
         req_topics = None if topics is None else [{"name": t, "topic_id": uuid.UUID(int=0)} for t in topics]
-        r = await self._send(self._any, ApiKey.METADATA, {"topics": req_topics, "allow_auto_topic_creation": False})
+        r = await self._send(self._any, ApiKey.METADATA, {"topics": req_topics, "allow_auto_topic_creation": False,
+                                                           "include_topic_authorized_operations": False})
         self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in r.brokers}
         return r
 
@@ -211,7 +212,7 @@ class GroupAdmin:
 
     async def find_coordinator(self, group: str, deadline: float | None = None, key_type: int = 0,
                                what: str = "group") -> tuple[int, str, int]:
-        deadline = deadline or time.monotonic() + max(self.timeout, 10.0)
+        deadline = deadline or SYSTEM.monotonic() + max(self.timeout, 10.0)
         last = "no answer"
         while True:
             v = self.version(ApiKey.FIND_COORDINATOR)
@@ -222,18 +223,18 @@ class GroupAdmin:
             if code == ErrorCode.NONE:
                 return int(c.node_id), c.host, int(c.port)
             last = _err_name(code)
-            if code not in _COORDINATOR_RETRY or time.monotonic() > deadline:
+            if code not in _COORDINATOR_RETRY or SYSTEM.monotonic() > deadline:
                 raise ToolError(f"FindCoordinator for {what} '{group}' failed: {last}")
             await asyncio.sleep(0.2)
 
     async def _coordinated(self, group: str, api: int, data: dict, error_of):
         """Send to the group's coordinator; find it again on NOT_COORDINATOR and the like."""
-        deadline = time.monotonic() + max(self.timeout, 10.0)
+        deadline = SYSTEM.monotonic() + max(self.timeout, 10.0)
         while True:
             node = await self.find_coordinator(group, deadline)
             r = await self._send((node[1], node[2]), api, data)
             code = _err(error_of(r))
-            if code in _COORDINATOR_RETRY and time.monotonic() < deadline:
+            if code in _COORDINATOR_RETRY and SYSTEM.monotonic() < deadline:
                 await asyncio.sleep(0.2)
                 continue
             return node, r
@@ -726,7 +727,7 @@ class Tool:
             return {tp: committed.get(tp, ends.get(tp)) for tp in tps}
         if a.to_datetime is not None or a.by_duration is not None:
             ts = (parse_datetime_ms(a.to_datetime) if a.to_datetime is not None
-                  else int(time.time() * 1000) - parse_duration_ms(a.by_duration))
+                  else SYSTEM.wall_ms() - parse_duration_ms(a.by_duration))
             found = await self.admin.list_offsets(tps, ts, leaders)
             late = [tp for tp, off in found.items() if off < 0]
             ends = await self.admin.list_offsets(late, LATEST, leaders) if late else {}

@@ -18,7 +18,8 @@ import argparse
 import socket
 import struct
 import sys
-import time
+
+from common.clock import SYSTEM
 
 _API_VERSIONS = 18
 
@@ -48,7 +49,7 @@ def check_broker(addr: str, timeout_s: float = 5.0) -> str:
     error_code int16 | [api_key int16, min_version int16, max_version int16] (int32 count)."""
     host, port = _split_hostport(addr)
     client_id = b"krafty-healthcheck"
-    correlation = int(time.monotonic_ns() & 0x7FFFFFFF)
+    correlation = SYSTEM.rng.getrandbits(31)
     body = struct.pack(">hhih", _API_VERSIONS, 0, correlation, len(client_id)) + client_id
     with socket.create_connection((host, port), timeout=timeout_s) as s:
         s.settimeout(timeout_s)
@@ -82,7 +83,7 @@ def check_controller(addr: str, node_id: int, max_lag_ms: int = 10_000, timeout_
     if resp.leader_id == node_id:
         return f"node {node_id} is the quorum leader (epoch {resp.leader_epoch})"
     me = voters[node_id]
-    lag_ms = int(time.time() * 1000) - me.last_fetch_timestamp if me.last_fetch_timestamp >= 0 else None
+    lag_ms = SYSTEM.wall_ms() - me.last_fetch_timestamp if me.last_fetch_timestamp >= 0 else None
     if lag_ms is None or lag_ms > max_lag_ms:
         seen = "never" if lag_ms is None else f"{lag_ms} ms ago"
         raise ConnectionError(f"leader {resp.leader_id} last heard from node {node_id} {seen}")

@@ -19,6 +19,7 @@ import time
 from types import SimpleNamespace
 
 from broker.protocol.apis import ApiKey
+from common.clock import SYSTEM
 from common.errors import ErrorCode
 from raft.cli import describe_quorum, format_replication, format_status, parser
 
@@ -75,17 +76,17 @@ def change_voters(args) -> int:
                                        f"{args.controller_directory_id or '-'}")
     if args.bootstrap_server:
         return asyncio.run(_change_via_broker(args, req, done))
-    target, deadline = args.bootstrap_controller, time.monotonic() + 60
+    target, deadline = args.bootstrap_controller, SYSTEM.monotonic() + 60
     while True:
         with grpc.insecure_channel(target) as ch:
             try:
-                r = getattr(pb_grpc.RaftQuorumStub(ch), method)(req, timeout=max(1.0, deadline - time.monotonic()))
+                r = getattr(pb_grpc.RaftQuorumStub(ch), method)(req, timeout=max(1.0, deadline - SYSTEM.monotonic()))
             except grpc.RpcError as e:
                 raise ConnectionError(f"cannot reach the controller at {target}: {e.code().name}") from None
-        if r.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and r.leader_host and time.monotonic() < deadline:
+        if r.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and r.leader_host and SYSTEM.monotonic() < deadline:
             target = f"{r.leader_host}:{r.leader_port}"
             continue
-        if r.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and time.monotonic() < deadline:
+        if r.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and SYSTEM.monotonic() < deadline:
             time.sleep(0.2)
             continue
         if r.error != 0:
@@ -145,6 +146,6 @@ def main(argv: list[str]) -> int:
     except Exception as e:  # noqa: BLE001 - one clear line: unreachable, refused, no leader
         print(f"Error: {e}", file=sys.stderr)
         return 1
-    now_ms = int(time.time() * 1000)
+    now_ms = SYSTEM.wall_ms()
     print(format_status(resp, now_ms) if args.status else format_replication(resp, now_ms))
     return 0

@@ -7,11 +7,12 @@ import contextlib
 import fcntl
 import logging
 import os
-import random
 import signal
 
+from common.clock import SYSTEM, Clock
 from common.config import Config, ConfigError
 from common.errors import ErrorCode, KafkaError
+from common.net import REAL, Net
 from controller.loop import QuorumController
 from controller.topics import TopicDefaults
 from krafty import storage
@@ -62,7 +63,7 @@ def unlock_data_dirs(fds: list[int]) -> None:
     fds.clear()
 
 
-def make_metadata_log(cfg: Config, loader: MetadataLoader):
+def make_metadata_log(cfg: Config, loader: MetadataLoader, clock: Clock = SYSTEM, net: Net = REAL, store=None):
     if not cfg["controller.quorum.voters"] and not cfg["controller.quorum.bootstrap.servers"]:
         raise ConfigError("configuration keys 'controller.quorum.voters' and 'controller.quorum.bootstrap.servers' "
                           "are empty: list the controllers as id@host:port,... or (a dynamic quorum) host:port,...")
@@ -73,18 +74,25 @@ def make_metadata_log(cfg: Config, loader: MetadataLoader):
         if image.offset >= end_offset:
             raise RuntimeError(f"metadata image at {image.offset} is past the snapshot end {end_offset}")
         return [r.encode(x) for x in image.to_records()]
-    return RaftMetadataLog.from_config(cfg, snapshot_provider=snapshot)
+    return RaftMetadataLog.from_config(cfg, snapshot_provider=snapshot, clock=clock, net=net, store=store)
 
 
 class Node:
-    def __init__(self, cfg: Config):
+    """``clock``: the node's time and randomness (common/clock.py); ``net``: where its gRPC
+    goes (common/net.py); ``raft_store``: its metadata log's store (default SQLite in
+    metadata.log.dir). sim/ passes virtual ones of each."""
+
+    def __init__(self, cfg: Config, clock: Clock = SYSTEM, net: Net = REAL, raft_store=None):
         self.cfg = cfg
+        self.clock = clock
+        self._net = net
+        self._raft_store = raft_store
         self.roles = cfg["process.roles"]
         self._locks = lock_data_dirs(cfg)
         try:
             self._assemble(cfg)
             # the directories last: a configuration error is reported first, as Kafka does
-            self.cluster_id = storage.check_directories(cfg)
+            self.cluster_id = storage.check_directories(cfg, self.clock)
             bootstrap = storage.read_bootstrap(cfg["metadata.log.dir"])
         except storage.StorageError as e:
             unlock_data_dirs(self._locks)
@@ -102,7 +110,7 @@ class Node:
     def _assemble(self, cfg: Config) -> None:
         self.cluster_id = ""  # known once the directories are checked
         self.loader = MetadataLoader()
-        self.metadata_log = make_metadata_log(cfg, self.loader)
+        self.metadata_log = make_metadata_log(cfg, self.loader, self.clock, self._net, self._raft_store)
         from broker.security.ssl import controller_grpc_credentials
 
         server_creds, channel_creds = controller_grpc_credentials(cfg)  # controller listener TLS (SSL), or None
@@ -118,11 +126,11 @@ class Node:
             self.controller = QuorumController(
                 cfg["node.id"], self.metadata_log, self.loader, cluster_id=self.cluster_id,
                 defaults=TopicDefaults(cfg["num.partitions"], cfg["default.replication.factor"]),
-                rng=random.Random(), session_timeout_ms=cfg["broker.session.timeout.ms"],
+                session_timeout_ms=cfg["broker.session.timeout.ms"],
                 unclean_default=cfg["unclean.leader.election.enable"],
                 auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],
                 rebalance_interval_s=cfg["leader.imbalance.check.interval.seconds"],
-                colocated_broker_id=cfg["node.id"] if "broker" in self.roles else None)
+                colocated_broker_id=cfg["node.id"] if "broker" in self.roles else None, clock=self.clock)
             from controller.service import add_to_server
             self.metadata_log.servicers.append(lambda server: add_to_server(server, self.controller))
         if "broker" in self.roles:
@@ -132,8 +140,9 @@ class Node:
                 cfg["controller.quorum.voters"] or self.metadata_log.voter_endpoints,
                 lambda: self.metadata_log.leader().leader_id,
                 request_timeout_ms=cfg["request.timeout.ms"],
-                retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds)
-            self.broker = Broker(cfg, self.loader, self.channel)
+                retry_backoff_ms=max(cfg["controller.quorum.retry.backoff.ms"], 20), credentials=channel_creds,
+                clock=self.clock, net=self._net)
+            self.broker = Broker(cfg, self.loader, self.channel, self.clock, self._net)
 
     async def start(self) -> None:
         if self.cfg["krafty.metrics.port"] >= 0:  # first: /health and /ready answer during start-up

@@ -21,9 +21,9 @@ import base64
 import binascii
 import os
 import sys
-import uuid
 from collections.abc import Iterable
 
+from common.clock import SYSTEM, Clock
 from common.config import Config, ConfigError
 
 META_PROPERTIES = "meta.properties"
@@ -34,10 +34,10 @@ class StorageError(RuntimeError):
     """The directories do not allow the node to start (or a format to proceed); says why."""
 
 
-def random_uuid() -> str:
+def random_uuid(clock: Clock = SYSTEM) -> str:
     """A random id as Kafka prints its Uuids (base64url, no padding, 22 characters)."""
     while True:
-        u = uuid.uuid4().bytes
+        u = clock.uuid4().bytes
         if u[:8] != bytes(8):  # Kafka reserves the ids with a zero high half (UNASSIGNED, LOST, ...)
             return base64.urlsafe_b64encode(u).decode().rstrip("=")
 
@@ -112,7 +112,7 @@ def _verify(directory: str, meta: dict[str, str], node_id: int, cluster_id: str 
                            f"{meta.get('cluster.id')}. This directory belongs to another cluster.")
 
 
-def check_directories(cfg: Config) -> str:
+def check_directories(cfg: Config, clock: Clock = SYSTEM) -> str:
     """At start-up: every directory is formatted for this node and one cluster (Kafka's
     MetaPropertiesEnsemble checks); returns the cluster id. Unformatted log dirs next to a
     formatted metadata dir are formatted from it (as Kafka does); with ``cluster.id`` in the
@@ -146,7 +146,7 @@ def check_directories(cfg: Config) -> str:
             if d == metadata_dir:
                 write_bootstrap(d, default_bootstrap_records())
         if not meta.get("directory.id") or meta["directory.id"] in seen:
-            meta = {**meta, "directory.id": random_uuid()}
+            meta = {**meta, "directory.id": random_uuid(clock)}
         elif meta == metas[d]:
             seen[meta["directory.id"]] = d
             continue

@@ -21,10 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 
 from broker.protocol.apis import ApiKey
 from broker.security.sasl import client_security_from_properties
+from common.clock import SYSTEM
 from common.config import ConfigError, parse_properties
 from common.errors import ErrorCode
 from krafty.consumer_groups import OUR_VERSIONS as GROUP_VERSIONS
@@ -64,12 +64,12 @@ class TxnAdmin(GroupAdmin):
             raise ToolError("the broker does not support --duration-filter (ListTransactions v1)")
         out = []
         for node, addr in sorted(self.brokers.items()):
-            deadline = time.monotonic() + max(self.timeout, 10.0)
+            deadline = SYSTEM.monotonic() + max(self.timeout, 10.0)
             while True:
                 r = await self._send(addr, ApiKey.LIST_TRANSACTIONS, {
                     "state_filters": [], "producer_id_filters": list(producer_ids), "duration_filter": duration_ms}, v)
                 code = _err(r.error_code)
-                if code in _RETRY and time.monotonic() < deadline:
+                if code in _RETRY and SYSTEM.monotonic() < deadline:
                     await asyncio.sleep(0.2)
                     continue
                 if code != ErrorCode.NONE:
@@ -82,13 +82,13 @@ class TxnAdmin(GroupAdmin):
     async def describe_transaction(self, tid: str, missing_ok: bool = False):
         """(coordinator id, the DescribeTransactions entry); (id, None) for an unknown id when
         ``missing_ok``."""
-        deadline = time.monotonic() + max(self.timeout, 10.0)
+        deadline = SYSTEM.monotonic() + max(self.timeout, 10.0)
         while True:
             node = await self.find_coordinator(tid, deadline, key_type=1, what="transactional id")
             r = await self._send((node[1], node[2]), ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})
             d = r.transaction_states[0]
             code = _err(d.error_code)
-            if code in _RETRY and time.monotonic() < deadline:
+            if code in _RETRY and SYSTEM.monotonic() < deadline:
                 await asyncio.sleep(0.2)
                 continue
             if code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND and missing_ok:
@@ -189,7 +189,7 @@ class Tool:
         tid = self.args.transactional_id
         node, d = await self.admin.describe_transaction(tid)
         start = int(d.transaction_start_time)
-        now = int(time.time() * 1000)
+        now = SYSTEM.wall_ms()
         parts = ",".join(f"{t.topic}-{p}" for t in d.topics for p in t.partitions)
         self.print(pretty_table(DESCRIBE_HEADER, [(
             node, tid, int(d.producer_id), int(d.producer_epoch), d.transaction_state,
@@ -225,7 +225,7 @@ class Tool:
                     if a.broker_id is None or a.broker_id in list(p.replica_nodes):
                         tps.append((t.name, int(p.partition_index)))
         max_ms = a.max_transaction_timeout * 60_000
-        now = int(time.time() * 1000)
+        now = SYSTEM.wall_ms()
         open_txns = []  # (tp, producer state)
         batch = 500
         for i in range(0, len(tps), batch):

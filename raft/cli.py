@@ -15,6 +15,7 @@ import time
 
 import grpc
 
+from common.clock import SYSTEM
 from common.errors import ErrorCode
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
@@ -23,13 +24,13 @@ from proto import raft_pb2_grpc as pb_grpc
 def describe_quorum(bootstrap: str, timeout_s: float = 5.0) -> pb.DescribeQuorumResponse:
     """DescribeQuorum from the leader, found through ``bootstrap`` (host:port)."""
     target = bootstrap
-    deadline = time.monotonic() + timeout_s
+    deadline = SYSTEM.monotonic() + timeout_s
     last_error = "no answer"
-    while time.monotonic() < deadline:
+    while SYSTEM.monotonic() < deadline:
         with grpc.insecure_channel(target) as ch:
             try:
                 resp = pb_grpc.RaftQuorumStub(ch).DescribeQuorum(
-                    pb.DescribeQuorumRequest(), timeout=max(0.1, deadline - time.monotonic()))
+                    pb.DescribeQuorumRequest(), timeout=max(0.1, deadline - SYSTEM.monotonic()))
             except grpc.RpcError as e:
                 raise ConnectionError(f"cannot reach the controller at {target}: {e.code().name}") from None
         if resp.error == ErrorCode.NONE:
@@ -100,7 +101,7 @@ def main(argv: list[str]) -> int:
     except ConnectionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    now_ms = int(time.time() * 1000)
+    now_ms = SYSTEM.wall_ms()
     print(format_status(resp, now_ms) if args.status else format_replication(resp, now_ms))
     return 0
 

@@ -14,12 +14,13 @@ import errno
 import logging
 import os
 import random
-import time
 from collections.abc import Callable, Sequence
 
 import grpc
 
+from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode
+from common.net import REAL, Net
 from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
@@ -91,8 +92,11 @@ class RaftMetadataLog:
                  snapshot_provider: SnapshotProvider | None = None,
                  max_bytes_between_snapshots: int = 20 * 1024 * 1024, rng: random.Random | None = None,
                  initial_voters: Sequence[Voter] | None = None,
-                 bootstrap_servers: Sequence[tuple[str, int]] = ()) -> None:
+                 bootstrap_servers: Sequence[tuple[str, int]] = (),
+                 clock: Clock = SYSTEM, net: Net = REAL, store=None) -> None:
         self.node_id = node_id
+        self.net = net  # where the quorum RPCs go (gRPC, or sim/'s network)
+        self.clock = clock  # the core's time is monotonic; DescribeQuorum shows wall-clock timestamps
         self.voters = {vid: (host, port) for vid, host, port in voters}
         # KIP-853: the initial voters of a quorum formatted for dynamic voters (bootstrap.voters),
         # and controller.quorum.bootstrap.servers, where a node with neither finds the quorum
@@ -108,13 +112,13 @@ class RaftMetadataLog:
         self.timeouts = timeouts
         self.snapshot_provider = snapshot_provider
         self.max_bytes_between_snapshots = max_bytes_between_snapshots
-        self.rng = rng or random.Random()
+        self.rng = rng or clock.rng
         self.listeners: list[Listener] = []
         # Extra gRPC services to serve on the controller listener, e.g. the controller's own:
         # each is called with the grpc.aio.Server before it starts (voters only).
         self.servicers: list[Callable[[grpc.aio.Server], None]] = []
         self.cluster_id = ""  # reported by DescribeQuorum
-        self.store = SqliteStore(data_dir)
+        self.store = store if store is not None else SqliteStore(data_dir)  # sim/ passes its own disk
         self.core: RaftCore | None = None
         self.transport: GrpcTransport | None = None
         self.server: grpc.aio.Server | None = None
@@ -125,8 +129,7 @@ class RaftMetadataLog:
         # set by the node from the controller listener's ssl.* keys (broker/security/ssl.py)
         self.server_credentials: grpc.ServerCredentials | None = None
         self.channel_credentials: grpc.ChannelCredentials | None = None
-        self._t0 = time.monotonic()
-        self._wall0 = time.time() * 1000
+        self._t0 = clock.monotonic()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._pending: list[_Pending] = []
@@ -142,7 +145,8 @@ class RaftMetadataLog:
         self.stats = RaftStats(self.now_ms())  # raft-metrics (raft/metrics.py)
 
     @classmethod
-    def from_config(cls, cfg, snapshot_provider: SnapshotProvider | None = None) -> RaftMetadataLog:
+    def from_config(cls, cfg, snapshot_provider: SnapshotProvider | None = None, *,
+                    clock: Clock = SYSTEM, net: Net = REAL, store=None) -> RaftMetadataLog:
         node_id = cfg["node.id"]
         voters = cfg["controller.quorum.voters"]
         listen = None
@@ -164,7 +168,8 @@ class RaftMetadataLog:
         log_ = cls(node_id, voters, data_dir, listen=listen, timeouts=timeouts_from_config(cfg),
                    snapshot_provider=snapshot_provider,
                    max_bytes_between_snapshots=cfg["metadata.log.max.record.bytes.between.snapshots"],
-                   initial_voters=read_bootstrap_voters(cfg["metadata.log.dir"]), bootstrap_servers=bootstrap)
+                   initial_voters=read_bootstrap_voters(cfg["metadata.log.dir"]), bootstrap_servers=bootstrap,
+                   clock=clock, net=net, store=store)
         if listen is not None:
             log_.advertised = (listen[0] if listen[0] not in ("0.0.0.0", "::", "") else "localhost", listen[1])
         return log_
@@ -177,7 +182,7 @@ class RaftMetadataLog:
         return self._leader
 
     def now_ms(self) -> int:
-        return int((time.monotonic() - self._t0) * 1000)
+        return int((self.clock.monotonic() - self._t0) * 1000)
 
     async def append(self, records: Sequence[bytes], expected_epoch: int | None = None) -> int:
         _last, fut = self.propose(records, expected_epoch)
@@ -211,15 +216,13 @@ class RaftMetadataLog:
         peers = dict(self.voters)
         self.transport = GrpcTransport(self.node_id, peers, self._deliver, self._unreachable,
                                        self.timeouts.request_ms / 1000, credentials=self.channel_credentials,
-                                       cluster_id=self.cluster_id or None)
+                                       cluster_id=self.cluster_id or None, clock=self.clock, net=self.net)
         if self.listen is not None:
-            self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
-                                                   ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE)],
-                                          interceptors=server_interceptors(self.cluster_id or None))
+            self.server = self.net.grpc_server([("grpc.so_reuseport", 0),
+                                                ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE)],
+                                               server_interceptors(self.cluster_id or None))
             pb_grpc.add_RaftQuorumServicer_to_server(RaftServicer(self.transport, self.describe_pb, self.change_voters),
                                                      self.server)
-            for add in self.servicers:
-                add(self.server)
             for add in self.servicers:
                 add(self.server)
             addr = f"{self.listen[0]}:{self.listen[1]}"
@@ -344,10 +347,8 @@ class RaftMetadataLog:
             return
         icpt = client_interceptors(self.cluster_id or None)
         try:
-            async with (grpc.aio.secure_channel(f"{leader[0]}:{leader[1]}", self.channel_credentials,
-                                                interceptors=icpt)
-                        if self.channel_credentials is not None else
-                        grpc.aio.insecure_channel(f"{leader[0]}:{leader[1]}", interceptors=icpt)) as ch:
+            async with self.net.grpc_channel(f"{leader[0]}:{leader[1]}", self.channel_credentials, (),
+                                             icpt) as ch:
                 r = await pb_grpc.RaftQuorumStub(ch).UpdateVoter(pb.UpdateVoterRequest(
                     voter_id=self.node_id, directory_id=me.directory_id, host=host, port=port),
                     timeout=self.timeouts.request_ms / 1000 + 5)
@@ -372,9 +373,7 @@ class RaftMetadataLog:
             i += 1
             try:
                 icpt = client_interceptors(self.cluster_id or None)
-                async with (grpc.aio.secure_channel(f"{host}:{port}", self.channel_credentials, interceptors=icpt)
-                            if self.channel_credentials is not None else
-                            grpc.aio.insecure_channel(f"{host}:{port}", interceptors=icpt)) as ch:
+                async with self.net.grpc_channel(f"{host}:{port}", self.channel_credentials, (), icpt) as ch:
                     r = await pb_grpc.RaftQuorumStub(ch).DescribeQuorum(pb.DescribeQuorumRequest(), timeout=2)
                 if r.leader_id >= 0 and r.leader_host:
                     self.voters[r.leader_id] = (r.leader_host, r.leader_port)
@@ -509,7 +508,8 @@ class RaftMetadataLog:
 
     # ------------------------------------------------------------------ DescribeQuorum
     def _wall(self, t: int) -> int:
-        return -1 if t < 0 else int(self._wall0 + t)
+        """The wall-clock time of core time ``t`` (as if the wall clock had not stepped since)."""
+        return -1 if t < 0 else self.clock.wall_ms() - (self.now_ms() - t)
 
     def describe_pb(self) -> pb.DescribeQuorumResponse:
         core = self.core

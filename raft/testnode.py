@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import grpc
 
+from common.clock import SYSTEM
 from common.config import Config, ConfigError
 from common.errors import ErrorCode
 from proto import testkv_pb2 as kvpb
@@ -250,8 +251,8 @@ class ProcessQuorum:
         """(leader id, epoch) once a live node leads an epoch >= min_epoch and has committed in it."""
         import time
 
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+        end = SYSTEM.monotonic() + timeout
+        while SYSTEM.monotonic() < end:
             for nid in self.alive():
                 d = self.describe(nid, timeout=0.5)
                 if d is not None and d.error == 0 and d.leader_epoch >= min_epoch and d.high_watermark >= 0:

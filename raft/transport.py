@@ -17,6 +17,7 @@ from collections.abc import Callable
 import grpc
 
 from common.clock import SYSTEM, Clock
+from common.net import REAL, Net
 from proto import MAX_GRPC_MESSAGE
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
@@ -139,8 +140,9 @@ class GrpcTransport:
     def __init__(self, node_id: int, peers: dict[int, tuple[str, int]], deliver: Callable[[m.Message], None],
                  unreachable: Callable[[int, int], None], request_timeout_s: float,
                  credentials: grpc.ChannelCredentials | None = None, cluster_id: str | None = None,
-                 clock: Clock = SYSTEM) -> None:
+                 clock: Clock = SYSTEM, net: Net = REAL) -> None:
         self.node_id = node_id
+        self.net = net
         self.clock = clock
         self.cluster_id = cluster_id  # sent with every request; a peer of another cluster refuses them
         self.credentials = credentials  # TLS to the other voters; None = plaintext
@@ -160,11 +162,8 @@ class GrpcTransport:
         stub = self._stubs.get(peer)
         if stub is None:
             host, port = self.peers[peer]
-            icpt = client_interceptors(self.cluster_id)
-            ch = (grpc.aio.secure_channel(f"{host}:{port}", self.credentials, options=CHANNEL_OPTIONS,
-                                          interceptors=icpt)
-                  if self.credentials is not None else grpc.aio.insecure_channel(f"{host}:{port}", options=CHANNEL_OPTIONS,
-                                                                                  interceptors=icpt))
+            ch = self.net.grpc_channel(f"{host}:{port}", self.credentials, CHANNEL_OPTIONS,
+                                       client_interceptors(self.cluster_id))
             self._channels.append(ch)
             stub = self._stubs[peer] = pb_grpc.RaftQuorumStub(ch)
         return stub

@@ -4,7 +4,6 @@ reads sent with sendfile, preferred read replicas (KIP-392)."""
 from __future__ import annotations
 
 import logging
-import time
 
 from broker.apis import wire
 from broker.fetch_session import FetchContext, PartitionData
@@ -28,7 +27,7 @@ class FetchApis:
         image = self.image
         replica_id = req.replica_state.replica_id if ver >= 15 else req.replica_id
         max_wait = req.max_wait.total_seconds()
-        deadline = time.monotonic() + max_wait
+        deadline = self.clock.monotonic() + max_wait
         # KIP-227: the request may name only what changed in a fetch session; the context
         # gives every partition to read (keyed by topic id from v13, by name before)
         requested = [((t.topic_id if ver >= 13 else t.topic, p.partition), PartitionData(
@@ -39,7 +38,7 @@ class FetchApis:
             forgotten = [(t.topic_id if ver >= 13 else t.topic, int(pid))
                          for t in req.forgotten_topics_data for pid in t.partitions]
             fctx = self.fetch_sessions.context(req.session_id, req.session_epoch, requested, forgotten,
-                                               int(time.time() * 1000), replica_id >= 0)
+                                               self.clock.monotonic_ms(), replica_id >= 0)
             if fctx.error:
                 return wire.encode_fetch_response(ver, [], error=fctx.error)
         else:
@@ -83,7 +82,7 @@ class FetchApis:
             topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image, denied,
                                                          bytes_cap)
             first_pass = False
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if total >= min(req.min_bytes, bytes_cap) or errors or left <= 0 or not wanted:
                 break
             if replica_id >= 0 and fctx.session is not None and any(
@@ -97,7 +96,7 @@ class FetchApis:
             throttle = await self._throttle(ctx, FETCH, total, ver >= 8)
             if throttle:  # over quota: an empty response (Kafka's getThrottledResponse)
                 self.quotas.unrecord(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)), ctx.header.client_id or "",
-                                     total, time.monotonic())
+                                     total, self.clock.monotonic())
                 for _, _, parts in topics_out:
                     for pr in parts:
                         pr.records = None
@@ -165,7 +164,7 @@ class FetchApis:
                         if quota.enabled and self.replicas.throttled(quota, (name, p.partition),
                                                                      replica_id in st.isr):
                             throttled = True  # a reassignment's new replica (leader.replication.throttled.*)
-                            if quota.is_exceeded(time.monotonic()):
+                            if quota.is_exceeded(self.clock.monotonic()):
                                 max_offset = -1  # nothing this time: answered with the watermarks only
                     else:
                         if ver >= 9:
@@ -204,7 +203,7 @@ class FetchApis:
                             r.aborted = [(t.producer_id, t.first_offset) for t in lg.aborted_transactions(
                                 p.fetch_offset, lg.fetch_upper_bound(sl))]
                         if throttled:
-                            self.replicas.leader_quota.record(sl.size, time.monotonic())
+                            self.replicas.leader_quota.record(sl.size, self.clock.monotonic())
                 except KafkaError as e:
                     r.error = e.code
                     errors = True

@@ -11,7 +11,7 @@ import datetime
 import logging
 import struct
 
-from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, map_append_error, now_ms
+from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, map_append_error
 from broker.group.state import JoinRequest, join_error, sync_error
 from broker.protocol.apis import ApiKey
 from common.errors import ErrorCode, KafkaError
@@ -158,9 +158,10 @@ class GroupApis:
             session_timeout_ms=session, rebalance_timeout_ms=rebalance, client_id=ctx.header.client_id or "",
             client_host="/" + (ctx.client_host or ""), require_known_member_id=ver >= 4,
             supports_skip_assignment=ver >= 9,
-            new_member_id=GroupCoordinator.new_member_id(ctx.header.client_id or ""))
+            new_member_id=self.coordinator.new_member_id(ctx.header.client_id or ""))
         waiter = asyncio.get_running_loop().create_future()
-        self.coordinator.run(shard, shard.join(now_ms(), jr, waiter))
+        c = self.coordinator
+        c.run(shard, shard.join(c.now(), jr, waiter, wall=c.wall()))
         resp = await waiter
         if ver < 9 and resp.get("skip_assignment"):
             resp["skip_assignment"] = False
@@ -178,9 +179,10 @@ class GroupApis:
             return dict(sync_error(e.code), throttle_time=0)
         assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
         waiter = asyncio.get_running_loop().create_future()
-        fx = shard.sync(now_ms(), req.group_id, req.member_id, instance_id, req.generation_id,
+        c = self.coordinator
+        fx = shard.sync(c.now(), req.group_id, req.member_id, instance_id, req.generation_id,
                         req.protocol_type if ver >= 5 else None, req.protocol_name if ver >= 5 else None,
-                        assignments, waiter)
+                        assignments, waiter, wall=c.wall())
         self.coordinator.run(shard, fx)
         resp = dict(await waiter)
         resp["throttle_time"] = 0
@@ -193,7 +195,7 @@ class GroupApis:
             return {"throttle_time": 0, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED)}
         try:
             shard = self.coordinator.shard_for(req.group_id)
-            code = shard.heartbeat(now_ms(), req.group_id, req.member_id,
+            code = shard.heartbeat(self.coordinator.now(), req.group_id, req.member_id,
                                    req.group_instance_id if ver >= 3 else None, req.generation_id)
         except KafkaError as e:
             code = e.code
@@ -210,7 +212,8 @@ class GroupApis:
             if not self.apis.authorize(ctx, Op.READ, RT.GROUP, req.group_id):
                 raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
             shard = self.coordinator.shard_for(req.group_id)
-            top, members, fx = shard.leave(now_ms(), req.group_id, identities)
+            top, members, fx = shard.leave(self.coordinator.now(), req.group_id, identities,
+                                           wall=self.coordinator.wall())
             self.coordinator.run(shard, fx)
         except KafkaError as e:
             top, members = e.code, []
@@ -238,9 +241,11 @@ class GroupApis:
             shard = self.coordinator.shard_for(req.group_id)
         except KafkaError as e:
             return self._commit_error(topics + denied + unknown, e.code)
-        out, w = shard.commit_offsets(now_ms(), req.group_id, req.member_id,
+        c = self.coordinator
+        out, w = shard.commit_offsets(c.now(), req.group_id, req.member_id,
                                       req.group_instance_id if ver >= 7 else None,
-                                      req.generation_id_or_member_epoch, ver, topics, retention_ms=retention_ms)
+                                      req.generation_id_or_member_epoch, ver, topics, retention_ms=retention_ms,
+                                      wall=c.wall())
         out += self._commit_error(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED)["topics"]
         out += self._commit_error(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)["topics"]
         out = _merge_topics(out)
@@ -289,10 +294,11 @@ class GroupApis:
             shard = self.coordinator.shard_for(req.group_id)  # it may have moved meanwhile
         except KafkaError as e:
             return self._txn_commit_error(topics, e.code, refused)
-        out, w = shard.commit_txn_offsets(now_ms(), req.group_id, req.producer_id, req.producer_epoch,
+        c = self.coordinator
+        out, w = shard.commit_txn_offsets(c.now(), req.group_id, req.producer_id, req.producer_epoch,
                                           req.member_id if ver >= 3 else "",
                                           req.group_instance_id if ver >= 3 else None,
-                                          req.generation_id if ver >= 3 else -1, topics)
+                                          req.generation_id if ver >= 3 else -1, topics, wall=c.wall())
         if w is not None:
             w.verification_guard = guards.get((OFFSETS_TOPIC, shard.partition))
             err = await self.coordinator.write(shard.partition, w, offsets=True)
@@ -383,7 +389,7 @@ class GroupApis:
         wanted = [t for t in wanted if t not in denied]
         try:
             shard = self.coordinator.shard_for(req.group_id)
-            code, out, w = shard.delete_offsets(now_ms(), req.group_id, wanted)
+            code, out, w = shard.delete_offsets(self.coordinator.now(), req.group_id, wanted)
             out = out + [{"name": n, "partitions": [
                 {"partition_index": p, "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)} for p in ps]}
                 for n, ps in denied]
@@ -451,7 +457,7 @@ class GroupApis:
                 continue
             by_shard.setdefault(shard.partition, (shard, []))[1].append(gid)
         for shard, gids in by_shard.values():
-            res, w, fx = shard.delete_groups(now_ms(), gids)
+            res, w, fx = shard.delete_groups(self.coordinator.now(), gids)
             codes.update(res)
             if w is not None:
                 err = await self._write_then_run(shard, w, fx)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import time
 
 from broker.apis.admin_apis import AdminApis
 from broker.apis.broker_config_apis import BrokerConfigApis
@@ -33,6 +31,7 @@ from broker.security.quotas import ClientQuotas, user_of
 from broker.security.scram_apis import ScramApis
 from broker.server import RequestContext
 from broker.txn.coordinator import TransactionCoordinator
+from common.clock import SYSTEM, Clock
 from common.config import Config, ConfigError, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from metadata.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS
@@ -48,20 +47,23 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
     holds the shared state (config, image, replica manager, authorizer, quotas), the
     authorization helpers and the dispatch."""
 
-    def __init__(self, config: Config, broker_id: int, loader, replicas: ReplicaManager, controller):
+    def __init__(self, config: Config, broker_id: int, loader, replicas: ReplicaManager, controller,
+                 clock: Clock = SYSTEM):
         self.config = config
+        # deadlines and quotas on clock.monotonic; fetch sessions idle by monotonic ms too
+        self.clock = clock
         self.broker_id = broker_id
         self.loader = loader
         self.replicas = replicas
         self.controller = controller
         self.producer_ids = ProducerIdAllocator(controller, broker_id)
-        self.rng = random.Random()
+        self.rng = clock.rng
         self._topic_defaults = topic_defaults(config)
         try:
             self.replica_selector = make_selector(config["replica.selector.class"])
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        self.fetch_sessions = FetchSessionCache(self.rng, config["max.incremental.fetch.session.cache.slots"])
         self.handlers = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -79,11 +81,12 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
         }
         # the group coordinator (broker/group) and its handlers (broker/apis/group_apis.py)
-        self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller)
+        self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller, clock)
         self.handlers.update(GroupApis(self, self.group_coordinator).handlers())
-        self.handlers.update(TxnDataApis(self).handlers())  # WriteTxnMarkers, DescribeProducers
+        self.handlers.update(TxnDataApis(self, clock).handlers())  # WriteTxnMarkers, DescribeProducers
         # the transaction coordinator (broker/txn) and its handlers (broker/apis/txn_apis.py)
-        self.txn_coordinator = TransactionCoordinator(config, broker_id, replicas, loader, controller, self.producer_ids)
+        self.txn_coordinator = TransactionCoordinator(config, broker_id, replicas, loader, controller, self.producer_ids,
+                                                      clock)
         self.txn_apis = TxnApis(self, self.txn_coordinator)
         self.handlers.update(self.txn_apis.handlers())
         # authorization (authorizer.class.name; None = every request allowed) and the ACL/quota APIs
@@ -120,7 +123,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         q.update(self.image.client_quotas)
         if not q.enabled:
             return 0
-        now = time.monotonic()
+        now = self.clock.monotonic()
         ms = q.record(key, user_of(getattr(ctx, "principal", ANONYMOUS)), ctx.header.client_id or "", nbytes, now)
         if ms > 0:
             ctx.throttle_ms = ms  # ThrottleTimeMs of the request metrics
@@ -145,8 +148,8 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
     async def __call__(self, ctx: RequestContext, body: memoryview):
         if self._muted:  # a throttled connection's next request waits out the throttle (KIP-219)
             until = self._muted.pop((ctx.listener, ctx.connection_id), None)
-            if until is not None and until > time.monotonic():
-                await asyncio.sleep(until - time.monotonic())
+            if until is not None and until > self.clock.monotonic():
+                await asyncio.sleep(until - self.clock.monotonic())
         h = ctx.header
         key, ver = h.api_key, h.api_version
         rng = SUPPORTED.get(key)
@@ -176,8 +179,13 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
             self.metrics.count_errors(key, result)  # (Produce and Fetch count theirs as they go)
         if isinstance(result, list):
             return [codec.response_header(key, ver, h.correlation_id), *result]
-        return self._frame_obj(ctx, result if not isinstance(result, dict) else
-                               codec.build_response(key, ver, result))
+        if isinstance(result, dict):
+            try:
+                result = codec.build_response(key, ver, result)
+            except codec.MessageBuildError:  # a handler bug: say so, and answer as for any other bug
+                log.exception("error building the %s v%d response", ApiKey(key).name, ver)
+                result = codec.error_response(key, ver, ErrorCode.UNKNOWN_SERVER_ERROR)
+        return self._frame_obj(ctx, result)
 
     def _frame_obj(self, ctx, obj) -> list:
         h = ctx.header

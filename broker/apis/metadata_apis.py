@@ -52,18 +52,20 @@ class MetadataApis:
         return self._api_versions_body(ver)
 
     # --- Metadata -----------------------------------------------------------------------------
-    def _alive_brokers(self, image: MetadataImage, listener: str) -> list[dict]:
+    def _alive_brokers(self, image: MetadataImage, listener: str, id_key: str = "node_id") -> list[dict]:
+        """Unfenced brokers with an endpoint on ``listener``; the id under ``id_key`` (Metadata
+        calls it node_id, DescribeCluster broker_id)."""
         out = []
         for b in sorted(image.brokers.values(), key=lambda b: b.id):
             if b.fenced:
                 continue
             ep = b.endpoint(listener)
             if ep is not None:
-                out.append({"node_id": b.id, "broker_id": b.id, "host": ep.host, "port": ep.port, "rack": b.rack})
+                out.append({id_key: b.id, "host": ep.host, "port": ep.port, "rack": b.rack})
         return out
 
-    def _controller_id(self, alive: list[dict]) -> int:
-        ids = [b["node_id"] for b in alive]
+    def _controller_id(self, alive: list[dict], id_key: str = "node_id") -> int:
+        ids = [b[id_key] for b in alive]
         if self.broker_id in ids:
             return self.broker_id
         return self.rng.choice(ids) if ids else -1
@@ -82,6 +84,14 @@ class MetadataApis:
             })
         return {"error_code": ErrorCode.NONE, "name": t.name, "topic_id": t.topic_id,
                 "is_internal": t.name in INTERNAL_TOPICS, "partitions": parts}
+
+    @staticmethod
+    def _topic_error(code: int, name: str | None, topic_id=None) -> dict:
+        """A topic entry that failed: no partitions (Kafka's MetadataResponse.prepareResponse)."""
+        entry = {"error_code": code, "name": name, "is_internal": False, "partitions": []}
+        if topic_id is not None:
+            entry["topic_id"] = topic_id
+        return entry
 
     async def metadata(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
@@ -108,15 +118,14 @@ class MetadataApis:
                 if name is None and tid is not None and tid.int != 0:
                     t = image.topics_by_id.get(tid)
                     if t is not None and not self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.name):
-                        topics_out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": None,
-                                           "topic_id": tid})
+                        topics_out.append(self._topic_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, tid))
                         continue
                     topics_out.append(self._topic_metadata(image, t) if t else
-                                      {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": tid})
+                                      self._topic_error(ErrorCode.UNKNOWN_TOPIC_ID, None, tid))
                     continue
                 if not self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, name):
                     # not even whether it exists is disclosed
-                    topics_out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name})
+                    topics_out.append(self._topic_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name))
                     continue
                 t = image.topics_by_name.get(name)
                 if t is not None:
@@ -125,17 +134,17 @@ class MetadataApis:
                 try:
                     validate_topic_name(name)
                 except KafkaError:
-                    topics_out.append({"error_code": ErrorCode.INVALID_TOPIC_EXCEPTION, "name": name})
+                    topics_out.append(self._topic_error(ErrorCode.INVALID_TOPIC_EXCEPTION, name))
                     continue
                 if allow_auto:
                     if not (self.authorize_cluster(ctx, Op.CREATE) or self.authorize(ctx, Op.CREATE, RT.TOPIC, name)):
-                        topics_out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name})
+                        topics_out.append(self._topic_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name))
                         continue
                     if name == OFFSETS_TOPIC:  # created with its own configs, as Kafka's AutoTopicCreationManager does
                         await self.group_coordinator.ensure_offsets_topic()
                     elif name not in RESERVED_TOPICS:  # other internal topics: only by their coordinators
                         to_create.append(name)
-                topics_out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name})
+                topics_out.append(self._topic_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name))
             if to_create:
                 created = await self._auto_create(to_create)
                 image = self.image
@@ -149,7 +158,7 @@ class MetadataApis:
                             entry["error_code"] = code
         alive = self._alive_brokers(image, ctx.listener)
         out = {"throttle_time": 0, "brokers": alive, "cluster_id": image.cluster_id,
-               "controller_id": self._controller_id(alive), "topics": topics_out}
+               "controller_id": self._controller_id(alive), "topics": topics_out, "error_code": 0}
         if ver >= 8 and req.include_topic_authorized_operations:
             for entry in topics_out:
                 if entry.get("error_code") == ErrorCode.NONE and entry.get("name"):
@@ -181,9 +190,9 @@ class MetadataApis:
             return {"throttle_time": 0, "error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                     "error_message": "only broker endpoints (1) are served", "endpoint_type": req.endpoint_type,
                     "cluster_id": image.cluster_id or "", "controller_id": -1, "brokers": []}
-        alive = self._alive_brokers(image, ctx.listener)
+        alive = self._alive_brokers(image, ctx.listener, "broker_id")
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
-                "cluster_id": image.cluster_id or "", "controller_id": self._controller_id(alive),
+                "cluster_id": image.cluster_id or "", "controller_id": self._controller_id(alive, "broker_id"),
                 "brokers": alive, "cluster_authorized_operations": (
                     self.authorized_operations(ctx, RT.CLUSTER, CLUSTER_NAME) if req.include_cluster_authorized_operations
                     else -2147483648)}

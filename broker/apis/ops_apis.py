@@ -6,7 +6,6 @@ DescribeTopicPartitions (KIP-966)."""
 from __future__ import annotations
 
 import os
-import time
 import uuid
 
 from broker.protocol.apis import ApiKey
@@ -66,7 +65,7 @@ class PartitionOpsApis:
                         pending[tp] = requested
                 except KafkaError as e:
                     res["error_code"] = e.code
-        deadline = time.monotonic() + max(req.timeout.total_seconds(), 0)
+        deadline = self.apis.clock.monotonic() + max(req.timeout.total_seconds(), 0)
         while pending:
             for tp, requested in list(pending.items()):
                 res = results[tp]
@@ -76,7 +75,7 @@ class PartitionOpsApis:
                     res["error_code"], res["low_watermark"] = e.code, INVALID_LOW_WATERMARK
                 if res["error_code"] or res["low_watermark"] >= requested:
                     del pending[tp]
-            left = deadline - time.monotonic()
+            left = deadline - self.apis.clock.monotonic()
             if not pending:
                 break
             if left <= 0:

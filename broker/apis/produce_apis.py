@@ -4,8 +4,6 @@ replica manager and the acks=all wait."""
 
 from __future__ import annotations
 
-import time
-
 from broker.apis import wire
 from broker.log.batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_BIT, validate_produce_batches
 from broker.log.validator import RecordValidationError
@@ -45,7 +43,7 @@ class ProduceApis:
                           0 if self.authorize(ctx, Op.WRITE, RT.TOPIC, name) else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             for p in parts:
                 res = {"index": p.index, "error_code": 0, "base_offset": -1, "log_append_time": -1,
-                       "log_start_offset": -1}
+                       "log_start_offset": -1, "record_errors": []}
                 out.append(res)
                 try:
                     if auth_error:
@@ -134,7 +132,7 @@ class ProduceApis:
 
     async def _await_replication(self, ctx, appended, timeout_ms: int) -> None:
         """The produce purgatory: acks=all completes when the HW passes each batch."""
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        deadline = self.clock.monotonic() + max(timeout_ms, 0) / 1000
         for tp, last_offset, min_isr, res in appended:
             while True:
                 part = self.replicas.partitions.get(tp)
@@ -145,7 +143,7 @@ class ProduceApis:
                 if done is not None:
                     res["error_code"] = done
                     break
-                left = deadline - time.monotonic()
+                left = deadline - self.clock.monotonic()
                 if left <= 0:
                     res["error_code"] = ErrorCode.REQUEST_TIMED_OUT
                     break

@@ -14,25 +14,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
 
 from broker.coordinator_runtime import CoordinatorRuntime, TopicSpec, map_append_error
 from broker.group.shard import GroupShard
 from broker.group.state import Effects, GroupConfig, Write
+from common.clock import SYSTEM, Clock
 
 log = logging.getLogger("krafty.group")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class GroupCoordinator:
-    def __init__(self, config, broker_id: int, replicas, loader, controller):
+    def __init__(self, config, broker_id: int, replicas, loader, controller, clock: Clock = SYSTEM):
         self.config = config
+        # Member sessions and rebalance timers run on clock.monotonic_ms; records carry
+        # clock.wall_ms timestamps (a wall-clock step must never expel a member)
+        self.clock = clock
         self.broker_id = broker_id
         self.replicas = replicas
         self.loader = loader
@@ -51,7 +49,8 @@ class GroupCoordinator:
                          lambda rf: {"cleanup.policy": "compact", "compression.type": "producer",
                                      "segment.bytes": str(config["offsets.topic.segment.bytes"])})
         self.runtime = CoordinatorRuntime(spec, self, broker_id=broker_id, replicas=replicas, loader=loader,
-                                          controller=controller, load_buffer=config["offsets.load.buffer.size"])
+                                          controller=controller, load_buffer=config["offsets.load.buffer.size"],
+                                          clock=clock)
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -70,6 +69,14 @@ class GroupCoordinator:
             t.cancel()
         self.runtime.close()
 
+    def now(self) -> int:
+        """Monotonic ms: the time of sessions and deadlines (the shard's ``now``)."""
+        return self.clock.monotonic_ms()
+
+    def wall(self) -> int:
+        """Wall-clock ms: the timestamps records carry (the shard's ``wall``)."""
+        return self.clock.wall_ms()
+
     # --- which partitions we coordinate (CoordinatorRuntime and its hooks) --------------------
     def num_partitions(self) -> int:
         return self.runtime.num_partitions()
@@ -85,14 +92,14 @@ class GroupCoordinator:
 
     def replay(self, shard: GroupShard, key: bytes | None, value: bytes | None, offset: int = -1,
                producer_id: int = -1) -> None:
-        shard.replay(key, value, now_ms(), offset, producer_id)
+        shard.replay(key, value, self.now(), offset, producer_id, self.wall())
 
     def replay_marker(self, shard: GroupShard, producer_id: int, commit: bool) -> None:
         """A transaction marker: the producer's pending transactional offsets commit or go."""
-        shard.replay_end_txn(producer_id, commit, now_ms())
+        shard.replay_end_txn(producer_id, commit, self.now(), self.wall())
 
     def on_loaded(self, pid: int, epoch: int, shard: GroupShard, records: int, bad: int, seconds: float) -> None:
-        now = now_ms()
+        now = self.now()
         for g in shard.groups.values():
             for m in g.members.values():
                 m.heartbeat_deadline = now + m.session_timeout_ms
@@ -103,7 +110,7 @@ class GroupCoordinator:
 
     def on_unloaded(self, pid: int, epoch: int, shard: GroupShard | None) -> None:
         if shard is not None:
-            self._run(pid, shard.unload(now_ms()))
+            self._run(pid, shard.unload(self.now()))
             log.debug("%s-%d: unloaded group coordinator state", OFFSETS_TOPIC, pid)
 
     def shard_for(self, group_id: str) -> GroupShard:
@@ -145,7 +152,7 @@ class GroupCoordinator:
                                              on_appended=lambda offset: setattr(w, "base_offset", offset))
         if committed is None:
             if w.on_fail is not None:
-                self._run(pid, w.on_fail(err, now_ms()))
+                self._run(pid, w.on_fail(err, self.now()))
             self._reply_all(w.replies, err)
             done: asyncio.Future = asyncio.get_running_loop().create_future()
             done.set_result(err)
@@ -179,20 +186,20 @@ class GroupCoordinator:
     # --- timers -------------------------------------------------------------------------------
     async def _timer_loop(self) -> None:
         while True:
-            now = now_ms()
+            now, wall = self.now(), self.wall()
             nearest = None
             for pid, slot in list(self.slots.items()):
                 if slot.shard is None:
                     continue
                 try:
-                    self._run(pid, slot.shard.tick(now))
+                    self._run(pid, slot.shard.tick(now, wall))
                 except Exception:
                     log.exception("%s-%d: group timer failed", OFFSETS_TOPIC, pid)
                 d = slot.shard.next_deadline() if pid in self.slots else None
                 if d is not None and (nearest is None or d < nearest):
                     nearest = d
             self._wake.clear()
-            wait = 1.0 if nearest is None else min(max((nearest - now_ms()) / 1000, 0.005), 1.0)
+            wait = 1.0 if nearest is None else min(max((nearest - self.now()) / 1000, 0.005), 1.0)
             try:
                 await asyncio.wait_for(self._wake.wait(), wait)
             except TimeoutError:
@@ -201,9 +208,10 @@ class GroupCoordinator:
     async def _expiry_loop(self) -> None:
         while True:
             await asyncio.sleep(self.retention_check_ms / 1000)
-            self.expire_offsets(now_ms())
+            self.expire_offsets(self.wall())
 
     def expire_offsets(self, now: int) -> int:
+        """``now``: the wall clock (offsets expire by their wall-clock commit timestamps)."""
         n = 0
         for pid, slot in list(self.slots.items()):
             if slot.shard is None:
@@ -221,9 +229,8 @@ class GroupCoordinator:
         it on the first FindCoordinator). Returns an error code."""
         return await self.runtime.ensure_topic()
 
-    @staticmethod
-    def new_member_id(client_id: str) -> str:
-        return f"{client_id}-{uuid.uuid4()}"
+    def new_member_id(self, client_id: str) -> str:
+        return f"{client_id}-{self.clock.uuid4()}"
 
 
 __all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "map_append_error"]

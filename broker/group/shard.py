@@ -2,6 +2,10 @@
 committed offsets (Kafka's CoordinatorShard for the classic protocol). Pure: loading
 replays records, requests return responses and ``Write``s (see ``state.py``).
 
+``now`` is monotonic ms (deadlines); the optional ``wall`` is the wall clock at the same
+instant, for the timestamps records carry (commit and state timestamps; None: equal to
+``now``), see state.py.
+
 Offsets are applied to memory when their records are appended (the shell calls
 ``Write.on_append``); answers go out once the high watermark passes them. Records above
 the high watermark only exist while this broker stays leader, and a leadership change
@@ -53,8 +57,13 @@ class GroupShard:
         self.pending_txn: dict[int, dict[str, dict[tuple[str, int], tuple[rec.OffsetValue, int]]]] = {}
 
     # --- loading ------------------------------------------------------------------------------
+    def _at(self, g: ClassicGroup, now: int, wall: int | None) -> ClassicGroup:
+        """``g`` with the wall clock of this call (see state.py)."""
+        g.wall_offset_ms = 0 if wall is None else wall - now
+        return g
+
     def replay(self, key: bytes | None, value: bytes | None, now: int, offset: int = -1,
-               producer_id: int = -1) -> None:
+               producer_id: int = -1, wall: int | None = None) -> None:
         """Apply one record read from the partition (raises RecordFormatError if undecodable);
         ``offset`` is its log offset, ``producer_id`` that of its transactional batch (-1: none)."""
         if key is None:
@@ -73,20 +82,22 @@ class GroupShard:
             if producer_id >= 0:
                 self.pending_txn.setdefault(producer_id, {}).setdefault(k.group, {})[tp] = (v, offset)
                 return
-            self._set_offset(k.group, tp, v, offset, now)
+            self._set_offset(k.group, tp, v, offset, now, wall)
             return
         if value is None:
             self.groups.pop(k.group, None)
             return
-        self.groups[k.group] = ClassicGroup.from_value(k.group, rec.decode_group_value(value), now, self.config)
+        self.groups[k.group] = ClassicGroup.from_value(k.group, rec.decode_group_value(value), now, self.config,
+                                                       wall)
 
-    def _set_offset(self, group_id: str, tp: tuple[str, int], v: rec.OffsetValue, position: int, now: int) -> None:
+    def _set_offset(self, group_id: str, tp: tuple[str, int], v: rec.OffsetValue, position: int, now: int,
+                    wall: int | None = None) -> None:
         self.offsets.setdefault(group_id, {})[tp] = v
         self.positions.setdefault(group_id, {})[tp] = position
         if group_id not in self.groups:
-            self.groups[group_id] = ClassicGroup(group_id, now, self.config)
+            self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
 
-    def replay_end_txn(self, producer_id: int, commit: bool, now: int) -> None:
+    def replay_end_txn(self, producer_id: int, commit: bool, now: int, wall: int | None = None) -> None:
         """The marker of ``producer_id``'s transaction is in the partition (Kafka's
         replayEndTransactionMarker): its pending offsets become committed or are dropped."""
         pending = self.pending_txn.pop(producer_id, None)
@@ -97,7 +108,7 @@ class GroupShard:
                 committed = self.offsets.get(group_id, {})
                 # the most recent of a transactional and a plain commit wins
                 if tp not in committed or position > self.positions.get(group_id, {}).get(tp, -1):
-                    self._set_offset(group_id, tp, v, position, now)
+                    self._set_offset(group_id, tp, v, position, now, wall)
 
     def has_pending_txn_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
         return any(tp in groups.get(group_id, ()) for groups in self.pending_txn.values())
@@ -117,16 +128,16 @@ class GroupShard:
         ds = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
         return min(ds) if ds else None
 
-    def tick(self, now: int) -> Effects:
+    def tick(self, now: int, wall: int | None = None) -> Effects:
         fx = Effects()
         for g in list(self.groups.values()):
             d = g.next_deadline()
             if d is not None and now >= d:
-                fx.add(g.tick(now))
+                fx.add(self._at(g, now, wall).tick(now))
         return fx
 
     # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
-    def join(self, now: int, req: JoinRequest, waiter: Any) -> Effects:
+    def join(self, now: int, req: JoinRequest, waiter: Any, wall: int | None = None) -> Effects:
         fx = Effects()
         if not req.group_id:
             fx.reply(waiter, join_error(ErrorCode.INVALID_GROUP_ID, req.member_id))
@@ -139,14 +150,14 @@ class GroupShard:
             if req.member_id != "":
                 fx.reply(waiter, join_error(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id))
                 return fx
-            g = self.groups[req.group_id] = ClassicGroup(req.group_id, now, self.config)
-        fx.add(g.join(now, req, waiter))
+            g = self.groups[req.group_id] = ClassicGroup(req.group_id, now, self.config, wall)
+        fx.add(self._at(g, now, wall).join(now, req, waiter))
         self._forget_if_unused(g)
         return fx
 
     def sync(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int,
              protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
-             waiter: Any) -> Effects:
+             waiter: Any, wall: int | None = None) -> Effects:
         fx = Effects()
         if not group_id:
             fx.reply(waiter, sync_error(ErrorCode.INVALID_GROUP_ID))
@@ -155,7 +166,8 @@ class GroupShard:
         if g is None:
             fx.reply(waiter, sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
             return fx
-        return g.sync(now, member_id, instance_id, generation, protocol_type, protocol_name, assignments, waiter)
+        return self._at(g, now, wall).sync(now, member_id, instance_id, generation, protocol_type, protocol_name,
+                                           assignments, waiter)
 
     def heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int) -> int:
         if not group_id:
@@ -165,7 +177,7 @@ class GroupShard:
             return ErrorCode.UNKNOWN_MEMBER_ID
         return g.heartbeat(now, member_id, instance_id, generation)
 
-    def leave(self, now: int, group_id: str, identities: list[tuple[str, str | None]]
+    def leave(self, now: int, group_id: str, identities: list[tuple[str, str | None]], wall: int | None = None
               ) -> tuple[int, list[dict], Effects]:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, [], Effects()
@@ -174,7 +186,7 @@ class GroupShard:
             return ErrorCode.UNKNOWN_MEMBER_ID, [], Effects()
         if g.state == DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, [], Effects()
-        results, fx = g.leave(now, identities)
+        results, fx = self._at(g, now, wall).leave(now, identities)
         return ErrorCode.NONE, results, fx
 
     def _forget_if_unused(self, g: ClassicGroup) -> None:
@@ -212,12 +224,13 @@ class GroupShard:
 
     def commit_offsets(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int,
                        api_version: int, topics: list[tuple[str, list[tuple[int, int, int, str | None]]]],
-                       retention_ms: int = -1) -> tuple[list[dict], Write | None]:
+                       retention_ms: int = -1, wall: int | None = None) -> tuple[list[dict], Write | None]:
         """``topics``: [(name, [(partition, offset, leader_epoch, metadata)])]. Returns the
         response topics (error codes filled in for refused partitions) and the Write.
         ``retention_ms`` (OffsetCommit v2-v4) other than -1 gives the offsets an expire
-        timestamp of their own, as Kafka does."""
-        expire = -1 if retention_ms == -1 else min(now + retention_ms, 2**63 - 1)
+        timestamp of their own, as Kafka does. Commit and expire timestamps are wall-clock."""
+        stamp = now if wall is None else wall
+        expire = -1 if retention_ms == -1 else min(stamp + retention_ms, 2**63 - 1)
         out = []
         if not group_id:
             err = ErrorCode.INVALID_GROUP_ID
@@ -235,7 +248,7 @@ class GroupShard:
                 pout.append({"partition_index": p, "error_code": int(code)})
                 if code:
                     continue
-                v = rec.OffsetValue(offset, epoch, metadata or "", now, expire)
+                v = rec.OffsetValue(offset, epoch, metadata or "", stamp, expire)
                 records.append((rec.offset_commit_key(group_id, name, p), rec.offset_commit_value(v)))
                 applied.append((name, p, v))
         if not records:
@@ -244,17 +257,17 @@ class GroupShard:
 
         def on_append() -> None:
             if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(group_id, now, self.config)
+                self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
             for name, p, v in applied:
-                self._set_offset(group_id, (name, p), v, w.base_offset, now)
+                self._set_offset(group_id, (name, p), v, w.base_offset, now, wall)
 
         w.on_append = on_append
         return out, w
 
     def commit_txn_offsets(self, now: int, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
                            instance_id: str | None, generation: int,
-                           topics: list[tuple[str, list[tuple[int, int, int, str | None]]]]
-                           ) -> tuple[list[dict], Write | None]:
+                           topics: list[tuple[str, list[tuple[int, int, int, str | None]]]],
+                           wall: int | None = None) -> tuple[list[dict], Write | None]:
         """TxnOffsetCommit: like ``commit_offsets``, but the records go in a transactional batch
         of the producer and the offsets stay pending until the transaction's marker (KIP-447
         fencing: a member of a later generation or another member makes it fail)."""
@@ -275,7 +288,7 @@ class GroupShard:
                 pout.append({"partition_index": p, "error_code": int(code)})
                 if code:
                     continue
-                v = rec.OffsetValue(offset, epoch, metadata or "", now)
+                v = rec.OffsetValue(offset, epoch, metadata or "", now if wall is None else wall)
                 records.append((rec.offset_commit_key(group_id, name, p), rec.offset_commit_value(v)))
                 applied.append(((name, p), v))
         if not records:
@@ -284,7 +297,7 @@ class GroupShard:
 
         def on_append() -> None:
             if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(group_id, now, self.config)
+                self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
             offs = self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
             for tp, v in applied:
                 offs[tp] = (v, w.base_offset)
@@ -377,7 +390,8 @@ class GroupShard:
         return codes, Write(records, on_append=on_append), fx
 
     def expire_offsets(self, now: int, retention_ms: int) -> Write | None:
-        """Offsets of empty groups expire ``retention_ms`` after the group became empty
+        """``now`` is the wall clock here: expiry compares it with the records' timestamps.
+        Offsets of empty groups expire ``retention_ms`` after the group became empty
         (after their commit for groups that never had members); those of topics a consumer
         group no longer subscribes to after their commit (KIP-211/496). An empty group left
         without offsets is deleted."""

@@ -9,11 +9,16 @@ States and transitions::
     Stable / CompletingRebalance --member joins, leaves, changes protocols, expires--> PreparingRebalance
     PreparingRebalance --nobody rejoined--> Empty;  any --group deleted / unloaded--> Dead
 
-Sans-IO: every method takes ``now`` (ms) and returns ``Effects``: replies to parked
+Sans-IO: every method takes ``now`` (ms, monotonic: deadlines and sessions) and returns ``Effects``: replies to parked
 JoinGroup/SyncGroup requests (``waiter`` objects are opaque; the shell maps them to
 futures) and ``Write``s of ``__consumer_offsets`` records whose replies go out once the
 records are committed. Timers are deadlines the shell asks for with ``next_deadline``
 and fires with ``tick``. Member ids are made by the shell (it owns randomness).
+
+Two clocks (DESIGN.md): deadlines are monotonic, but the state timestamp a group records is
+a wall-clock date users read; ``wall_offset_ms`` (wall minus monotonic, set by the shard from
+the ``wall`` its callers pass) converts one to the other, so a step of the wall clock moves
+the timestamps and never a deadline.
 """
 
 from __future__ import annotations
@@ -157,12 +162,13 @@ def sync_error(code: int) -> dict:
 
 
 class ClassicGroup:
-    def __init__(self, group_id: str, now: int, config: GroupConfig):
+    def __init__(self, group_id: str, now: int, config: GroupConfig, wall: int | None = None):
         self.group_id = group_id
         self.config = config
         self.state = EMPTY
         self.previous_state = EMPTY
-        self.state_timestamp = now
+        self.wall_offset_ms = 0 if wall is None else wall - now  # wall clock minus monotonic, at the last call
+        self.state_timestamp = now + self.wall_offset_ms  # wall clock ms
         self.protocol_type: str | None = None
         self.protocol_name: str | None = None
         self.generation = 0
@@ -204,7 +210,7 @@ class ClassicGroup:
                 stats.rebalances += 1
         self.previous_state = self.state
         self.state = state
-        self.state_timestamp = now
+        self.state_timestamp = now + self.wall_offset_ms
 
     def candidate_protocols(self) -> set[str]:
         """Protocols every member supports."""
@@ -723,7 +729,7 @@ class ClassicGroup:
                 m.sync_waiter = None
         self.previous_state = self.state
         self.state = DEAD
-        self.state_timestamp = now
+        self.state_timestamp = now + self.wall_offset_ms
         self.join_deadline = self.sync_deadline = None
         self.pending_members.clear()
         return fx
@@ -741,10 +747,13 @@ class ClassicGroup:
         return rec.group_metadata_key(self.group_id), rec.group_metadata_value(self.to_value(now))
 
     @classmethod
-    def from_value(cls, group_id: str, v: rec.GroupValue, now: int, config: GroupConfig) -> ClassicGroup:
+    def from_value(cls, group_id: str, v: rec.GroupValue, now: int, config: GroupConfig,
+                   wall: int | None = None) -> ClassicGroup:
         """A group as loaded from its last GroupMetadata record: Stable with its members
         (who must heartbeat within their session timeout), or Empty."""
-        g = cls(group_id, v.current_state_timestamp if v.current_state_timestamp >= 0 else now, config)
+        g = cls(group_id, now, config, wall)
+        if v.current_state_timestamp >= 0:
+            g.state_timestamp = v.current_state_timestamp
         g.protocol_type = v.protocol_type or None
         g.generation = v.generation
         g.protocol_name = v.protocol

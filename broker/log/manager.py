@@ -19,13 +19,12 @@ import logging
 import os
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from common.clock import SYSTEM
+from common.clock import SYSTEM, Clock
 from common.metrics import Histogram
 from common.topic_names import CLUSTER_METADATA_TOPIC
 
@@ -45,11 +44,14 @@ PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
 class LogManager:
     def __init__(self, log_dirs: list[str], default_topic_config: Mapping[str, Any], *,
-                 now_ms: int | Callable[[], int], producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
-                 writer_threads: int = 0):
+                 now_ms: int | Callable[[], int] | None = None,
+                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS, writer_threads: int = 0,
+                 clock: Clock = SYSTEM):
+        """``now_ms``: the wall-clock time to open the logs at (an int), or the wall clock (a
+        callable); default ``clock.wall_ms`` (segments and retention go by wall-clock time)."""
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.default_topic_config = dict(default_topic_config)
-        self._clock: Callable[[], int] = now_ms if callable(now_ms) else (lambda: int(time.time() * 1000))
+        self._clock: Callable[[], int] = now_ms if callable(now_ms) else clock.wall_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._logs: dict[tuple[str, int], Log] = {}
         self._topic_configs: dict[str, dict[str, Any]] = {}
@@ -68,9 +70,9 @@ class LogManager:
         # deleted logs' directories are removed by this thread: LogManager.delete is called on
         # the event loop, and unlinking a log's files can wait on the disk (seen: 1.2 s)
         self._removals = ThreadPoolExecutor(1, thread_name_prefix="log-delete")
-        self.clock = SYSTEM
+        self.clock = clock
         self.flush_times = Histogram(now=self.clock.monotonic())  # fsyncs of logs (LogFlushStats)
-        start_ms = now_ms() if callable(now_ms) else now_ms
+        start_ms = self._clock() if now_ms is None or callable(now_ms) else now_ms
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
             self._load_dir(d, start_ms)

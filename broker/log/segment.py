@@ -14,13 +14,13 @@ import ctypes
 import logging
 import os
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
 
 from crc32c import crc32c
 
+from common.clock import SYSTEM
 from common.errors import ErrorCode, KafkaError
 
 from .batch import (
@@ -127,14 +127,14 @@ def retire(file: SegmentFile | None) -> None:
     """Keep a deleted segment's descriptor open for FILE_DELETE_DELAY_S: a fetch response
     may still be sending from it by fd number alone (and an fd number must not be reused
     under it). Also reaps the expired ones."""
-    now = time.monotonic()
+    now = SYSTEM.monotonic()
     if file is not None:
         _graveyard.append((now + FILE_DELETE_DELAY_S, file))
     reap_retired(now)
 
 
 def reap_retired(now: float | None = None) -> int:
-    now = time.monotonic() if now is None else now
+    now = SYSTEM.monotonic() if now is None else now
     n = 0
     while _graveyard and (_graveyard[0][0] <= now or len(_graveyard) > GRAVEYARD_MAX):
         _graveyard.popleft()  # closed by SegmentFile.__del__ once no ReadSlice holds it

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import time
 
 from broker.protocol import codec
 from broker.protocol.apis import ApiKey, is_flexible
+from common.clock import SYSTEM, Clock
 
 _I32 = struct.Struct(">i")
 # the stream's buffer limit: with asyncio's 64 KiB default a 1 MiB fetch response pauses and
@@ -18,8 +18,9 @@ _READ_LIMIT = 16 * 1024 * 1024
 
 
 class KafkaConnection:
-    def __init__(self, host: str, port: int, client_id: str = "krafty", security=None):
+    def __init__(self, host: str, port: int, client_id: str = "krafty", security=None, clock: Clock = SYSTEM):
         self.host, self.port, self.client_id = host, port, client_id
+        self.clock = clock
         self.security = security  # broker.security.sasl.ClientSecurity: TLS and/or SASL; None = PLAINTEXT
         self._session_end: float | None = None  # KIP-368: reconnect (and so re-authenticate) before this
         self._r: asyncio.StreamReader | None = None
@@ -51,14 +52,14 @@ class KafkaConnection:
                 self.close()
                 raise
             if lifetime_ms > 0:
-                self._session_end = time.monotonic() + lifetime_ms * 0.85 / 1000
+                self._session_end = self.clock.monotonic() + lifetime_ms * 0.85 / 1000
 
     async def request(self, api_key: int, version: int, data: dict, timeout: float = 30.0):
         """Sends a request built from ``data`` (see codec.build) and returns the decoded
         response (a kio object). Raises ConnectionError/TimeoutError on failure, after which
         the connection is closed."""
         async with self._lock:
-            if self._session_end is not None and time.monotonic() > self._session_end:
+            if self._session_end is not None and self.clock.monotonic() > self._session_end:
                 self.close()
             if not self.connected:
                 await self.connect()
@@ -67,7 +68,7 @@ class KafkaConnection:
     async def _roundtrip(self, api_key: int, version: int, data: dict, timeout: float = 30.0):
         self._cid += 1
         cid = self._cid
-        body = codec.encode(codec.build(codec.request_type(api_key, version), data))
+        body = codec.encode(codec.build_request(api_key, version, data))
         cb = self.client_id.encode()
         header = struct.pack(">hhih", api_key, version, cid, len(cb)) + cb
         if is_flexible(api_key, version):

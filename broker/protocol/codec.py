@@ -6,9 +6,14 @@ Request header (v1 classic, v2 flexible):
     [v2: tagged fields (uvarint count, then uvarint tag, uvarint size, bytes)]
 Response header: v0 = correlation_id int32; v1 = v0 + tagged fields (empty: one 0x00 byte).
 
-Handlers are written once for all versions: they return nested ``dict``s, and ``build``
-fills the kio dataclass of the requested version from them, dropping fields the version
-does not have and defaulting the ones it has but the dict lacks.
+Handlers are written once for all versions: they return nested ``dict``s, and
+``build_response`` fills the kio dataclass of the requested version from them. It is strict,
+so that a misspelt or forgotten field is an error (UNKNOWN_SERVER_ERROR and a logged
+traceback) rather than a zero-filled success: a key no version of the message has is
+rejected (``eror_code``), and so is a field of this version that the dict lacks unless the
+message spec gives it a default or it is nullable (absent = null). Keys of other versions of
+the same message are dropped: that is how one handler serves every version.
+``build_request`` is the same for requests (krafty's own clients).
 """
 
 from __future__ import annotations
@@ -275,25 +280,78 @@ def _convert(f: _Field, v: Any) -> Any:
     return v
 
 
-def build(cls, data: dict) -> Any:
-    """Instantiate kio dataclass ``cls`` from a dict; see the module docstring."""
+class MessageBuildError(ValueError):
+    """A handler's dict does not fit the message: an unknown or a missing field (a bug)."""
+
+
+class Known(dict):
+    """Field names of every version of a message, by nesting: name -> the same for its
+    entities; ``nullable``: the names that are nullable in some version."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nullable: set[str] = set()
+
+
+def _known_of(cls, into: Known) -> None:
+    for f in _fields(cls):
+        sub = into.get(f.name)
+        if sub is None:
+            sub = into[f.name] = Known()
+        if f.nullable:
+            into.nullable.add(f.name)
+        if f.sub is not None:
+            _known_of(f.sub, sub)
+
+
+@functools.cache
+def _known(api_key: int, response: bool) -> Known:
+    """The union over every version kio knows of the message's field names."""
+    out = Known()
+    load = load_response_schema if response else load_request_schema
+    for v in range(0, 64):
+        try:
+            cls = load(api_key, v)
+        except Exception:  # noqa: BLE001 - a version kio does not have
+            continue
+        _known_of(cls, out)
+    return out
+
+
+def build(cls, data: dict, known: Known | None = None, path: str = "") -> Any:
+    """Instantiate kio dataclass ``cls`` from a dict; see the module docstring. Lenient without
+    ``known`` (absent fields zero-filled, unknown keys dropped: for tests that build odd
+    messages on purpose); strict with ``known``, the field names of every version."""
+    if known is not None:
+        unknown = [k for k in data if k not in known]
+        if unknown:
+            raise MessageBuildError(f"{cls.__qualname__}: no version has field(s) {unknown} (at {path or 'top'})")
     kwargs = {}
     for f in _fields(cls):
+        sub_known = known.get(f.name) if known is not None else None
+        where = f"{path}.{f.name}" if path else f.name
         if f.name in data:
             v = data[f.name]
             if f.kind == "entities":
-                v = None if v is None else tuple(x if isinstance(x, f.sub) else build(f.sub, x) for x in v)
+                v = None if v is None else tuple(x if isinstance(x, f.sub) else build(f.sub, x, sub_known, where)
+                                                 for x in v)
             elif f.kind == "entity":
-                v = None if v is None else (v if isinstance(v, f.sub) else build(f.sub, v))
+                v = None if v is None else (v if isinstance(v, f.sub) else build(f.sub, v, sub_known, where))
             else:
                 v = _convert(f, v)
             if v is None and not f.nullable:
+                # null in a version where the field is not nullable: its default, if the field
+                # is nullable in another version (e.g. JoinGroup's protocol_name is "" before v7)
+                if known is not None and f.default is dataclasses.MISSING and f.name not in known.nullable:
+                    raise MessageBuildError(f"{cls.__qualname__}: field {where} is not nullable")
                 v = f.default if f.default is not dataclasses.MISSING else _ZERO.get(f.kafka_type)
             kwargs[f.name] = v
         elif f.default is not dataclasses.MISSING:
             continue
         elif f.nullable:
             kwargs[f.name] = None
+        elif known is not None:
+            raise MessageBuildError(f"{cls.__qualname__}: field {where} is missing")
         elif f.kind == "entities":
             kwargs[f.name] = ()
         elif f.kind == "entity":
@@ -304,7 +362,13 @@ def build(cls, data: dict) -> Any:
 
 
 def build_response(api_key: int, version: int, data: dict) -> Any:
-    return build(response_type(api_key, version), data)
+    """The response of ``version`` from a handler's dict, strictly (see the module docstring)."""
+    return build(response_type(api_key, version), data, _known(api_key, True))
+
+
+def build_request(api_key: int, version: int, data: dict) -> Any:
+    """The request of ``version`` from a dict, strictly (see the module docstring)."""
+    return build(request_type(api_key, version), data, _known(api_key, False))
 
 
 def to_dict(obj) -> Any:
@@ -320,7 +384,8 @@ def to_dict(obj) -> Any:
 
 def error_response(api_key: int, version: int, code: int) -> Any:
     """A response for a request we cannot serve, with ``code`` in the top-level error field
-    where the response has one."""
+    where the response has one; every other field zero (deliberately lenient, as Kafka's
+    getErrorResponse)."""
     cls = response_type(api_key, version)
     data: dict[str, Any] = {}
     if any(f.name == "error_code" for f in _fields(cls)):

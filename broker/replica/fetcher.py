@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from broker.fetch_session import FetchSessionHandler, PartitionData
@@ -29,6 +28,7 @@ from broker.replica.follower import (
     Truncate,
     TruncateFullyAndStartAt,
 )
+from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("krafty.replica.fetcher")
@@ -37,10 +37,6 @@ TopicPartition = tuple[str, int]
 FETCH_VERSION = 12  # flexible, topic names, diverging epochs (KIP-320)
 OFLE_VERSION = 4
 LIST_OFFSETS_VERSION = 4
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class FetcherThread:
@@ -62,7 +58,7 @@ class FetcherThread:
             if self.conn is not None:
                 self.conn.close()
             self.conn = KafkaConnection(ep[0], ep[1], client_id=f"broker-{self.m.broker_id}-fetcher",
-                                        security=self.m.security)
+                                        security=self.m.security, clock=self.m.clock)
         return self.conn
 
     async def _run(self) -> None:
@@ -76,7 +72,7 @@ class FetcherThread:
                 await asyncio.sleep(1)
 
     async def _round(self) -> None:
-        now = _now_ms()
+        now = self.m.clock.monotonic_ms()
         ofle, fetches = [], []
         for tp, fs in list(self.states.items()):
             part = self.m.rm.partitions.get(tp)
@@ -93,7 +89,7 @@ class FetcherThread:
                 if effects:
                     await self.m.apply(tp, part, fs, effects, None, f"our copy does not parse from offset {damaged} on")
             quota = self.m.rm.follower_quota
-            if quota.enabled and self._follower_throttled(tp, part) and quota.is_exceeded(time.monotonic()):
+            if quota.enabled and self._follower_throttled(tp, part) and quota.is_exceeded(self.m.clock.monotonic()):
                 continue  # out of sync and throttled (follower.replication.throttled.*): not this round
             act = fs.next_action(part.log, now)
             if isinstance(act, OffsetsForLeaderEpochRequest):
@@ -122,7 +118,7 @@ class FetcherThread:
             (log.debug if self.failing else log.warning)("fetch from leader %d failed: %s", self.leader_id, e)
             self.failing = True
             self.session.reset()
-            now = _now_ms()
+            now = self.m.clock.monotonic_ms()
             for _, fs, act in ofle + fetches:
                 fs.on_request_failed(act, now)
             await asyncio.sleep(self.m.backoff_s)
@@ -141,7 +137,7 @@ class FetcherThread:
         resp = await conn.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFLE_VERSION, {
             "replica_id": self.m.broker_id, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
         answers = {(t.topic, p.partition): p for t in resp.topics for p in t.partitions}
-        now = _now_ms()
+        now = self.m.clock.monotonic_ms()
         todo = []
         for tp, fs, act in items:
             part = self.m.rm.partitions.get(tp)
@@ -184,7 +180,7 @@ class FetcherThread:
         if unchanged is None:
             log.info("fetch session with leader %d failed (%s): starting a new one", self.leader_id,
                      ErrorCode(int(resp.error_code)).name)
-        now = _now_ms()
+        now = self.m.clock.monotonic_ms()
         todo = []
         for tp, fs, act in items:
             part = self.m.rm.partitions.get(tp)
@@ -205,7 +201,7 @@ class FetcherThread:
             self.m.leader_hw[tp] = p.high_watermark  # for MaxLag and ReplicationBytesIn (broker metrics)
             self.m.bytes_in += len(records)
             if records and self.m.rm.follower_quota.enabled and self._follower_throttled(tp, part):
-                self.m.rm.follower_quota.record(len(records), time.monotonic())
+                self.m.rm.follower_quota.record(len(records), self.m.clock.monotonic())
             headers = parse_batches(records) if records else []
             div = p.diverging_epoch
             answer = FetchAnswer(
@@ -243,8 +239,10 @@ def _epochs(cache) -> list[tuple[int, int]]:
 
 
 class ReplicaFetcherManager:
-    def __init__(self, rm, broker_id: int, config, endpoint_of: Callable[[int], tuple[str, int] | None]):
+    def __init__(self, rm, broker_id: int, config, endpoint_of: Callable[[int], tuple[str, int] | None],
+                 clock: Clock = SYSTEM):
         self.rm = rm
+        self.clock = clock  # backoffs on monotonic time; appended batches keep their timestamps
         self.broker_id = broker_id
         self.config = config
         self.endpoint_of = endpoint_of
@@ -313,7 +311,7 @@ class ReplicaFetcherManager:
             elif isinstance(e, AppendRecords):
                 records, headers = fetched
                 try:
-                    await lg.append_as_follower_async(records, headers, _now_ms(), self.rm.logs.writer, current)
+                    await lg.append_as_follower_async(records, headers, self.clock.wall_ms(), self.rm.logs.writer, current)
                 except AppendAborted:
                     return
                 except KafkaError as err:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable
 
@@ -23,6 +22,7 @@ from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.partition import PartitionState
 from broker.replica.throttle import ReplicationQuota
 from broker.replica.txn_verifier import TxnVerifier
+from common.clock import SYSTEM, Clock
 from common.config import topic_defaults
 from common.errors import ErrorCode, KafkaError
 from metadata.delta import MetadataDelta
@@ -32,10 +32,6 @@ log = logging.getLogger("krafty.replica")
 
 TopicPartition = tuple[str, int]
 CREATE_SLICE = 100  # a delta with more new local partitions than this creates their logs in slices
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclasses.dataclass(slots=True)
@@ -81,8 +77,11 @@ class _Waiters:
 class ReplicaManager:
     def __init__(self, broker_id: int, config, log_manager: LogManager, *, channel=None,
                  broker_epoch: Callable[[], int] = lambda: -1,
-                 endpoint_of: Callable[[int], tuple[str, int] | None] = lambda b: None):
+                 endpoint_of: Callable[[int], tuple[str, int] | None] = lambda b: None, clock: Clock = SYSTEM):
         self.broker_id = broker_id
+        # ISR lag and follower progress run on clock.monotonic_ms (a wall-clock step must not
+        # shrink every ISR); log appends are stamped with clock.wall_ms
+        self.clock = clock
         self.config = config
         self.logs = log_manager
         self.channel = channel
@@ -93,10 +92,10 @@ class ReplicaManager:
         self._hw_waiters = _Waiters()
         self._leo_waiters = _Waiters()
         self._low_watermark_waiters = _Waiters()  # DeleteRecords waiting for followers' log starts
-        self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of)
+        self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of, clock)
         # KIP-890: transactional appends checked with the transaction coordinator first
         self.txn_verifier = TxnVerifier(lambda: self._image, endpoint_of, lambda: self.fetchers.security,
-                                        timeout_s=config["request.timeout.ms"] / 1000)
+                                        timeout_s=config["request.timeout.ms"] / 1000, clock=clock)
         self.verification_enabled: bool = config["transaction.partition.verification.enable"]
         self._alter_wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
@@ -151,7 +150,7 @@ class ReplicaManager:
         new = [r[0] for r in roles if r[0] not in self.partitions and r[0] not in self._pending
                and not r[0][0].startswith("__") and self.logs.get(*r[0]) is None]
         defer = set(new) if len(new) > CREATE_SLICE else set()
-        now = now_ms()
+        now = self.clock.monotonic_ms()
         for tp, tid, reg, leader in roles:
             if tp in self._pending or tp in defer:
                 self._pending[tp] = (tid, reg, leader)  # the latest role wins when its log is made
@@ -201,18 +200,18 @@ class ReplicaManager:
         time, yielding to requests and heartbeats between slices instead of stalling the loop
         for seconds. Until its log exists a partition answers NOT_LEADER_OR_FOLLOWER /
         UNKNOWN_TOPIC_OR_PARTITION, which clients and followers retry."""
-        t0 = time.monotonic()
+        t0 = self.clock.monotonic()
         made = 0
         while self._pending:
             for _ in range(min(CREATE_SLICE, len(self._pending))):
                 tp, (tid, reg, leader) = next(iter(self._pending.items()))
                 del self._pending[tp]
-                self._become(tp, tid, reg, leader, self._image, now_ms())
+                self._become(tp, tid, reg, leader, self._image, self.clock.monotonic_ms())
                 made += 1
             if self._alter_wake is not None:
                 self._alter_wake.set()
             await asyncio.sleep(0)
-        log.info("created %d logs in %.2f s", made, time.monotonic() - t0)
+        log.info("created %d logs in %.2f s", made, self.clock.monotonic() - t0)
 
     def _partition(self, image: MetadataImage, tp: TopicPartition, tid: uuid.UUID) -> Partition:
         part = self.partitions.get(tp)
@@ -246,7 +245,8 @@ class ReplicaManager:
         """Append in the calling thread (the group coordinator's small writes to its own
         internal partitions, which must be in the log before it goes on). ``producer_checks``:
         see ``Log.append_as_leader``."""
-        info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, now_ms(), **producer_checks)
+        info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, self.clock.wall_ms(),
+                                         **producer_checks)
         self._appended(part)
         return info
 
@@ -265,7 +265,7 @@ class ReplicaManager:
         (krafty.log.writer.threads), else on the loop; appends to one partition are
         serialised, and each re-checks leadership when its turn comes. A transactional batch
         that starts a transaction must bring the guard of its verification (KIP-890)."""
-        now = now_ms()
+        now = self.clock.wall_ms()  # record timestamps: the wall clock
         buf, headers = await part.log.validate_client_batches(buf, headers, now)
         info = await part.log.append_as_leader_async(
             buf, headers, self._leader_epoch_of(part), now, self.logs.writer, verification_guard=verification_guard,
@@ -277,7 +277,7 @@ class ReplicaManager:
         """Append a transaction marker (a control batch the WriteTxnMarkers handler built), in
         turn with the other appends of the partition."""
         info = await part.log.append_as_leader_async(
-            buf, headers, self._leader_epoch_of(part), now_ms(), self.logs.writer, origin=COORDINATOR,
+            buf, headers, self._leader_epoch_of(part), self.clock.wall_ms(), self.logs.writer, origin=COORDINATOR,
             transaction_version=transaction_version)
         self._appended(part)
         return info
@@ -294,7 +294,7 @@ class ReplicaManager:
         guards: dict[TopicPartition, object] = {}
         if not self.verification_enabled and not supports_epoch_bump:
             return guards, {}
-        now = now_ms()
+        now = self.clock.wall_ms()
         for part, seq in zip(parts, sequences, strict=True):
             g = part.log.producer_state.maybe_start_verification(producer_id, seq, epoch, now, supports_epoch_bump)
             if g is not None:
@@ -316,7 +316,7 @@ class ReplicaManager:
         st = part.state
         before = st.progress.get(replica_id)
         start_before = before.log_start_offset if before is not None else -1
-        if st.on_follower_fetch(replica_id, fetch_offset, part.log.log_end_offset, now_ms(),
+        if st.on_follower_fetch(replica_id, fetch_offset, part.log.log_end_offset, self.clock.monotonic_ms(),
                                 log_start_offset=log_start_offset):
             self._wake((st.topic, st.partition))
         if log_start_offset != start_before:
@@ -384,7 +384,7 @@ class ReplicaManager:
         """Kafka checks every replica.lag.time.max.ms / 2 for followers that fell behind."""
         while True:
             await asyncio.sleep(max(self._lag_ms / 2000, 0.05))
-            now = now_ms()
+            now = self.clock.monotonic_ms()
             proposed = False
             for tp, part in list(self.partitions.items()):
                 if part.state.is_leader and part.state.maybe_shrink_isr(part.log.log_end_offset, now):

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from broker.group.records import partition_for
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
+from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("krafty.replica.txn")
@@ -44,8 +45,9 @@ class _Pending:
 
 class TxnVerifier:
     def __init__(self, image: Callable[[], object], endpoint_of: Callable[[int], Endpoint | None],
-                 security: Callable[[], object] = lambda: None, timeout_s: float = 30.0):
+                 security: Callable[[], object] = lambda: None, timeout_s: float = 30.0, clock: Clock = SYSTEM):
         self.image = image
+        self.clock = clock
         self.endpoint_of = endpoint_of
         self.security = security
         self.timeout_s = timeout_s
@@ -115,10 +117,10 @@ class TxnVerifier:
         conn = self._conns.get(ep)
         if conn is None:
             conn = self._conns[ep] = KafkaConnection(ep[0], ep[1], client_id="broker-txn-verification",
-                                                     security=self.security())
+                                                     security=self.security(), clock=self.clock)
         try:
             resp = await conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION,
-                                      {"throttle_time": 0, "transactions": txns}, timeout=self.timeout_s)
+                                      {"transactions": txns}, timeout=self.timeout_s)
         except (ConnectionError, KafkaError) as e:
             log.warning("AddPartitionsToTxn to the transaction coordinator at %s:%d failed: %s", *ep, e)
             for p in batch.values():

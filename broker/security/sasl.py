@@ -26,12 +26,12 @@ import logging
 import re
 import secrets
 import ssl
-import time
 from collections.abc import Callable
 
 from broker.protocol import codec
 from broker.protocol.apis import ApiKey
 from broker.security import scram
+from common.clock import SYSTEM
 from common.config import Config, ConfigError
 from common.errors import ErrorCode
 
@@ -162,7 +162,7 @@ class SaslSession:
     _DECOY_KEY = secrets.token_bytes(32)  # one per process: unknown users get stable decoy salts
 
     def __init__(self, sec: ListenerSecurity, scram_lookup: ScramLookup, *, client: str = "",
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = SYSTEM.monotonic):
         self.sec = sec
         self.scram_lookup = scram_lookup
         self.client = client

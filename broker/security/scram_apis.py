@@ -32,7 +32,7 @@ class ScramApis:
         self.apis.decode(ctx, body, ver)
         return {"error_code": ErrorCode.ILLEGAL_SASL_STATE,
                 "error_message": f"SaslAuthenticate on listener {ctx.listener}, which does not use SASL "
-                                 "or is already authenticated"}
+                                 "or is already authenticated", "auth_bytes": b""}
 
     async def describe_user_scram_credentials(self, ctx, body, ver):
         req = self.apis.decode(ctx, body, ver)
@@ -52,10 +52,11 @@ class ScramApis:
                 if names.count(name) > 1:
                     results.append({"user": name, "error_code": ErrorCode.DUPLICATE_RESOURCE,
                                     "error_message": "Cannot describe SCRAM credentials for the same user twice in "
-                                                     "a single request"})
+                                                     "a single request", "credential_infos": []})
                 elif name not in by_user:
                     results.append({"user": name, "error_code": ErrorCode.RESOURCE_NOT_FOUND,
-                                    "error_message": "Attempt to describe a user credential that does not exist"})
+                                    "error_message": "Attempt to describe a user credential that does not exist",
+                                    "credential_infos": []})
                 else:
                     results.append({"user": name, "error_code": 0, "credential_infos": by_user[name]})
         return {"throttle_time": 0, "error_code": 0, "results": results}

@@ -24,6 +24,7 @@ class Cluster:
         self.configs = dict(node_configs(controllers, brokers, self.base, directory, racks, extra=overrides or {}))
         self.procs: dict[str, subprocess.Popen] = {}
         self.n_controllers, self.n_brokers = controllers, brokers
+        self.env: dict[str, dict[str, str]] = {}  # node name -> extra environment (e.g. libfaketime)
 
     @property
     def bootstrap(self) -> str:
@@ -40,7 +41,8 @@ class Cluster:
             write_properties(path, props)
             log = open(os.path.join(self.dir, f"{n}.log"), "ab")
             self.procs[n] = subprocess.Popen([sys.executable, "-m", "krafty", "node", "--config", path], cwd=ROOT,
-                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                             env={**os.environ, **self.env.get(n, {})} if n in self.env else None)
 
     def kill(self, name: str) -> None:
         p = self.procs.pop(name)

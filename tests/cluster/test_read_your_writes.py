@@ -30,7 +30,8 @@ async def check(port: int) -> list[str]:
                 "timeout": 30_000, "validate_only": False})
             assert r.topics[0].error_code == 0, r
             md = await conn.request(ApiKey.METADATA, 12, {"topics": [{"name": name, "topic_id": uuid.UUID(int=0)}],
-                                                          "allow_auto_topic_creation": False})
+                                                          "allow_auto_topic_creation": False,
+                                                          "include_topic_authorized_operations": False})
             t = md.topics[0]
             if t.error_code != 0 or len(t.partitions) != 2 or any(p.leader_id < 0 for p in t.partitions):
                 stale.append(f"CreateTopics {name}: {t.error_code} {len(t.partitions)}")
@@ -38,7 +39,8 @@ async def check(port: int) -> list[str]:
                 {"name": name, "count": 3, "assignments": None}], "timeout": 30_000, "validate_only": False})
             assert r.results[0].error_code == 0, r
             md = await conn.request(ApiKey.METADATA, 12, {"topics": [{"name": name, "topic_id": uuid.UUID(int=0)}],
-                                                          "allow_auto_topic_creation": False})
+                                                          "allow_auto_topic_creation": False,
+                                                          "include_topic_authorized_operations": False})
             if len(md.topics[0].partitions) != 3:
                 stale.append(f"CreatePartitions {name}: {len(md.topics[0].partitions)}")
             r = await conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [
@@ -64,7 +66,8 @@ async def check(port: int) -> list[str]:
                                                              "timeout": 30_000})
             assert r.responses[0].error_code == 0, r
             md = await conn.request(ApiKey.METADATA, 12, {"topics": [{"name": name, "topic_id": uuid.UUID(int=0)}],
-                                                          "allow_auto_topic_creation": False})
+                                                          "allow_auto_topic_creation": False,
+                                                          "include_topic_authorized_operations": False})
             if md.topics[0].error_code == 0:
                 stale.append(f"DeleteTopics {name}: still there")
     finally:

@@ -121,29 +121,29 @@ async def test_hostile_create_topics_and_create_partitions_are_refused_whole(nod
     for partitions in (2**31 - 1, 1_000_000, 10_001):
         resp = await _admin_request(node, ApiKey.CREATE_TOPICS, 5, {
             "topics": [_new_topic(f"{topic}-{partitions}", partitions), _new_topic(f"{topic}-small", 1)],
-            "timeout_ms": 30000, "validate_only": False})
+            "timeout": 30000, "validate_only": False})
         assert [(t.error_code, t.error_message) for t in resp.topics] == [
             (ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")] * 2
     create_topic(node, topic, 1)
     for count in (2**31 - 1, 1_000_000, 10_002):
         resp = await _admin_request(node, ApiKey.CREATE_PARTITIONS, 1, {
-            "topics": [{"name": topic, "count": count, "assignments": None}], "timeout_ms": 30000,
+            "topics": [{"name": topic, "count": count, "assignments": None}], "timeout": 30000,
             "validate_only": False})
         assert [(r.error_code, r.error_message) for r in resp.results] == [
             (ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")]
     # counts: more topics or names than one operation can take are refused whole, before any work
     resp = await _admin_request(node, ApiKey.CREATE_TOPICS, 5, {
-        "topics": [_new_topic(f"{topic}-z{i}", 0) for i in range(10_001)], "timeout_ms": 30000,
+        "topics": [_new_topic(f"{topic}-z{i}", 0) for i in range(10_001)], "timeout": 30000,
         "validate_only": False})
     assert {(t.error_code, t.error_message) for t in resp.topics} == {
         (ErrorCode.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")}
     resp = await _admin_request(node, ApiKey.DELETE_TOPICS, 5, {
-        "topic_names": [topic] + [f"{topic}-d{i}" for i in range(10_000)], "timeout_ms": 30000})
+        "topic_names": [topic] + [f"{topic}-d{i}" for i in range(10_000)], "timeout": 30000})
     assert {r.error_code for r in resp.responses} == {ErrorCode.POLICY_VIOLATION}
     # a request within the limits but larger than gRPC's default 4 MiB reaches the controller
     resp = await _admin_request(node, ApiKey.CREATE_TOPICS, 5, {
         "topics": [{**_new_topic(f"{topic}-c{i}", 1), "configs": [{"name": "retention.ms", "value": "9" * 2000}]}
-                   for i in range(3000)], "timeout_ms": 30000, "validate_only": False})
+                   for i in range(3000)], "timeout": 30000, "validate_only": False})
     assert {t.error_code for t in resp.topics} == {ErrorCode.INVALID_CONFIG}  # (not a 64-bit number)
     # the node is alive, answers a canary, and nothing was created or grown
     assert node.running

@@ -155,7 +155,7 @@ def test_controller_create_and_delete_acls_through_records():
     assert list(img.acls.values()) == [good]
     # snapshot round trip
     assert image_from_records(img.to_records()).acls == img.acls
-    recs2, _ = acl_ops.create_acls(img, [good])
+    recs2, _ = acl_ops.create_acls(img, [good], new_uuid=lambda: next(ids))
     assert recs2 == []
     recs3, res3 = acl_ops.delete_acls(img, [AclBindingFilter(T, "t", PatternType.MATCH), AclBindingFilter()])
     assert len(recs3) == 1 and res3[0][2] == [good] and res3[1][2] == [good]

@@ -26,7 +26,7 @@ def req(*parts):
 
 
 def test_full_then_incremental_then_errors():
-    cache = FetchSessionCache(rng=random.Random(1))
+    cache = FetchSessionCache(random.Random(1))
     full = cache.context(0, INITIAL_EPOCH, req((0, 0), (1, 0)), [], 0, False)
     sid = full.session_id
     assert sid > 0 and not full.incremental and [k for k, _ in full.parts] == [("t", 0), ("t", 1)]
@@ -56,7 +56,7 @@ def test_full_then_incremental_then_errors():
 
 
 def test_partitions_with_records_rotate_to_the_end():
-    cache = FetchSessionCache(rng=random.Random(2))
+    cache = FetchSessionCache(random.Random(2))
     ctx = cache.context(0, INITIAL_EPOCH, req((0, 0), (1, 0), (2, 0)), [], 0, False)
     ctx.select({("t", 0): (0, 1, 0, True, False), ("t", 1): (0, 0, 0, False, False), ("t", 2): (0, 0, 0, False, False)})
     inc = cache.context(ctx.session_id, 1, [], [], 1, False)
@@ -64,7 +64,7 @@ def test_partitions_with_records_rotate_to_the_end():
 
 
 def test_cache_eviction_rules():
-    cache = FetchSessionCache(max_slots=2, eviction_ms=1000, rng=random.Random(3))
+    cache = FetchSessionCache(random.Random(3), max_slots=2, eviction_ms=1000)
     a = cache.context(0, 0, req((0, 0)), [], 0, False).session_id
     b = cache.context(0, 0, req((0, 0)), [], 10, True).session_id
     assert a and b
@@ -75,7 +75,7 @@ def test_cache_eviction_rules():
     # an idle session makes room for anyone
     d = cache.context(0, 0, req((0, 0)), [], 2000, False).session_id
     assert d and b not in cache.sessions
-    assert FetchSessionCache(max_slots=0).context(0, 0, req((0, 0)), [], 0, False).session_id == 0
+    assert FetchSessionCache(random.Random(0), max_slots=0).context(0, 0, req((0, 0)), [], 0, False).session_id == 0
 
 
 @settings(max_examples=150, deadline=None)
@@ -85,7 +85,7 @@ def test_handler_and_cache_together_equal_full_fetches(data):
     fetcher's view built from incremental responses equals what a full fetch would say, and
     every partition with records is answered."""
     rng = random.Random(data.draw(st.integers(0, 2**32)))
-    cache = FetchSessionCache(max_slots=data.draw(st.integers(0, 2)), rng=rng)
+    cache = FetchSessionCache(rng, max_slots=data.draw(st.integers(0, 2)))
     h = FetchSessionHandler()
     state = {p: (0, 0) for p in range(6)}  # partition -> (high watermark, log start offset)
     offsets = {p: 0 for p in range(6)}
@@ -100,7 +100,7 @@ def test_handler_and_cache_together_equal_full_fetches(data):
         wanted = {("t", p): pd(p, offsets[p]) for p in sorted(rng.sample(range(6), rng.randint(1, 6)))}
         sid, epoch, send, forget = h.build(wanted)
         if rng.random() < 0.05:  # the broker restarted: sessions gone
-            cache = FetchSessionCache(rng=rng)
+            cache = FetchSessionCache(rng)
         ctx = cache.context(sid, epoch, list(send.items()), forget, rnd, True)
         if ctx.error:
             assert h.on_response(ctx.error, 0, {}) is None

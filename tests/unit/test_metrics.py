@@ -120,7 +120,7 @@ def test_request_label_is_kafkas_api_name():
 
 def test_errors_are_counted_from_nested_kio_responses_and_dicts():
     m = BrokerMetrics(1)
-    resp = codec.build_response(3, 12, {"brokers": [], "cluster_id": "c", "controller_id": 1, "topics": [
+    resp = codec.build_response(3, 12, {"throttle_time": 0, "brokers": [], "cluster_id": "c", "controller_id": 1, "topics": [
         {"error_code": 3, "name": "a", "topic_id": None, "is_internal": False, "partitions": [
             {"error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 0, "replica_nodes": [1],
              "isr_nodes": [1], "offline_replicas": []},

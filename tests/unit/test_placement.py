@@ -3,16 +3,13 @@ Kafka's error messages, manual-assignment validation and property tests."""
 
 from __future__ import annotations
 
-import ast
 import random
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import controller.placement as placement_module
 from common.errors import ErrorCode, KafkaError
 from controller.placement import (
     BrokerPlacement,
@@ -422,17 +419,3 @@ def test_property_balanced_racks_even_distribution(balanced, rounds, seed):
     assert {leaders_per_broker[b] for b in racks} == {rounds}
     for replicas in result.values():
         assert sorted(racks[b] for b in replicas) == sorted(set(racks.values()))
-
-
-# --------------------------------------------------------------------------- sans-IO
-
-
-def test_module_is_sans_io():
-    tree = ast.parse(Path(placement_module.__file__).read_text())
-    imported: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
-    assert not imported & {"asyncio", "socket", "time", "random", "os"}

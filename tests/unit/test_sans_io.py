@@ -1,41 +1,87 @@
-"""The cores must not do I/O (DESIGN.md: sans-IO cores), so sim/ can run them in virtual time."""
+"""The cores do no I/O and read no clock or randomness of their own (DESIGN.md: sans-IO cores), so
+sim/ runs them in virtual time and a seed replays exactly. This is the one check for every core:
+it flags imports of I/O, clock, randomness and concurrency modules, and reads of the clock or of
+fresh randomness through other names (``datetime.now()``, ``uuid.uuid4()``, ``open()``).
+Shells take these from ``common.clock`` (a Clock) and their injected network and disk instead.
+
+Also: each layer imports only the layers DESIGN.md allows."""
 
 import ast
 import glob
 import os
+import textwrap
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FORBIDDEN = {"asyncio", "socket", "time", "random", "os", "threading", "selectors"}
-CORES = ["raft/core*.py", "raft/quorum*.py", "controller/topics.py", "controller/placement.py", "controller/cluster.py",
-         "controller/replication.py", "broker/replica/follower.py",
-         "broker/replica/partition*.py", "broker/group/state*.py", "broker/group/shard.py", "broker/group/lag.py", "broker/group/records.py",
-         "broker/txn/state.py", "broker/txn/records.py", "metadata/image.py", "metadata/delta.py",
-         "metadata/records.py"]
+FORBIDDEN_MODULES = {"asyncio", "socket", "time", "random", "os", "threading", "selectors", "subprocess", "signal",
+                     "secrets", "multiprocessing", "concurrent", "grpc", "aiosqlite", "sqlite3", "shutil", "tempfile"}
+# clock reads and fresh randomness reached through a name that is not itself forbidden
+FORBIDDEN_ATTRS = {("datetime", "now"), ("datetime", "utcnow"), ("datetime", "today"), ("date", "today"),
+                   ("uuid", "uuid1"), ("uuid", "uuid4")}
+FORBIDDEN_NAMES = {"uuid1", "uuid4", "open", "input"}
+CORES = [
+    "raft/core*.py", "raft/quorum*.py", "raft/messages.py", "raft/api.py",
+    "metadata/*.py",
+    "controller/topics.py", "controller/placement.py", "controller/cluster.py", "controller/replication.py",
+    "controller/acls.py", "controller/scram.py",
+    "broker/replica/partition*.py", "broker/replica/follower.py", "broker/replica/selector.py",
+    "broker/group/state*.py", "broker/group/shard.py", "broker/group/records.py", "broker/group/lag.py",
+    "broker/txn/state.py", "broker/txn/records.py",
+    "broker/fetch_session.py",
+    "common/errors.py", "common/topic_names.py",
+]
 
 
-def _core_files():
+def core_files() -> list[str]:
     out = []
     for pat in CORES:
-        out += glob.glob(os.path.join(ROOT, pat))
+        found = glob.glob(os.path.join(ROOT, pat))
+        assert found, f"no core module matches {pat}"
+        out += found
     return sorted(set(out))
 
 
-@pytest.mark.parametrize("path", _core_files(), ids=lambda p: os.path.relpath(p, ROOT))
-def test_core_module_does_no_io(path):
-    tree = ast.parse(open(path).read())
+def violations(source: str) -> list[str]:
+    """What in ``source`` does I/O or reads a clock or fresh randomness."""
     bad = []
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            bad += [a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in FORBIDDEN:
-            bad.append(node.module)
-    assert not bad, f"{path} imports {bad}"
+            bad += [f"import {a.name}" for a in node.names if a.name.split(".")[0] in FORBIDDEN_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] in FORBIDDEN_MODULES:
+                bad.append(f"from {node.module} import ...")
+            bad += [f"from {node.module} import {a.name}" for a in node.names
+                    if (node.module.split(".")[-1], a.name) in FORBIDDEN_ATTRS]
+        elif isinstance(node, ast.Attribute):
+            base = node.value
+            name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else None
+            if (name, node.attr) in FORBIDDEN_ATTRS:
+                bad.append(f"{name}.{node.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_NAMES:
+            bad.append(f"{node.func.id}()")
+    return bad
 
 
-def test_there_are_core_modules_to_check():
-    assert len(_core_files()) >= 6
+@pytest.mark.parametrize("path", core_files(), ids=lambda p: os.path.relpath(p, ROOT))
+def test_core_module_does_no_io_and_reads_no_clock(path):
+    bad = violations(open(path).read())
+    assert not bad, f"{os.path.relpath(path, ROOT)}: {bad}"
+
+
+@pytest.mark.parametrize("snippet", [
+    "import time", "import os.path", "from asyncio import sleep", "import random", "from socket import socket",
+    "import datetime\nx = datetime.datetime.now()", "from datetime import datetime\nx = datetime.now()",
+    "from datetime import date\nx = date.today()", "import uuid\nx = uuid.uuid4()", "from uuid import uuid4",
+    "with open('f') as f: pass", "import threading", "import secrets",
+])
+def test_the_check_flags_each_kind_of_io(snippet):
+    assert violations(textwrap.dedent(snippet))
+
+
+def test_the_check_passes_pure_code():
+    assert not violations("import uuid\nimport datetime\nx = uuid.UUID(int=1)\nd = datetime.timedelta(1)\n"
+                          "def f(now): return now + 1\n")
 
 
 PROJECT = {"common", "proto", "raft", "metadata", "controller", "broker", "sim", "chaos", "pipeline", "krafty"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import tracemalloc
+import uuid
 
 import pytest
 from controller_testkit import cluster, with_topic
@@ -103,7 +104,7 @@ def test_check_records_room_bounds_every_client_operation():
     # e.g. CreateAcls of 10,001 bindings: its records exceed what one operation may write
     bindings = [AclBinding(ResourceType.TOPIC, f"t{i}", PatternType.LITERAL, "User:a", "*", AclOperation.READ,
                            PermissionType.ALLOW) for i in range(10_001)]
-    recs, _ = acl_ops.create_acls(cluster(), bindings)
+    recs, _ = acl_ops.create_acls(cluster(), bindings, new_uuid=uuid.uuid4)
     with pytest.raises(KafkaError):
         t.check_records_room(0, len(recs))
 

@@ -1,0 +1,413 @@
+"""One seed of a whole-cluster world: start 3 controllers + 3 brokers (the real nodes), create
+a topic, run idempotent acks=all producers and consumers through a seeded fault schedule,
+check the invariants after every event, heal, check liveness, then check the whole history.
+
+Faults (drawn from the seed, ``Schedule``): kill -9 and restart of any node (at most one
+controller down at a time, so that the quorum can always recover), partitions isolating a
+node or cutting a broker off the controllers only (fenced, it still serves the other brokers:
+a zombie leader), pauses (SIGSTOP/SIGCONT), one-way cuts, message loss, wall-clock steps of +-60 s on running nodes (controllers
+included: no broker may be fenced for it), and EIO from a node's Raft store (the node's
+metadata log stops; the world restarts the node).
+
+Invariants after every event (``Checker.step``): at most one Raft leader per epoch; the
+committed metadata log is the same on every node at every offset; no partition's high
+watermark goes back on a leader within its leader epoch. At the end: every acknowledged
+acks=all write is in the log at the offset it was acknowledged with, no value is written
+twice (idempotence), no offset is missing below the high watermark, every record a
+consumer was given is still there, unchanged, and a committed offset never goes back (across
+group coordinator failovers); after healing every node runs, every broker
+is registered and unfenced, and all metadata images converge, and a new write is
+acknowledged, within ``LIVENESS_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import errno
+import random
+import time
+
+from raft.core import Role
+from sim.client import Admin, Cluster, Committer, Consumer, Producer, create_topic, read_partition
+from sim.world import InvariantViolation, Settings, World
+
+TOPIC = "sim"
+PARTITIONS = 3
+LIVENESS_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    at: float  # virtual seconds after the workload starts
+    kind: str  # kill | partition | cut | loss | clock | eio
+    node: int
+    duration: float = 0.0
+    arg: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.at:.2f}s {self.kind} {self.node} for {self.duration:.2f}s arg={self.arg}"
+
+
+def schedule(seed: int, world_nodes: list[int], controllers: list[int], safety_s: float,
+             n_faults: int | None = None) -> list[Fault]:
+    rng = random.Random(f"faults-{seed}")
+    n = rng.randint(1, 6) if n_faults is None else n_faults
+    out = []
+    for _ in range(n):
+        kind = rng.choices(["kill", "kill_active", "partition", "cut", "loss", "clock", "eio", "zombie", "power",
+                            "pause"], [4, 2, 2, 1, 1, 2, 1, 2, 2, 2])[0]
+        node = rng.choice(world_nodes)
+        at = rng.random() * safety_s * 0.8
+        dur = 0.5 + rng.random() * 6
+        arg = 0
+        if kind == "clock":
+            arg = rng.choice([-60_000, 60_000])
+        elif kind == "loss":
+            arg = rng.randint(1, 20)  # percent
+        out.append(Fault(at, kind, node, dur, arg))
+    return sorted(out, key=lambda f: f.at)
+
+
+class Checker:
+    def __init__(self, world: World):
+        self.w = world
+        self.leaders: dict[int, int] = {}  # raft epoch -> leader id
+        self.committed: dict[int, tuple[int, bytes]] = {}  # offset -> (epoch, data) of the metadata log
+        self.checked_hw: dict[tuple, int] = {}
+        self.part_hw: dict[tuple, int] = {}
+        self.fenced: set[int] = set()  # brokers seen fenced (in any node's image) after the workload began
+        self.leader_epochs: dict[tuple, int] = {}  # (process, topic id, partition) -> leader epoch
+        self.n = 0
+        self.version = -1
+        self.watch: list = []
+
+    def _watch_list(self) -> list:
+        """[nid, process, core, loader, last hw, last image] of every running node whose
+        metadata log has started (rebuilt when a process starts, dies or finishes starting)."""
+        out = []
+        for nid, p in self.w.procs.items():
+            node = p.node
+            if p.alive and node is not None and node.metadata_log.core is not None:
+                out.append([nid, p.owner, node.metadata_log.core, node.loader, None, None])
+        return out
+
+    def step(self) -> None:
+        w = self.w
+        self.n += 1
+        if self.version != w.version:
+            self.version = w.version
+            self.watch = self._watch_list()
+        leader = Role.LEADER
+        for ent in self.watch:
+            core = ent[2]
+            if core.role is leader:
+                prev = self.leaders.setdefault(core.epoch, ent[0])
+                if prev != ent[0]:
+                    raise w.violation(f"two Raft leaders in epoch {core.epoch}: {prev} and {ent[0]}")
+            if core.hw != ent[4]:
+                ent[4] = core.hw
+                self._committed(ent[0], ent[1], core)
+            img = ent[3].image
+            if img is not ent[5]:
+                ent[5] = img
+                self._image(ent[0], ent[1], img)
+        if self.n % 20 == 0:
+            if len(self.watch) != sum(1 for p in w.procs.values() if p.alive):
+                self.version = -1  # a node still starting: look again
+            self._hw_monotonic()
+            for nid in w.controller_ids:
+                n = w.node(nid)
+                if n is not None:
+                    self.fenced.update(b for b, reg in n.loader.image.brokers.items() if reg.fenced)
+
+    def _committed(self, nid: int, key, core) -> None:
+        """The metadata log's committed entries of one node agree with every other node's."""
+        w = self.w
+        hw = min(core.hw, core.log_end)
+        lo = max(self.checked_hw.get(key, 0), core.log_start)
+        for off in range(lo, hw):
+            e = core.entry_at(off)
+            mine = (e.epoch, e.data)
+            seen = self.committed.setdefault(off, mine)
+            if seen != mine:
+                raise w.violation(f"node {nid} committed {mine[0]}:{mine[1][:20]!r} at metadata offset {off}, "
+                                  f"another node {seen[0]}:{seen[1][:20]!r}")
+        if hw > lo:
+            self.checked_hw[key] = hw
+
+    def _image(self, nid: int, key, img) -> None:
+        """A node's metadata image, each time it changes: what the controller managers promise."""
+        w = self.w
+        if len(img.topics_by_name) != len(img.topics_by_id):
+            raise w.violation(f"node {nid}: two topics share a name at metadata offset {img.offset}")
+        for t in img.topics_by_id.values():
+            for pid, reg in t.partitions.items():
+                where = f"node {nid}, {t.name}-{pid} at metadata offset {img.offset}"
+                if not reg.isr or not set(reg.isr) <= set(reg.replicas):
+                    raise w.violation(f"{where}: ISR {reg.isr} is empty or not within replicas {reg.replicas}")
+                if reg.leader >= 0:
+                    if reg.leader not in reg.isr:
+                        raise w.violation(f"{where}: leader {reg.leader} is not in the ISR {reg.isr}")
+                    b = img.brokers.get(reg.leader)
+                    if b is None or b.fenced:
+                        raise w.violation(f"{where}: leader {reg.leader} is fenced or unregistered")
+                k = (key, t.topic_id, pid)
+                if reg.leader_epoch < self.leader_epochs.get(k, -1):
+                    raise w.violation(f"{where}: leader epoch went back to {reg.leader_epoch}")
+                self.leader_epochs[k] = reg.leader_epoch
+
+    def _hw_monotonic(self) -> None:
+        w = self.w
+        for nid in w.broker_ids:
+            n = w.node(nid)
+            if n is None or n.broker is None or n.broker.replicas is None:
+                continue
+            for tp, part in list(n.broker.replicas.partitions.items()):
+                st = part.state
+                if not st.is_leader:
+                    continue
+                key = (w.procs[nid].owner, tp, st.leader_epoch)
+                hw = st.high_watermark
+                if hw < self.part_hw.get(key, -1):
+                    raise w.violation(f"high watermark of {tp} went back from {self.part_hw[key]} to {hw} on "
+                                      f"leader {nid} in epoch {st.leader_epoch}")
+                self.part_hw[key] = hw
+
+
+@dataclasses.dataclass
+class Result:
+    seed: int
+    sim_s: float
+    wall_s: float
+    acked: int
+    consumed: int
+    faults: list[Fault]
+    trace: list[str]
+    steps: int
+    fenced: set[int]
+    commits: int = 0  # offset commits acknowledged
+
+
+def _impaired(w: World, nid: int, seconds: float) -> None:
+    """``nid`` is cut off, paused or down for ``seconds`` (see ``World.durability_excused``)."""
+    w.impaired[nid] = w.impaired.get(nid, 0) + 1
+
+    def end():
+        w.impaired[nid] -= 1
+    w.loop.call_later(seconds, end)
+
+
+def _apply(w: World, f: Fault, down: set[int]) -> None:
+    """Starts fault ``f`` now and schedules its end."""
+    loop = w.loop
+    if f.kind in ("kill", "power", "pause", "partition", "zombie", "cut"):
+        _impaired(w, f.node, f.duration)
+    if f.kind == "kill_active":  # the active controller, whichever it is now
+        active = w.active_controller()
+        if active is None:
+            return
+        f = dataclasses.replace(f, kind="kill", node=active)
+    if f.kind in ("kill", "power"):
+        if f.node in w.controller_ids and any(c in down for c in w.controller_ids):
+            return  # one controller down at a time: the quorum must be able to recover
+        if f.node in down:
+            return
+        down.add(f.node)
+        if f.kind == "power":
+            w.power_loss(f.node)
+        else:
+            w.kill(f.node)
+
+        def restart(n=f.node):
+            down.discard(n)
+            w.start(n)
+        loop.call_later(f.duration, restart)
+    elif f.kind == "partition":
+        others = [n for n in w.controller_ids + w.broker_ids if n != f.node]
+        w.net.partition([w.procs[f.node].owner], [w.procs[n].owner for n in others])
+        w.note(f"partition {f.node} from the rest")
+        loop.call_later(f.duration, lambda: (w.net.heal(), w.note("heal")))
+    elif f.kind == "pause":
+        w.pause(f.node, f.duration)
+    elif f.kind == "zombie":  # cut from the controllers only: fenced, yet serving the other brokers
+        if f.node in w.controller_ids:
+            return
+        w.net.partition([w.procs[f.node].owner], [w.procs[c].owner for c in w.controller_ids])
+        w.note(f"partition {f.node} from the controllers")
+        loop.call_later(f.duration, lambda: (w.net.heal(), w.note("heal")))
+    elif f.kind == "cut":
+        other = w.controller_ids[f.arg % len(w.controller_ids)] if f.node not in w.controller_ids else \
+            w.broker_ids[f.arg % len(w.broker_ids)]
+        w.net.cut(w.procs[f.node].owner, w.procs[other].owner)
+        w.note(f"cut {f.node} -> {other}")
+        loop.call_later(f.duration, lambda: (w.net.heal(), w.note("heal")))
+    elif f.kind == "loss":
+        w.net.loss = f.arg / 100
+        w.note(f"loss {f.arg}%")
+        loop.call_later(f.duration, lambda: setattr(w.net, "loss", 0.0))
+    elif f.kind == "clock":
+        p = w.procs[f.node]
+        p.clock.step_wall(f.arg)
+        w.wall_offsets[f.node] += f.arg
+        w.note(f"wall clock of {f.node} steps {f.arg:+d} ms")
+    elif f.kind == "eio":
+        w.stores[f.node].fail_next = errno.EIO
+        w.note(f"EIO on the next metadata write of {f.node}")
+
+
+def _restart_failed(w: World, down: set[int]) -> None:
+    """A node whose metadata log stopped (a disk error) exits; the operator restarts it."""
+    for nid, p in list(w.procs.items()):
+        if p.alive and p.node is not None and p.node.failed() is not None and nid not in down:
+            w.note(f"node {nid} stopped: {p.node.failed()!r}")
+            w.kill(nid)
+            down.add(nid)
+
+            def restart(n=nid):
+                down.discard(n)
+                w.start(n)
+            w.loop.call_later(1.0, restart)
+
+
+def run_seed(seed: int, *, safety_s: float = 12.0, settings: Settings | None = None, faults: list[Fault] | None = None,
+             verbose: bool = False, reorder: bool = True) -> Result:
+    t0 = time.perf_counter()
+    w = World(seed, settings, reorder=reorder)
+    w.replay = f"python -m sim.run_world --seed {seed} --safety-s {safety_s} --verbose"
+    try:
+        return _run(w, seed, safety_s, faults, verbose, t0)
+    finally:
+        w.close()
+
+
+def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbose: bool, t0: float) -> Result:
+    loop = w.loop
+    for n in w.controller_ids + w.broker_ids:
+        w.start(n)
+    if not w.run_for(60, lambda: all(p.task.done() for p in w.procs.values())):
+        raise w.violation("the cluster did not start within 60 s")
+    for p in w.procs.values():
+        if p.task.exception() is not None:
+            raise w.violation(f"node {p.node_id} failed to start: {p.task.exception()!r}")
+    admin = Cluster(w, "admin")
+    task = w.spawn("admin", create_topic(admin, TOPIC, PARTITIONS, min(3, len(w.broker_ids))))
+    if not w.run_for(30, task.done):
+        raise w.violation("CreateTopics did not complete")
+    task.result()
+    checker = Checker(w)
+    loop.on_step = checker.step
+    plan = faults if faults is not None else schedule(seed, w.controller_ids + w.broker_ids, w.controller_ids, safety_s)
+    down: set[int] = set()
+    start = loop.time()
+    for f in plan:
+        loop.call_at(start + f.at, _apply, w, f, down)
+    until = start + safety_s
+    producers = [Producer(w, f"producer-{i}", TOPIC, PARTITIONS, pause_s=w.rng.uniform(0.01, 0.1)) for i in range(2)]
+    consumer = Consumer(w, "consumer-0", TOPIC, PARTITIONS)
+    admins = [Admin(w, f"admin-{i}") for i in range(2)]
+    tasks = [w.spawn(p.name, p.run(until)) for p in producers] + [w.spawn(consumer.name, consumer.run(until))]
+    tasks += [w.spawn(a.name, a.run(until)) for a in admins]
+    committer = Committer(w, consumer)
+    tasks.append(w.spawn("committer", committer.run(until)))
+
+    def watchdog():
+        _restart_failed(w, down)
+        if loop.time() < until + LIVENESS_S * 2:
+            loop.call_later(0.25, watchdog)
+    loop.call_soon(watchdog)
+    w.run_for(safety_s)
+    # heal: every fault ends (scheduled ends may still be pending: force them)
+    w.net.heal()
+    w.net.loss = 0.0
+    if not w.run_for(LIVENESS_S, lambda: all(t.done() for t in tasks)):
+        raise w.violation(f"producers and consumer did not finish within {LIVENESS_S} s of healing "
+                          f"(still down: {sorted(down)})")
+    for t in tasks:
+        if t.exception() is not None:
+            raise t.exception()
+    # liveness: everything runs, every broker is unfenced, images converge, a new write is acked
+    def converged() -> bool:
+        if down or any(not p.alive or not p.task.done() for p in w.procs.values()):
+            return False
+        offs = {p.node.loader.image.offset for p in w.procs.values()}
+        img = w.procs[w.controller_ids[0]].node.loader.image
+        return len(offs) == 1 and all(b in img.brokers and not img.brokers[b].fenced for b in w.broker_ids)
+    if not w.run_for(LIVENESS_S, converged):
+        states = {n: (p.alive, p.task.done(), p.node.loader.image.offset if p.node else None)
+                  for n, p in w.procs.items()}
+        raise w.violation(f"no convergence within {LIVENESS_S} s of healing: {states}")
+    async def final_offsets():
+        while not await committer.check():
+            await asyncio.sleep(0.2)
+    t = w.spawn("committer", final_offsets())
+    if not w.run_for(LIVENESS_S, t.done):
+        raise w.violation("committed offsets could not be fetched after healing")
+    t.result()
+    last = Producer(w, "producer-final", TOPIC, PARTITIONS)
+    t = w.spawn(last.name, last.run(loop.time() + 0.5))
+    if not w.run_for(LIVENESS_S, t.done) or not last.acked:
+        raise w.violation("no write acknowledged after healing")
+    loop.on_step = None
+    _check_history(w, producers + [last], consumer)
+    if loop.errors:  # an exception nobody handled (a task that died unseen, a callback that raised)
+        e = loop.errors[0]
+        raise w.violation(f"unhandled error in the event loop: {e.get('message')} {e.get('exception')!r}")
+    created = [t for a in admins for t in a.created]
+    if len(set(created)) != len(created):
+        raise w.violation(f"a topic was created twice: {sorted(created)}")
+    img = w.procs[w.controller_ids[0]].node.loader.image
+    if not set(created) <= set(img.topics_by_name):
+        raise w.violation(f"acknowledged topics missing: {set(created) - set(img.topics_by_name)}")
+    res = Result(seed, loop.time() - 1000, time.perf_counter() - t0, sum(len(p.acked) for p in producers),
+                 len(consumer.seen), plan, w.trace, loop.steps, checker.fenced, committer.commits)
+    if verbose:
+        print("\n".join(w.trace))
+    return res
+
+
+def _check_history(w: World, producers: list[Producer], consumer: Consumer) -> None:
+    reader = Cluster(w, "verifier")
+    logs: dict[int, dict[int, bytes]] = {}
+
+    async def read_all():
+        for p in range(PARTITIONS):
+            got: dict[int, bytes] = {}
+            pos, hw = 0, None
+            while hw is None or pos < hw:
+                r = await read_partition(reader, TOPIC, p, pos, max_wait_ms=0)
+                if r is None:
+                    continue
+                hw, recs = r
+                for off, v in recs:
+                    got[off] = v
+                    pos = off + 1
+                if not recs and pos < hw:
+                    raise w.violation(f"partition {p}: nothing readable at offset {pos} below the high watermark {hw}")
+            logs[p] = got
+    t = w.spawn("verifier", read_all())
+    if not w.run_for(60, t.done):
+        raise w.violation("could not read the logs back")
+    t.result()
+    for p, got in logs.items():
+        offs = sorted(got)
+        if offs != list(range(len(offs))):
+            missing = sorted(set(range(offs[-1] + 1)) - set(offs)) if offs else []
+            raise w.violation(f"partition {p}: offsets missing below the high watermark: {missing[:10]}")
+        values = list(got.values())
+        if len(set(values)) != len(values):
+            dup = next(v for v in values if values.count(v) > 1)
+            raise w.violation(f"partition {p}: {dup!r} written twice (idempotence)")
+    if w.durability_excused():
+        w.note(f"power lost on brokers {sorted(w.powered)}: acknowledged and consumed data not checked")
+        return
+    for prod in producers:
+        for p, off, v in prod.acked:
+            if logs[p].get(off) != v:
+                raise w.violation(f"acknowledged write {v!r} at {p}/{off} is lost (the log has {logs[p].get(off)!r})")
+    for (p, off), v in consumer.seen.items():
+        if logs[p].get(off) != v:
+            raise w.violation(f"consumer was given {v!r} at {p}/{off}; the log now has {logs[p].get(off)!r}")
+
+
+__all__ = ["Fault", "InvariantViolation", "Result", "run_seed", "schedule"]

@@ -1,0 +1,87 @@
+"""The whole-cluster simulation finds the bugs it is meant to find: each test re-introduces a
+known bug into the real code (sim/mutations.py) and shows a seed that fails, and that the same
+seed passes on the code as it is. (Schedules are fixed here so that the seeds stay meaningful
+when the random schedule generator changes.)"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from sim.mutations import MUTATIONS
+from sim.scenario import Fault, run_seed
+from sim.world import InvariantViolation
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    logging.disable(logging.CRITICAL)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+CLOCK_STEPS = [Fault(0.5, "clock", n, arg=60_000) for n in range(1, 7)] + \
+              [Fault(3.0, "clock", n, arg=-120_000) for n in range(1, 7)]
+# the active controller killed again and again: many elections
+CHURN = [Fault(0.3 + 1.2 * i, "kill_active", 0, duration=0.6 + 0.1 * (i % 3)) for i in range(8)]
+# a controller falls behind behind a partition, then the leader dies
+STALE_VOTER = [Fault(0.5, "partition", 3, duration=4.0), Fault(4.7, "kill_active", 0, duration=3.0),
+               Fault(5.0, "partition", 1, duration=2.0)]
+
+
+def _caught(monkeypatch, mutation: str, seeds, faults, safety_s: float) -> str:
+    """The first of ``seeds`` that fails with the mutation in place; that seed must pass on the
+    real code (so the failure is the mutation's)."""
+    with monkeypatch.context() as mp:
+        MUTATIONS[mutation](mp)
+        for seed in seeds:
+            try:
+                run_seed(seed, safety_s=safety_s, faults=faults)
+            except InvariantViolation as e:
+                caught, message = seed, str(e)
+                break
+        else:
+            raise AssertionError(f"{mutation} went unnoticed in seeds {list(seeds)}")
+    run_seed(caught, safety_s=safety_s, faults=faults)
+    return message
+
+
+def test_wall_clock_steps_on_every_node_fence_no_broker():
+    r = run_seed(11, safety_s=6.0, faults=CLOCK_STEPS)
+    assert r.fenced == set() and r.acked > 0
+
+
+def test_mutation_wall_clock_broker_sessions_fence_brokers(monkeypatch):
+    with monkeypatch.context() as mp:
+        MUTATIONS["wall_clock_sessions"](mp)
+        r = run_seed(11, safety_s=6.0, faults=CLOCK_STEPS)
+    assert r.fenced, "a wall-clock session check went unnoticed"
+
+
+def test_mutation_a_voter_voting_twice_makes_two_leaders(monkeypatch):
+    assert "two Raft leaders in epoch" in _caught(monkeypatch, "vote_twice", range(8), CHURN, 10.0)
+
+
+def test_mutation_votes_for_stale_logs_lose_committed_metadata(monkeypatch):
+    assert "committed" in _caught(monkeypatch, "vote_for_stale_log", range(8), STALE_VOTER, 10.0)
+
+
+# Found by the world (seed 1 of the default seeds at 6 s, before power losses were excused):
+# a broker is killed, another is cut off from the controllers, and the third, the last in-sync
+# replica, loses power (its unsynced tail with it). The two others still hold every
+# acknowledged write, but the power-cut broker comes back as the only ISR member and is
+# elected with its truncated log (Kafka's rule without KIP-966's eligible leader replicas and
+# unclean-shutdown detection, which Kafka 4.x offers): acknowledged writes and committed
+# offsets are lost. A known gap of the replication rules, not of the simulation. (The times
+# moved with the merge of main, whose code changed the timing: kill 1.8 / zombie 2.4 no
+# longer reached the window; 1.5 / 2.3 does, "committed offset ... went back".)
+LAST_ISR_POWER_LOSS = [Fault(1.5, "kill", 5, duration=6.0), Fault(2.3, "zombie", 4, duration=2.0),
+                       Fault(2.5, "power", 6, duration=6.0)]
+
+
+@pytest.mark.xfail(strict=True, reason="no KIP-966 (ELR / unclean-shutdown detection) in controller/replication.py")
+def test_power_loss_of_the_last_isr_member_keeps_acknowledged_writes(monkeypatch):
+    from sim.world import World
+    monkeypatch.setattr(World, "durability_excused", lambda self: False)
+    run_seed(1, safety_s=6.0, faults=LAST_ISR_POWER_LOSS)

@@ -1,0 +1,75 @@
+"""Broker sessions on the active controller are timed with the monotonic clock (DESIGN.md, "Two
+clocks"): an NTP step of the wall clock must neither fence a live broker (step forward) nor keep a
+dead one registered (step back). The controller runs for real here (its fence timer included) over
+an in-memory metadata log; the step is made by moving ``time.time`` as libfaketime or NTP would."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from memory_log import MemoryMetadataLog
+
+from controller.loop import QuorumController
+from controller.topics import TopicDefaults
+from metadata import records as r
+from metadata.loader import MetadataLoader
+
+BROKER = 4
+
+
+async def _active_controller(session_timeout_ms: int) -> tuple[QuorumController, MemoryMetadataLog]:
+    loader = MetadataLoader()
+    mlog = MemoryMetadataLog(1)
+    mlog.register(loader)
+    ctrl = QuorumController(1, mlog, loader, cluster_id="c1", defaults=TopicDefaults(1, 1),
+                            session_timeout_ms=session_timeout_ms, auto_leader_rebalance=False)
+    await mlog.start()
+    for _ in range(100):
+        if ctrl.is_active() and loader.image.cluster_id is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert ctrl.is_active()
+    return ctrl, mlog
+
+
+async def _unfenced_broker(ctrl: QuorumController) -> int:
+    epoch = await ctrl.register_broker(BROKER, uuid.UUID(int=BROKER), [r.Endpoint("PLAINTEXT", "h", 9092)], None)
+    res = await ctrl.heartbeat(BROKER, epoch, ctrl.image.offset, False, False)
+    assert not res.is_fenced
+    assert not ctrl.image.brokers[BROKER].fenced
+    return epoch
+
+
+def _step_wall_clock(monkeypatch, seconds: float) -> None:
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + seconds)
+
+
+async def test_a_wall_clock_step_forward_on_the_active_controller_fences_no_broker(monkeypatch):
+    ctrl, mlog = await _active_controller(session_timeout_ms=3000)
+    try:
+        await _unfenced_broker(ctrl)
+        _step_wall_clock(monkeypatch, 60)  # far beyond broker.session.timeout.ms
+        await asyncio.sleep(1.3)  # the fence timer checks at least once a second
+        assert not ctrl.image.brokers[BROKER].fenced, "a wall-clock step fenced a live broker"
+    finally:
+        await mlog.close()
+
+
+async def test_a_wall_clock_step_back_still_fences_a_dead_broker_on_time(monkeypatch):
+    ctrl, mlog = await _active_controller(session_timeout_ms=400)
+    try:
+        await _unfenced_broker(ctrl)
+        _step_wall_clock(monkeypatch, -60)  # the broker now stops heartbeating (it died)
+        await asyncio.sleep(1.5)
+        assert ctrl.image.brokers[BROKER].fenced, "a wall-clock step back kept a dead broker alive"
+    finally:
+        await mlog.close()
+
+
+@pytest.fixture(autouse=True)
+def _quiet(caplog):
+    caplog.set_level("WARNING")

@@ -90,8 +90,15 @@ class MetricsCluster(Cluster):
 
     def __init__(self, directory: str, **kw):
         super().__init__(directory, **kw)
+        # not one of the ports the nodes' listeners will take (a free port now may be one of them:
+        # a scrape once reached a controller's gRPC listener)
+        taken = {*range(self.base, self.base + 10), *range(self.base + 100, self.base + 110)}
         for props in self.configs.values():
-            props["krafty.metrics.port"] = str(_free_port())
+            port = _free_port()
+            while port in taken:
+                port = _free_port()
+            taken.add(port)
+            props["krafty.metrics.port"] = str(port)
         self.configs["broker-4"]["krafty.log.format"] = "json"
         self.metrics_port = {n: int(p["krafty.metrics.port"]) for n, p in self.configs.items()}
 

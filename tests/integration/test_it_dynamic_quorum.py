@@ -42,7 +42,12 @@ class Proc:
     def kill(self, sig=signal.SIGKILL) -> None:
         if self.p is not None and self.p.poll() is None:
             os.killpg(self.p.pid, sig)
-            self.p.wait(30)
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:  # a node that does not stop is killed: none outlives the test
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait(30)
+                raise
 
 
 def describe(ctrl_port: int) -> str:
@@ -144,9 +149,11 @@ def test_replace_a_controller_without_downtime(tmp_path):
         create_topic(bootstrap, "t-after-move-2")
         print(f"\nadd-controller took {add_s:.2f} s, remove-controller {remove_s:.2f} s")
     finally:
-        broker.kill(signal.SIGTERM)
-        for p in nodes.values():
-            p.kill()
+        for p, sig in [(broker, signal.SIGTERM), *((n, signal.SIGKILL) for n in nodes.values())]:
+            try:
+                p.kill(sig)
+            except subprocess.TimeoutExpired:
+                pass  # killed with SIGKILL meanwhile; the others are stopped all the same
 
 
 def _try(fn, *args) -> bool:

@@ -197,16 +197,21 @@ def _response(key: int, ver: int, data: dict, cid: int = 5) -> bytes:
 
 def test_oracles_flag_unknown_server_error_accepted_hostile_batches_and_leaked_passwords():
     fc = gen.frames.request(ApiKey.FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})
-    assert oracle.check_response(fc, _response(ApiKey.FIND_COORDINATOR, 2, {"error_code": 0}), None) == []
-    [f] = oracle.check_response(fc, _response(ApiKey.FIND_COORDINATOR, 2, {"error_code": -1}), None)
+
+    def coordinator(code):
+        return _response(ApiKey.FIND_COORDINATOR, 2, {"throttle_time": 0, "error_code": code, "error_message": None,
+                                                      "node_id": 1, "host": "127.0.0.1", "port": 9092})
+    assert oracle.check_response(fc, coordinator(0), None) == []
+    [f] = oracle.check_response(fc, coordinator(-1), None)
     assert f.kind == "unknown-server-error"
-    [f] = oracle.check_response(fc, _response(ApiKey.FIND_COORDINATOR, 2, {"error_code": 0})[:-3], None)
+    [f] = oracle.check_response(fc, coordinator(0)[:-3], None)
     assert f.kind == "bad-response"
     produce = gen.produce_frame(8, "fuzz-plain", 0, b"x")
 
     def produced(code):
-        return _response(ApiKey.PRODUCE, 8, {"responses": [{"name": "fuzz-plain", "partition_responses": [
-            {"index": 0, "error_code": code, "base_offset": 0}]}]})
+        return _response(ApiKey.PRODUCE, 8, {"throttle_time": 0, "responses": [{"name": "fuzz-plain", "partition_responses": [
+            {"index": 0, "error_code": code, "base_offset": 0, "log_append_time": -1, "log_start_offset": 0,
+             "record_errors": [], "error_message": None}]}]})
     must = ("fuzz-plain", 0, "bomb/zstd/zeros/30720MiB")
     assert [x.kind for x in oracle.check_response(produce, produced(0), must)] == ["accepted-hostile"]
     assert oracle.check_response(produce, produced(ErrorCode.CORRUPT_MESSAGE), must) == []
@@ -214,8 +219,10 @@ def test_oracles_flag_unknown_server_error_accepted_hostile_batches_and_leaked_p
     lie = ("fuzz-plain", 0, "count-lie/key-lie/codec0")
     assert [x.kind for x in oracle.check_response(produce, produced(0), lie)] == ["accepted-bad-records"]
     dc = gen.frames.request(ApiKey.DESCRIBE_CONFIGS, 1, {"resources": [{"resource_type": 4, "resource_name": "1"}]})
-    leak = _response(ApiKey.DESCRIBE_CONFIGS, 1, {"results": [{"resource_type": 4, "resource_name": "1", "configs": [
-        {"name": "sasl.jaas.config", "value": 'user_admin="admin-secret";'}]}]})
+    leak = _response(ApiKey.DESCRIBE_CONFIGS, 1, {"throttle_time": 0, "results": [{
+        "error_code": 0, "error_message": None, "resource_type": 4, "resource_name": "1", "configs": [
+            {"name": "sasl.jaas.config", "value": 'user_admin="admin-secret";', "read_only": True, "config_source": 4,
+             "is_sensitive": False, "synonyms": []}]}]})
     assert [x.kind for x in oracle.check_response(dc, leak, None)] == ["secret"]
     unsupported = gen.frames.header(ApiKey.PRODUCE, 1, 5) + b"\x00"
     [f] = oracle.check_response(unsupported, struct.pack(">ih", 5, 35), None)

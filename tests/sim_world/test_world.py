@@ -11,8 +11,6 @@ import pytest
 from sim.loop import SimDeadlock, SimLoop
 from sim.scenario import run_seed
 
-logging.getLogger("krafty").setLevel(logging.CRITICAL)
-
 
 @pytest.fixture(autouse=True)
 def _quiet():

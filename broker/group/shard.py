@@ -236,8 +236,26 @@ class GroupShard:
             err = ErrorCode.INVALID_GROUP_ID
         else:
             err = self.validate_offset_commit(now, group_id, member_id, instance_id, generation, api_version)
+        records, applied = self._offset_records(group_id, topics, err, stamp, expire, out)
+        if not records:
+            return out, None
+        w = Write(records)
+
+        def on_append() -> None:
+            if group_id not in self.groups:
+                self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
+            for tp, v in applied:
+                self._set_offset(group_id, tp, v, w.base_offset, now, wall)
+
+        w.on_append = on_append
+        return out, w
+
+    def _offset_records(self, group_id: str, topics, err: int, stamp: int, expire: int, out: list[dict]):
+        """The records of an offset commit (OffsetCommit, TxnOffsetCommit) and what they set,
+        ((topic, partition), OffsetValue); ``out`` gets each partition's error code (``err`` for
+        all, or OFFSET_METADATA_TOO_LARGE)."""
         records: list[tuple[bytes, bytes | None]] = []
-        applied: list[tuple[str, int, rec.OffsetValue]] = []
+        applied: list[tuple[tuple[str, int], rec.OffsetValue]] = []
         for name, parts in topics:
             pout = []
             out.append({"name": name, "partitions": pout})
@@ -250,19 +268,8 @@ class GroupShard:
                     continue
                 v = rec.OffsetValue(offset, epoch, metadata or "", stamp, expire)
                 records.append((rec.offset_commit_key(group_id, name, p), rec.offset_commit_value(v)))
-                applied.append((name, p, v))
-        if not records:
-            return out, None
-        w = Write(records)
-
-        def on_append() -> None:
-            if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
-            for name, p, v in applied:
-                self._set_offset(group_id, (name, p), v, w.base_offset, now, wall)
-
-        w.on_append = on_append
-        return out, w
+                applied.append(((name, p), v))
+        return records, applied
 
     def commit_txn_offsets(self, now: int, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
                            instance_id: str | None, generation: int,
@@ -276,21 +283,7 @@ class GroupShard:
             err = ErrorCode.INVALID_GROUP_ID
         else:
             err = self.validate_offset_commit(now, group_id, member_id, instance_id, generation, 5, transactional=True)
-        records: list[tuple[bytes, bytes | None]] = []
-        applied: list[tuple[tuple[str, int], rec.OffsetValue]] = []
-        for name, parts in topics:
-            pout = []
-            out.append({"name": name, "partitions": pout})
-            for p, offset, epoch, metadata in parts:
-                code = err
-                if not code and metadata is not None and len(metadata.encode("utf-8")) > self.metadata_max_bytes:
-                    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                pout.append({"partition_index": p, "error_code": int(code)})
-                if code:
-                    continue
-                v = rec.OffsetValue(offset, epoch, metadata or "", now if wall is None else wall)
-                records.append((rec.offset_commit_key(group_id, name, p), rec.offset_commit_value(v)))
-                applied.append(((name, p), v))
+        records, applied = self._offset_records(group_id, topics, err, now if wall is None else wall, -1, out)
         if not records:
             return out, None
         w = Write(records, producer_id=producer_id, producer_epoch=producer_epoch)

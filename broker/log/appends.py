@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from collections.abc import Callable
 
 from common import stallwatch
 from common.errors import ErrorCode, KafkaError
 
+from . import fileio as fio
 from .batch import (
     BatchHeader,
     assign_offsets,
@@ -102,7 +102,7 @@ class PendingWrite:
         if started:
             self._done.wait()
             try:
-                os.ftruncate(self.file.fd, self.start)
+                fio.ftruncate(self.file.fd, self.start)
             except OSError:
                 pass  # the segment is gone, or the next append overwrites the tail anyway
 

@@ -34,6 +34,7 @@ import shutil
 import threading
 import uuid
 
+from . import fileio as fio
 from .appends import LogAppends, PendingWrite
 from .leader_epoch import LeaderEpochCache, fsync_dir
 from .log_types import (
@@ -190,7 +191,7 @@ class Log(LogRecovery, LogAppends, LogReads, LogRetention):
                 s.detach()
             doomed = f"{self.path}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
             try:
-                os.rename(self.path, doomed)
+                fio.rename(self.path, doomed)
             except OSError as e:
                 logger.warning("%s-%d: cannot rename %s before deleting it: %s", self.topic, self.partition,
                                self.path, e)

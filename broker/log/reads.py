@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from bisect import bisect_right
 
 from common.errors import ErrorCode, KafkaError
 
+from . import fileio as fio
 from .batch import BatchHeader, iter_record_timestamps, records_limit
 from .log_types import LogClosedError, ReadSlice
 from .segment import CorruptBatchError, LogSegment, SegmentDeletedError
@@ -179,7 +179,7 @@ class LogReads:
         out = bytearray()
         pos, left = slice.position, slice.size
         while left > 0:
-            chunk = os.pread(slice.fd, left, pos)
+            chunk = fio.pread(slice.fd, left, pos)
             if not chunk:
                 break
             out += chunk

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from common.errors import ErrorCode, KafkaError
 
+from . import fileio as fio
 from .batch import BatchHeader, EndTxnMarker, read_end_txn_marker, records_limit
 from .leader_epoch import fsync_dir
 from .log_types import (
@@ -59,7 +60,7 @@ class LogRecovery:
         path = os.path.join(dir, partition_dir_name(topic, partition))
         created = False
         if not os.path.isdir(path):
-            os.makedirs(path, exist_ok=True)
+            fio.makedirs(path, exist_ok=True)
             created = True
         log = cls(path, topic, partition, config)
         if created:
@@ -113,8 +114,8 @@ class LogRecovery:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(f"version: 0\ntopic_id: {_topic_id_str(self.topic_id)}\n")
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
+            fio.fsync(f.fileno())
+        fio.replace(tmp, p)
         if sync_dir:
             fsync_dir(self.path)
 
@@ -152,11 +153,11 @@ class LogRecovery:
 
     def _load_segments(self, now_ms: int, recovery_point: int, clean_shutdown: bool, log_start_offset: int) -> None:
         bases: list[int] = []
-        names = os.listdir(self.path)
+        names = fio.listdir(self.path)
         for name in names:
             full = os.path.join(self.path, name)
             if name.endswith(_STRAY_SUFFIXES):
-                os.unlink(full)
+                fio.unlink(full)
                 continue
             m = _LOG_FILE_RE.match(name)
             if m:
@@ -170,7 +171,7 @@ class LogRecovery:
                     continue
                 base = int(name[:20]) if name[:20].isdigit() else -1
                 if base not in bases:
-                    os.unlink(os.path.join(self.path, name))
+                    fio.unlink(os.path.join(self.path, name))
                 elif suffix == TXNINDEX_SUFFIX:
                     txn_bases.add(base)
         segments: list[LogSegment] = []
@@ -251,6 +252,6 @@ def _delete_segment_files(path: str, base: int) -> None:
     prefix = os.path.join(path, f"{base:020d}")
     for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
         try:
-            os.unlink(prefix + suffix)
+            fio.unlink(prefix + suffix)
         except FileNotFoundError:
             pass

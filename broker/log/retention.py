@@ -23,6 +23,10 @@ class LogRetention:
         ``offset`` goes too if ``offset`` is not a batch boundary."""
         self.abort_append()
         if offset >= self.log_end_offset:
+            # as Kafka's UnifiedLog.truncateTo: an epoch entry at the log end with no records (this
+            # broker led that epoch and appended nothing) goes, or the next fetch names an epoch
+            # the new leader never had
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return
         if offset < self._log_start_offset:
             self.truncate_fully_and_start_at(offset)

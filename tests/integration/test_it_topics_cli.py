@@ -48,11 +48,11 @@ def test_create_errors_and_if_not_exists(broker, topic):
     assert p.stdout.splitlines()[-1] == f"Error while executing topic command : Topic '{topic}' already exists."
     topics(broker, "--create", "--topic", topic, "--if-not-exists")
     p = topics(broker, "--create", "--topic", topic + "-x", "--config", "no.such.key=1", check=1)
-    assert p.stdout.startswith("Error while executing topic command : ") and "no.such.key" in p.stdout
+    assert p.stdout.splitlines()[-1].startswith("Error while executing topic command : ") and "no.such.key" in p.stdout
     p = topics(broker, "--create", "--topic", topic + "-y", "--replica-assignment", "1:7", check=1)
-    assert p.stdout.startswith("Error while executing topic command : ") and "7" in p.stdout
+    assert p.stdout.splitlines()[-1].startswith("Error while executing topic command : ") and "7" in p.stdout
     p = topics(broker, "--create", "--topic", "bad/name", check=1)
-    assert p.stdout.startswith("Error while executing topic command : "), p.stdout
+    assert p.stdout.splitlines()[-1].startswith("Error while executing topic command : "), p.stdout
 
 
 def test_create_with_a_replica_assignment_and_regex_delete(broker, topic):

@@ -94,6 +94,59 @@ def test_follower_sync_waits_for_the_leader_sync():
                          "assignment": b"\x00\x01"}
 
 
+def _assignment_in_flight(h: Harness):
+    """Three members joined (generation 1); the first follower and the leader sent SyncGroup
+    and the leader's assignment is being written (held). Returns (leader, f1, f2, f1's sync,
+    the leader's sync)."""
+    ids = [h.join().result["member_id"] for _ in range(3)]
+    joins = [h.join(member_id=m) for m in ids]
+    h.advance(0)
+    leader = joins[0].result["leader"]
+    f1, f2 = [m for m in ids if m != leader]
+    h.hold_writes = True
+    s1 = h.sync(f1, 1)
+    ls = h.sync(leader, 1, assignments={leader: b"L", f1: b"A", f2: b"B"})
+    return leader, f1, f2, s1, ls
+
+
+def test_a_follower_sync_during_the_assignment_write_waits_for_it_and_everyone_is_answered_together():
+    h = Harness()
+    leader, f1, f2, s1, ls = _assignment_in_flight(h)
+    assert h.held, "the leader's assignment is being written"
+    assert h.group().state == COMPLETING_REBALANCE, "not Stable before the assignment is durable"
+    s2 = h.sync(f2, 1)  # arrives during the write
+    assert not (s1.done() or ls.done() or s2.done()), "nobody is told anything before the write completes"
+    assert h.heartbeat(f2, 1) == 0
+    assert h.commit("g", 1, f1, {("t", 0): 1}) == {("t", 0): ErrorCode.REBALANCE_IN_PROGRESS}
+    assert h.shard.describe("g")["members"][0]["member_assignment"] == b""
+    h.complete_held()
+    assert h.group().state == STABLE
+    assert [w.result["assignment"] for w in (ls, s1, s2)] == [b"L", b"A", b"B"]
+    assert all(w.result["error_code"] == 0 for w in (ls, s1, s2))
+    assert h.sync(f2, 1).result["assignment"] == b"B", "a late SyncGroup in Stable gets the stored assignment"
+
+
+def test_a_failed_assignment_write_answers_every_parked_sync_with_the_error_and_rebalances():
+    h = Harness()
+    leader, f1, f2, s1, ls = _assignment_in_flight(h)
+    s2 = h.sync(f2, 1)
+    h.complete_held(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    assert [w.result["error_code"] for w in (ls, s1, s2)] == [ErrorCode.COORDINATOR_NOT_AVAILABLE] * 3
+    assert h.group().state == PREPARING_REBALANCE
+    assert all(m.assignment == b"" for m in h.group().members.values())
+
+
+def test_a_member_joining_during_the_assignment_write_starts_a_new_rebalance_and_the_write_changes_nothing():
+    h = Harness()
+    leader, f1, f2, s1, ls = _assignment_in_flight(h)
+    h.join_new()  # a new member: a new rebalance
+    assert h.group().state == PREPARING_REBALANCE
+    assert [w.result["error_code"] for w in (ls, s1)] == [ErrorCode.REBALANCE_IN_PROGRESS] * 2
+    h.complete_held()
+    assert h.group().state == PREPARING_REBALANCE and h.group().generation == 1
+    assert all(m.assignment == b"" for m in h.group().members.values())
+
+
 def test_protocol_is_the_one_all_members_support_with_the_most_votes():
     h = Harness()
     both = [("range", b"r"), ("roundrobin", b"rr")]

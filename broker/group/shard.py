@@ -205,18 +205,23 @@ class GroupShard:
             if transactional:
                 return ErrorCode.ILLEGAL_GENERATION
             return ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
+        # the order of Kafka's ClassicGroup.validateOffsetCommit
         if g.state == DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and g.state == EMPTY:
             return ErrorCode.NONE
-        if transactional and generation < 0 and not member_id and instance_id is None:
-            return ErrorCode.NONE  # TxnOffsetCommit below v3, or a producer that sends no group metadata
         if generation >= 0 or member_id or instance_id is not None:
             err = g.validate_member(member_id, instance_id)
             if err:
                 return err
-        if generation != g.generation:
-            return ErrorCode.ILLEGAL_GENERATION
+            if generation != g.generation:
+                return ErrorCode.ILLEGAL_GENERATION
+        elif transactional:
+            return ErrorCode.NONE  # TxnOffsetCommit below v3, or a producer that sends no group metadata
+        else:
+            # no member and no generation (an admin's alterConsumerGroupOffsets, a simple
+            # consumer): only into an empty group
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if g.state == COMPLETING_REBALANCE and not transactional:
             return ErrorCode.REBALANCE_IN_PROGRESS
         g.touch(now, member_id)

@@ -363,7 +363,7 @@ def test_commits_from_members_are_checked_against_generation_and_membership():
     assert h.commit("g", gen, a, {("t", 0): 1}) == {("t", 0): 0}
     assert h.commit("g", gen + 1, a, {("t", 0): 2}) == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
     assert h.commit("g", gen, "ghost", {("t", 0): 3}) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
-    assert h.commit("g", -1, "", {("t", 0): 4}) == {("t", 0): ErrorCode.ILLEGAL_GENERATION}, \
+    assert h.commit("g", -1, "", {("t", 0): 4}) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}, \
         "a simple commit into a group with members"
     assert h.commit("nope", 3, "m", {("t", 0): 1}, version=9) == {("t", 0): ErrorCode.GROUP_ID_NOT_FOUND}
     assert h.commit("nope", 3, "m", {("t", 0): 1}, version=8) == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
@@ -374,6 +374,36 @@ def test_commits_from_members_are_checked_against_generation_and_membership():
     assert h.group().state == COMPLETING_REBALANCE
     assert h.commit("g", gen + 1, a, {("t", 0): 5}) == {("t", 0): ErrorCode.REBALANCE_IN_PROGRESS}
     assert h.shard.fetch_offsets("g", [("t", [0])])[0]["partitions"][0]["committed_offset"] == 1
+
+
+def test_offset_commit_errors_come_in_kafkas_order_membership_before_generation():
+    h = Harness()
+    a, b = stable_group(h, 2)
+    gen = h.group().generation
+    # an admin's alterConsumerGroupOffsets (member "", generation -1) into a live group
+    assert h.commit("g", -1, "", {("t", 0): 1}) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert h.commit("g", gen + 5, "ghost", {("t", 0): 1}) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert h.commit("g", -1, a, {("t", 0): 1}) == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
+    h.join_new()  # a rebalance: Stable -> PreparingRebalance
+    assert h.commit("g", -1, "", {("t", 0): 1}) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert h.commit("g", gen, a, {("t", 0): 2}) == {("t", 0): 0}, "the current generation may commit meanwhile"
+    h.leave((a, None), (b, None))
+    h.advance(30_000)  # the new member never rejoins: the group empties
+    assert h.group().state == EMPTY
+    assert h.commit("g", -1, "", {("t", 0): 3}) == {("t", 0): 0}, "an empty group takes admin commits"
+
+
+def test_offset_commit_of_a_static_member_with_another_member_id_is_fenced():
+    h = Harness()
+    w = h.join(instance="i-1")
+    h.advance(0)
+    mid, gen = w.result["member_id"], w.result["generation_id"]
+    assert h.commit("g", gen + 1, "other", {("t", 0): 1}, instance="i-1") == {("t", 0): ErrorCode.FENCED_INSTANCE_ID}
+    assert h.commit("g", gen, mid, {("t", 0): 1}, instance="i-1") == {("t", 0): ErrorCode.REBALANCE_IN_PROGRESS}
+    h.sync(mid, gen, assignments={mid: b"x"}, instance="i-1")
+    ids = [mid]
+    assert h.commit("g", gen, ids[0], {("t", 0): 1}, instance="i-2") == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert h.commit("g", gen, ids[0], {("t", 0): 1}, instance="i-1") == {("t", 0): 0}
 
 
 def test_offset_metadata_over_the_limit_is_refused_per_partition():

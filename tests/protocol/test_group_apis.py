@@ -511,3 +511,13 @@ async def test_a_failed_assignment_write_answers_the_leader_and_the_waiting_foll
         held.restore()
         ca.close()
         cb.close()
+
+
+async def test_an_admin_offset_commit_into_a_group_with_live_members_is_unknown_member_id(conn):
+    """AdminClient.alterConsumerGroupOffsets sends member "" and generation -1: Kafka checks
+    membership before the generation."""
+    member, gen = await join_and_sync(conn, "g-admin-commit")
+    assert await commit(conn, "g-admin-commit", {("t1", 0): 7}) == {("t1", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert await commit(conn, "g-admin-commit", {("t1", 0): 7}, generation=gen + 1, member="ghost") == {
+        ("t1", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert await commit(conn, "g-admin-commit", {("t1", 0): 7}, generation=gen, member=member) == {("t1", 0): 0}

@@ -51,6 +51,7 @@ class Harness:
             if self.fail_writes:
                 self._done(wr, self.fail_writes)
                 continue
+            wr.base_offset = len(self.log)  # the log offset of its first record, as the shell sets it
             self.log += wr.records
             if wr.on_append is not None:
                 wr.on_append()

@@ -406,6 +406,30 @@ def test_offset_commit_of_a_static_member_with_another_member_id_is_fenced():
     assert h.commit("g", gen, ids[0], {("t", 0): 1}, instance="i-1") == {("t", 0): 0}
 
 
+def _fetched(h: Harness, group: str, require_stable: bool = False) -> tuple[int, int]:
+    p = h.shard.fetch_offsets(group, [("t", [0])], require_stable)[0]["partitions"][0]
+    return p["committed_offset"], p["error_code"]
+
+
+def test_an_offset_commit_being_written_is_not_served_until_it_is_committed():
+    h = Harness()
+    assert h.commit("s", offsets={("t", 0): 5}) == {("t", 0): 0}
+    h.hold_writes = True
+    h.commit("s", offsets={("t", 0): 9})
+    assert _fetched(h, "s") == (5, 0), "the write has not completed: the last committed offset"
+    assert _fetched(h, "s", require_stable=True) == (-1, ErrorCode.UNSTABLE_OFFSET_COMMIT)
+    h.complete_held()
+    assert _fetched(h, "s") == (9, 0) and _fetched(h, "s", require_stable=True) == (9, 0)
+    h.commit("s", offsets={("t", 0): 12})
+    h.complete_held(ErrorCode.NOT_COORDINATOR)
+    assert _fetched(h, "s") == (9, 0), "a failed write was never served"
+    assert h.shard.pending_commits == {}
+    h.commit("new", offsets={("t", 0): 1})
+    assert "new" not in h.shard.groups and _fetched(h, "new") == (-1, 0)
+    h.complete_held()
+    assert _fetched(h, "new") == (1, 0) and "new" in h.shard.groups
+
+
 def test_offset_metadata_over_the_limit_is_refused_per_partition():
     h = Harness()
     h.shard.metadata_max_bytes = 10

@@ -415,10 +415,12 @@ async def test_offsets_expire_after_the_retention_and_stay_expired_after_a_resta
 
 
 class _HeldWrites:
-    """Holds the commit of the coordinator's writes of GroupMetadata records (key version 2):
-    the append happens, the acks=all answer waits for ``release(code)`` — a slow follower."""
+    """Holds the commit of the coordinator's writes of GroupMetadata records (key version 2; 1:
+    offset commits): the append happens, the acks=all answer waits for ``release(code)`` — a
+    slow follower."""
 
-    def __init__(self, coord):
+    def __init__(self, coord, key_version: int = 2):
+        self.key = struct.pack(">h", key_version)
         self.runtime = coord.runtime
         self.real = self.runtime.append
         self.held: list[tuple[asyncio.Future, asyncio.Future]] = []
@@ -426,7 +428,7 @@ class _HeldWrites:
 
     def append(self, pid, records, **kw):
         err, committed = self.real(pid, records, **kw)
-        if committed is None or not any(k[:2] == b"\x00\x02" for k, _ in records):
+        if committed is None or not any(k[:2] == self.key for k, _ in records):
             return err, committed
         held = asyncio.get_running_loop().create_future()
         self.held.append((committed, held))
@@ -521,3 +523,24 @@ async def test_an_admin_offset_commit_into_a_group_with_live_members_is_unknown_
     assert await commit(conn, "g-admin-commit", {("t1", 0): 7}, generation=gen + 1, member="ghost") == {
         ("t1", 0): ErrorCode.UNKNOWN_MEMBER_ID}
     assert await commit(conn, "g-admin-commit", {("t1", 0): 7}, generation=gen, member=member) == {("t1", 0): 0}
+
+
+async def test_offset_fetch_does_not_serve_an_offset_commit_until_its_write_is_committed(gnode, conn):
+    await find(conn, "g-pending")
+    assert await commit(conn, "g-pending", {("t1", 0): 5}) == {("t1", 0): 0}
+    held = _HeldWrites(gnode.broker.apis.group_coordinator, key_version=1)
+    other = KafkaConnection("127.0.0.1", gnode.port, client_id="other")
+    try:
+        pending = asyncio.ensure_future(commit(conn, "g-pending", {("t1", 0): 9}))
+        while not held.held:
+            await asyncio.sleep(0.01)
+        assert await _offsets_of(other, "g-pending") == (0, {("t1", 0): 5})
+        r = await other.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": "g-pending", "topics": [
+            {"name": "t1", "partition_indexes": [0]}]}], "require_stable": True})
+        assert int(r.groups[0].topics[0].partitions[0].error_code) == ErrorCode.UNSTABLE_OFFSET_COMMIT
+        await held.release()
+        assert await pending == {("t1", 0): 0}
+        assert await _offsets_of(other, "g-pending") == (0, {("t1", 0): 9})
+    finally:
+        held.restore()
+        other.close()

@@ -259,6 +259,12 @@ class QuorumController:
             return ([] if validate_only else recs), None
         return await self.write(op, user_op=True)
 
+    async def alter_group_configs(self, name: str, ops, validate_only: bool = False) -> None:
+        def op(image):
+            recs = config_ops.alter_group_configs(image, name, ops)
+            return ([] if validate_only else recs), None
+        return await self.write(op, user_op=True)
+
     async def update_features(self, updates, validate_only: bool = False) -> None:
         """UpdateFeatures: (feature, level, upgrade type) each; all or nothing."""
         def op(image):

@@ -199,6 +199,11 @@ class PartitionOpsApis:
                     res["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
                     res["total_bytes"] = res["usable_bytes"] = -1
             out["results"].append(res)
+        for d in rm.logs.offline_log_dirs:  # a failed dir (KIP-858): its error, no partitions
+            res = {"error_code": ErrorCode.KAFKA_STORAGE_ERROR, "log_dir": d, "topics": []}
+            if ver >= 4:
+                res["total_bytes"] = res["usable_bytes"] = -1
+            out["results"].append(res)
         return out
 
     # --- UnregisterBroker ----------------------------------------------------------------------

@@ -42,6 +42,7 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
+FUTURE_DIR_SUFFIX = "-future"  # a replica being moved here from another log dir (AlterReplicaLogDirs)
 
 
 class LogManager:
@@ -78,6 +79,11 @@ class LogManager:
         self.failure_channel = LogDirFailureChannel()
         self.failure_channel.add_handler(self._on_dir_offline)
         self._offline_logs: dict[tuple[str, int], str] = {}  # partitions whose log was in a failed dir -> dir
+        # AlterReplicaLogDirs: future replicas being filled in another dir (``<dir>.<id>-future``), the
+        # dir each partition should be made in or moved to, and moves a restart interrupted (to start again)
+        self._future_logs: dict[tuple[str, int], Log] = {}
+        self.preferred_dirs: dict[tuple[str, int], str] = {}
+        self.interrupted_moves: dict[tuple[str, int], str] = {}
         start_ms = self._clock() if now_ms is None or callable(now_ms) else now_ms
         for d in self.log_dirs:
             try:
@@ -103,6 +109,13 @@ class LogManager:
             full = os.path.join(d, name)
             if os.path.isdir(full) and name.endswith(DELETE_DIR_SUFFIX):  # a deletion a stop interrupted
                 shutil.rmtree(full, ignore_errors=True)
+                continue
+            if os.path.isdir(full) and name.endswith(FUTURE_DIR_SUFFIX):  # a move a stop interrupted: again
+                tp = parse_partition_dir_name(name.rsplit(".", 1)[0])
+                shutil.rmtree(full, ignore_errors=True)
+                if tp is not None:
+                    log.info("%s-%d: a move to %s was interrupted; it starts again", tp[0], tp[1], d)
+                    self.preferred_dirs[tp] = self.interrupted_moves[tp] = d
                 continue
             if not os.path.isdir(full) or name.endswith(("-future", "-stray")):
                 continue
@@ -156,6 +169,9 @@ class LogManager:
             self._offline_logs[tp] = d
             _release_files(lg)
             n += 1
+        for tp, fut in list(self._future_logs.items()):  # moves to or from the failed dir end
+            if self.dir_of(fut) == d or tp in self._offline_logs:
+                self.remove_future(*tp)
         log.error("log dir %s is offline: %d partitions in it stopped (KAFKA_STORAGE_ERROR to clients)", d, n)
 
     # --- lookup and lifecycle -------------------------------------------------------------
@@ -203,7 +219,9 @@ class LogManager:
         live = self.live_log_dirs
         if not live:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "every log dir is offline")
-        if len(live) == 1:  # the usual case: no O(n) scan per new partition
+        if self.preferred_dirs.get((topic, partition)) in live:  # AlterReplicaLogDirs named it first
+            d = self.preferred_dirs.pop((topic, partition))
+        elif len(live) == 1:  # the usual case: no O(n) scan per new partition
             d = live[0]
         else:
             d = min(live, key=lambda x: sum(1 for lg in self._logs.values() if lg.path.startswith(x + os.sep)))
@@ -227,12 +245,85 @@ class LogManager:
 
     def delete(self, topic: str, partition: int) -> None:
         self._offline_logs.pop((topic, partition), None)  # in a failed dir: removed when it is back (stray)
+        self.preferred_dirs.pop((topic, partition), None)
+        self.remove_future(topic, partition)
         lg = self._logs.pop((topic, partition), None)
         if lg is not None and (doomed := lg.delete(remove=False)) is not None:
             try:
                 self._removals.submit(remove_deleted_dir, doomed)
             except RuntimeError:  # closed: the thread is gone
                 remove_deleted_dir(doomed)
+
+    # --- future replicas (AlterReplicaLogDirs) ---------------------------------------------------
+    def dir_of(self, lg: Log) -> str:
+        return os.path.dirname(lg.path)
+
+    def future(self, topic: str, partition: int) -> Log | None:
+        return self._future_logs.get((topic, partition))
+
+    def future_logs(self) -> list[Log]:
+        return list(self._future_logs.values())
+
+    def create_future(self, topic: str, partition: int, dest: str, *, now_ms: int | None = None) -> Log:
+        """A future replica of the partition's log in ``dest`` (Kafka's ``<topic>-<partition>.<id>-future``
+        directory), empty from the current log's start offset on; a copier fills it."""
+        tp = (topic, partition)
+        cur = self._logs[tp]
+        now = self._clock() if now_ms is None else now_ms
+        fut = Log.open(dest, topic, partition, self.config_for(topic), topic_id=cur.topic_id, now_ms=now,
+                       name=f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}")
+        if cur.log_start_offset > 0:
+            fut.truncate_fully_and_start_at(cur.log_start_offset)
+        self._future_logs[tp] = fut
+        return fut
+
+    def remove_future(self, topic: str, partition: int) -> None:
+        """Cancel a move: the future replica goes (its directory removed off the event loop)."""
+        fut = self._future_logs.pop((topic, partition), None)
+        if fut is None:
+            return
+        if self.failure_channel.is_offline(self.dir_of(fut)):
+            _release_files(fut)
+            return
+        doomed = fut.delete(remove=False)
+        if doomed is not None:
+            try:
+                self._removals.submit(remove_deleted_dir, doomed)
+            except RuntimeError:
+                remove_deleted_dir(doomed)
+
+    def replace_current_with_future(self, topic: str, partition: int, *, now_ms: int | None = None) -> Log:
+        """Kafka's replaceCurrentWithFutureLog, once the future replica has every offset of the
+        current one: it takes the current's epochs it lacks (an epoch with no batch yet) and log
+        start, is closed (fsynced), renamed to the partition's directory in its dir and opened
+        again as the partition's log; the current log is deleted (reads under way keep their
+        descriptors). The caller holds the current log's append turn: nothing is appended meanwhile."""
+        tp = (topic, partition)
+        cur, fut = self._logs[tp], self._future_logs[tp]
+        if fut.log_end_offset != cur.log_end_offset:
+            raise RuntimeError(f"{fut} has not caught up with {cur}")
+        latest = fut.leader_epoch_cache.latest_epoch()
+        for e in cur.leader_epoch_cache.entries:
+            if e.epoch > latest:
+                fut.leader_epoch_cache.assign(e.epoch, e.start_offset)
+        if cur.log_start_offset > fut.log_start_offset:
+            fut.delete_records_before(cur.log_start_offset)
+        end, start = fut.log_end_offset, fut.log_start_offset
+        fut.close()
+        dest = self.dir_of(fut)
+        final = os.path.join(dest, os.path.basename(cur.path))
+        os.rename(fut.path, final)
+        fsync_dir(dest)
+        del self._future_logs[tp]
+        now = self._clock() if now_ms is None else now_ms
+        new = Log.open(dest, topic, partition, self.config_for(topic), topic_id=cur.topic_id, now_ms=now,
+                       recovery_point=end, log_start_offset=start, clean_shutdown=True)
+        self._logs[tp] = new
+        doomed = cur.delete(remove=False)
+        if doomed is not None:
+            self._removals.submit(remove_deleted_dir, doomed)
+        self.preferred_dirs.pop(tp, None)
+        return new
 
     def removals_done(self) -> None:
         """Wait until the directories of the logs deleted so far are removed."""
@@ -288,6 +379,10 @@ class LogManager:
                         continue
                     log.exception("%s-%d: compaction failed; the log is left uncompacted this time", tp[0], tp[1])
         return n
+
+    def cleaner_busy_lock(self) -> threading.Lock:
+        """Held by a compaction pass: a replica move swaps logs only while it can take it."""
+        return self._cleaner_lock
 
     def stop_cleaner(self) -> None:
         """End the running compaction pass soon (between two batches) and start no other."""
@@ -421,6 +516,8 @@ class LogManager:
     def _close(self) -> None:
         # removals not started yet are left to the next start (it removes every "-delete" dir)
         self._removals.shutdown(wait=False, cancel_futures=True)
+        for fut in self._future_logs.values():  # a move under way starts again after the restart
+            _release_files(fut)
         for lg in list(self._logs.values()):
             try:
                 lg.close()

@@ -302,7 +302,7 @@ class ReplicaFetcherManager:
         def current() -> bool:
             th = self.threads.get(self.following.get(tp, -1))
             return (th is not None and th.states.get(tp) is fs and not part.state.is_leader
-                    and self.rm.partitions.get(tp) is part)
+                    and self.rm.partitions.get(tp) is part and part.log is lg)  # not moved to another dir
 
         lg = part.log
         for e in effects:

@@ -15,9 +15,10 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 
-from broker.log.log import Log
+from broker.log.log import Log, LogClosedError
 from broker.log.manager import LogManager
 from broker.log.producer_state import COORDINATOR
+from broker.replica.alter_log_dirs import ReplicaAlterLogDirsManager
 from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.partition import PartitionState
 from broker.replica.throttle import ReplicationQuota
@@ -98,6 +99,9 @@ class ReplicaManager:
         self._leo_waiters = _Waiters()
         self._low_watermark_waiters = _Waiters()  # DeleteRecords waiting for followers' log starts
         self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of, clock)
+        # AlterReplicaLogDirs: replicas moving between this broker's log dirs
+        self.alter_log_dirs = ReplicaAlterLogDirsManager(self, chunk_bytes=config["replica.fetch.max.bytes"],
+                                                         clock=clock)
         # KIP-890: transactional appends checked with the transaction coordinator first
         self.txn_verifier = TxnVerifier(lambda: self._image, endpoint_of, lambda: self.fetchers.security,
                                         timeout_s=config["request.timeout.ms"] / 1000, clock=clock)
@@ -223,6 +227,9 @@ class ReplicaManager:
             log.info("%s-%d: following %d in epoch %d", tp[0], tp[1], reg.leader, reg.leader_epoch,
                      extra={"topic": tp[0], "partition": tp[1]})
             self.fetchers.follow(tp, reg.leader, reg.leader_epoch, st.high_watermark)
+        dest = self.logs.interrupted_moves.pop(tp, None)
+        if dest is not None and dest != self.logs.dir_of(lg) and not self.logs.failure_channel.is_offline(dest):
+            self.alter_log_dirs.start(tp, dest)  # a move a restart interrupted starts again
         self._wake(tp)
 
     async def _create_pending(self) -> None:
@@ -258,6 +265,7 @@ class ReplicaManager:
 
     def _delete(self, tp: TopicPartition) -> None:
         self.offline_partitions.pop(tp, None)
+        self.alter_log_dirs.cancel(tp)
         self.fetchers.unfollow(tp)
         part = self.partitions.pop(tp, None)
         if part is not None:
@@ -282,6 +290,10 @@ class ReplicaManager:
             self.offline_partitions[tp] = self._pending.pop(tp)[0]
         log.error("log dir %s failed: %d partitions offline on this broker", d, len(stopped))
         self.on_partitions_offline()
+
+    def log_replaced(self, part: Partition) -> None:
+        """A replica move swapped in the partition's new log: waiters look again."""
+        self._wake((part.state.topic, part.state.partition))
 
     def is_offline(self, tp: TopicPartition) -> bool:
         return tp in self.offline_partitions
@@ -341,13 +353,20 @@ class ReplicaManager:
         that starts a transaction must bring the guard of its verification (KIP-890)."""
         now = self.clock.wall_ms()  # record timestamps: the wall clock
         buf, headers = await part.log.validate_client_batches(buf, headers, now)
-        try:
-            info = await part.log.append_as_leader_async(
-                buf, headers, self._leader_epoch_of(part), now, self.logs.writer, verification_guard=verification_guard,
-                require_verification=self.verification_enabled)
-        except (OSError, KafkaError) as e:
-            self.io_error(part, e)
-            raise
+        while True:
+            lg = part.log
+            try:
+                info = await lg.append_as_leader_async(
+                    buf, headers, self._leader_epoch_of(part), now, self.logs.writer,
+                    verification_guard=verification_guard, require_verification=self.verification_enabled)
+                break
+            except LogClosedError:
+                if part.log is not lg and self.partitions.get((part.state.topic, part.state.partition)) is part:
+                    continue  # the replica moved to another log dir while this append waited its turn
+                raise
+            except (OSError, KafkaError) as e:
+                self.io_error(part, e)
+                raise
         self._appended(part)
         return info
 
@@ -546,6 +565,7 @@ class ReplicaManager:
     async def close(self) -> None:
         for t in self._tasks + ([self._creating] if self._creating else []):
             t.cancel()
+        await self.alter_log_dirs.close()
         await self.fetchers.close()
         await self.txn_verifier.close()
         self._hw_waiters.wake_all()

@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "storage":
         from krafty.storage import main as storage_main
         return storage_main(argv[1:])
+    if argv and argv[0] == "topics":
+        from krafty.topics import main as topics_main
+        return topics_main(argv[1:])
     if argv and argv[0] == "healthcheck":
         from krafty.healthcheck import main as hc_main
         return hc_main(argv[1:])
@@ -121,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(see: krafty transactions --help)")
     sub.add_parser("healthcheck", help="exit 0 when a broker answers ApiVersions / a controller is in the quorum "
                    "(see: krafty healthcheck --help)")
+    sub.add_parser("topics", help="create, list, describe, alter, delete topics (see: krafty topics --help)")
     sub.add_parser("acls", help="add, remove, list ACLs (see: krafty acls --help)")
     sub.add_parser("configs", help="describe/alter topic and broker configs, broker log levels, users' SCRAM "
                    "credentials and client quotas (see: krafty configs --help)")

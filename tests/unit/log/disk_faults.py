@@ -1,6 +1,6 @@
-"""An injected disk fault for the log's file layer: every write and fsync of a file under a
-given directory fails with an errno (EIO: a dying disk; ENOSPC: a full one). Works as root,
-where chmod 000 does not stop anything."""
+"""An injected disk fault for the log's file layer (broker/log/fileio.py): every write and fsync
+of a file under a given directory fails with an errno (EIO: a dying disk; ENOSPC: a full one).
+Works as root, where chmod 000 does not stop anything."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import contextlib
 import errno
 import os
 
-from broker.log import segment
+from broker.log import fileio
 
 
 def _path_of(fd: int) -> str:
@@ -20,24 +20,26 @@ def _path_of(fd: int) -> str:
 
 @contextlib.contextmanager
 def failing_dir(monkeypatch, directory: str, err: int = errno.EIO):
-    """Writes (``segment._write_all``) and fsyncs of files under ``directory`` raise ``err``."""
+    """Writes and fsyncs of files under ``directory`` raise ``err`` (``monkeypatch`` is unused:
+    kept so that callers read alike)."""
     root = os.path.realpath(directory) + os.sep
-    write_all, fsync = segment._write_all, os.fsync
+    below = fileio.current()
 
-    def bad(fd: int) -> bool:
-        return _path_of(fd).startswith(root)
+    class Failing(fileio.Files):
+        @staticmethod
+        def pwrite(fd, data, pos):
+            if _path_of(fd).startswith(root):
+                raise OSError(err, os.strerror(err))
+            return below.pwrite(fd, data, pos)
 
-    def failing_write(fd, data, pos):
-        if bad(fd):
-            raise OSError(err, os.strerror(err))
-        return write_all(fd, data, pos)
+        @staticmethod
+        def fsync(fd):
+            if _path_of(fd).startswith(root):
+                raise OSError(err, os.strerror(err))
+            return below.fsync(fd)
 
-    def failing_fsync(fd):
-        if bad(fd):
-            raise OSError(err, os.strerror(err))
-        return fsync(fd)
-
-    with monkeypatch.context() as m:
-        m.setattr(segment, "_write_all", failing_write)
-        m.setattr(os, "fsync", failing_fsync)
+    prev = fileio.install(Failing())
+    try:
         yield
+    finally:
+        fileio.install(prev)

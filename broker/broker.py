@@ -60,6 +60,7 @@ class Broker:
         self._want_shutdown = False
         self._shutdown_ok = asyncio.Event()
         self._wake_heartbeat = asyncio.Event()
+        self._last_heartbeat_ok = clock.monotonic()  # when a controller last answered a heartbeat
         # the SCRAM credentials the decoy profiles were computed from, and the profile of each mechanism
         self._decoy_profiles: tuple[dict, dict[str, scram.DecoyProfile]] = ({}, {})
         # TLS/SASL of each listener and of the connections to other brokers, checked now so that a bad
@@ -329,6 +330,7 @@ class Broker:
                 self.fenced = res.is_fenced
                 if not res.is_fenced:
                     self._unfenced.set()
+                self._last_heartbeat_ok = self.clock.monotonic()
                 if self._want_shutdown and res.should_shut_down:
                     self._shutdown_ok.set()
             except KafkaError as e:
@@ -345,16 +347,31 @@ class Broker:
                 pass
 
     async def controlled_shutdown(self, timeout_s: float = 30.0) -> None:
-        """Asks the controller to move leadership away, and waits until it says we may stop."""
+        """Asks the controller to move leadership away, and waits until it says we may stop, at
+        most ``timeout_s``, and no longer than the broker's session once no controller answers
+        heartbeats: by then the active controller (if any) has fenced this broker and moved its
+        leaderships, so waiting cannot help (a stop during a controller outage took 30 s)."""
         if self.broker_epoch < 0:
             return
         self._want_shutdown = True
         self._wake_heartbeat.set()
-        try:
-            await asyncio.wait_for(self._shutdown_ok.wait(), timeout_s)
-            log.info("controlled shutdown of broker %d complete", self.node_id)
-        except TimeoutError:
-            log.warning("controlled shutdown did not complete in %.0fs; stopping anyway", timeout_s)
+        session_s = self.config["broker.session.timeout.ms"] / 1000
+        deadline = self.clock.monotonic() + timeout_s
+        while not self._shutdown_ok.is_set():
+            now = self.clock.monotonic()
+            if now >= deadline:
+                log.warning("controlled shutdown did not complete in %.0fs; stopping anyway", timeout_s)
+                return
+            if now - self._last_heartbeat_ok >= session_s:
+                log.warning("no controller answered a heartbeat for %.1fs (broker.session.timeout.ms): the controller "
+                            "fences this broker without it; stopping without a controlled shutdown",
+                            now - self._last_heartbeat_ok)
+                return
+            try:
+                await asyncio.wait_for(self._shutdown_ok.wait(), min(deadline, self._last_heartbeat_ok + session_s) - now)
+            except TimeoutError:
+                pass
+        log.info("controlled shutdown of broker %d complete", self.node_id)
 
     def _retention_check(self, now_ms: int) -> None:
         # never delete above the high watermark (a follower may still need it, and it is not committed)

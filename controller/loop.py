@@ -281,14 +281,14 @@ class QuorumController:
             colocated_broker_id=self.colocated_broker_id))
 
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, want_fence: bool,
-                        want_shutdown: bool, timeout: float | None = None):
+                        want_shutdown: bool, timeout: float | None = None, offline_log_dirs=(), offline_partitions=()):
         received = self._now_ms()
 
         def op(image: MetadataImage):
             self.cluster.touch(broker_id, max(received, self._now_ms()))
             return cluster_ops.heartbeat(image, self.cluster, broker_id, broker_epoch, self._now_ms(), metadata_offset,
                                          want_fence, want_shutdown, next_offset=self.log.next_offset(),
-                                         unclean_default=self.unclean_default)
+                                         unclean_default=self.unclean_default, offline_partitions=offline_partitions)
         return await self.write(op)
 
     async def alter_partition(self, broker_id: int, broker_epoch: int, items) -> list:

@@ -72,26 +72,18 @@ class Errors:
         self.non_consecutive: dict[str, list[tuple[int, int]]] = {}
 
     def print(self, err) -> None:
-        for name, pairs in self.index_mismatches.items():
-            print(f"Mismatches in :{name}", file=err)
-            for a, b in sorted(pairs, reverse=True):
-                print(f"  Index offset: {a}, log offset: {b}", file=err)
-        for name, pairs in self.time_mismatches.items():
-            print(f"Found timestamp mismatch in :{name}", file=err)
-            for a, b in pairs:
-                print(f"  Index timestamp: {a}, log timestamp: {b}", file=err)
-        for name, pairs in self.out_of_order.items():
-            print(f"Found out of order timestamp in :{name}", file=err)
-            for a, b in pairs:
-                print(f"  Index timestamp: {a}, Previously indexed timestamp: {b}", file=err)
-        for pairs in self.not_found.values():
-            print("The following indexed offsets are not found in the log.", file=err)
-            for a, b in pairs:
-                print(f"Indexed offset: {a}, found log offset: {b}", file=err)
-        for name, pairs in self.non_consecutive.items():
-            print(f"Non-consecutive offsets in {name}", file=err)
-            for a, b in pairs:
-                print(f"  {a} is followed by {b}", file=err)
+        for found, title, line in (
+                (self.index_mismatches, "Mismatches in :{}", "  Index offset: {}, log offset: {}"),
+                (self.time_mismatches, "Found timestamp mismatch in :{}", "  Index timestamp: {}, log timestamp: {}"),
+                (self.out_of_order, "Found out of order timestamp in :{}",
+                 "  Index timestamp: {}, Previously indexed timestamp: {}"),
+                (self.not_found, "The following indexed offsets are not found in the log.",
+                 "Indexed offset: {}, found log offset: {}"),
+                (self.non_consecutive, "Non-consecutive offsets in {}", "  {} is followed by {}")):
+            for name, pairs in found.items():
+                print(title.format(name), file=err)
+                for a, b in sorted(pairs, reverse=True) if found is self.index_mismatches else pairs:
+                    print(line.format(a, b), file=err)
 
 
 # ------------------------------------------------------------------------------ segments

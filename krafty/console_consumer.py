@@ -570,7 +570,8 @@ def main(argv: list[str]) -> int:
         try:
             await consumer.run()
         finally:
-            print(f"Processed a total of {consumer.count} messages", file=sys.stderr)
+            if consumer.client._any is not None:  # (connected: as Kafka's tool, the count at the end)
+                print(f"Processed a total of {consumer.count} messages", file=sys.stderr)
         return 0
 
     return run_tool("console-consumer", run)

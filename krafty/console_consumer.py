@@ -304,6 +304,7 @@ class Consumer:
         self.read_committed = (args.isolation_level or props.get("isolation.level", "read_uncommitted")) \
             == "read_committed"
         self.positions: dict[TP, int] = {}
+        self.unresolved: set[TP] = set()  # partitions whose start offset is not known yet (no leader)
         self.leaders: dict[str, dict[int, int]] = {}
         self.count = 0
         self.max_messages = args.max_messages if args.max_messages is not None else -1
@@ -334,9 +335,13 @@ class Consumer:
         spec = -2 if self.reset == "earliest" else -1
         offsets = await self.client.list_offsets_each(todo, spec, self.leaders, int(self.read_committed))
         for tp, (code, off) in offsets.items():
-            if code != 0:
+            if code in _REFRESH:  # no leader now: its position is found once it has one
+                self.unresolved.add(tp)
+            elif code != 0:
                 raise ToolError(f"ListOffsets for {tp[0]}-{tp[1]} failed: {err_name(code)}")
-            self.positions[tp] = off
+            else:
+                self.unresolved.discard(tp)
+                self.positions[tp] = off
 
     async def assign(self) -> None:
         """Without a group: the --partition or every partition of the topics, at --offset."""
@@ -377,15 +382,21 @@ class Consumer:
 
     async def poll(self) -> bool:
         """One round of fetches (one per leader); False when --max-messages were printed."""
+        if self.unresolved:
+            self.leaders = await self.client.partitions(None)
+            await self._start_offsets(sorted(self.unresolved), {})
         by_leader: dict[int, list[TP]] = {}
         for tp in self.positions:
             by_leader.setdefault(self.leaders.get(tp[0], {}).get(tp[1], -1), []).append(tp)
-        if -1 in by_leader or any(b not in self.client.brokers for b in by_leader):
+        leaderless = [b for b in by_leader if b not in self.client.brokers]  # (-1, or a broker gone)
+        for b in leaderless:
+            del by_leader[b]
+        if not by_leader:
             self.leaders = await self.client.partitions(None)
             await asyncio.sleep(0.2)
             return True
         results = await asyncio.gather(*(self._fetch(b, tps) for b, tps in by_leader.items()))
-        refresh = False
+        refresh = bool(leaderless)  # the other partitions were read meanwhile
         for answers in results:
             for tp, p in answers:
                 code = int(p.error_code)
@@ -446,7 +457,7 @@ class Consumer:
                         if auto_commit:
                             await self.member.commit(self.positions)
                         tps = await self.member.join()
-                        self.positions = {}
+                        self.positions, self.unresolved = {}, set()
                         await self._start_offsets(tps, {tp: o for tp, o in (await self.member.committed()).items()
                                                         if tp in tps})
                         next_heartbeat = now + 3
@@ -457,7 +468,7 @@ class Consumer:
                         await self.member.commit(self.positions)
                         next_commit = now + commit_every
                 before = self.count
-                if not self.positions:
+                if not self.positions and not self.unresolved:
                     await asyncio.sleep(0.5)
                 elif not await self.poll():
                     return

@@ -205,22 +205,27 @@ class Producer:
             self.admin.brokers = {int(b.node_id): (b.host, int(b.port)) for b in r.brokers}
             t = r.topics[0]
             code = int(t.error_code)
-            if code == 0 and t.partitions and all(int(p.leader_id) >= 0 for p in t.partitions):
-                self.leaders = {int(p.partition_index): int(p.leader_id) for p in t.partitions}
+            if code == 0 and t.partitions and (not first or any(int(p.leader_id) >= 0 for p in t.partitions)):
+                self.leaders = {int(p.partition_index): int(p.leader_id) for p in t.partitions}  # -1: none now
                 return
             if code not in (0, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) or \
                     SYSTEM.monotonic() > deadline:
-                if code in (0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE) and first:
+                if code == 0 and t.partitions:
+                    raise ToolError(f"no partition of topic {self.topic} has a leader after "
+                                    f"{int(self.max_block_s * 1000)} ms")
+                if code in (0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE):
                     raise ToolError(f"Topic {self.topic} not present in metadata after "
                                     f"{int(self.max_block_s * 1000)} ms.")
                 raise ToolError(f"metadata of topic {self.topic}: {err_name(code)}")
             await asyncio.sleep(0.1)
 
     def partition_of(self, key: bytes | None) -> int:
-        n = len(self.leaders)
+        """Kafka's default partitioner: a key's murmur2 hash, else one of the partitions that have a
+        leader (sticky for the records of one send)."""
         if key is not None:
-            return partition_for_key(key, n)
-        return self.next_partition % n
+            return partition_for_key(key, len(self.leaders))
+        led = sorted(p for p, leader in self.leaders.items() if leader >= 0) or sorted(self.leaders)
+        return led[self.next_partition % len(led)]
 
     async def send(self, records: list[tuple[bytes | None, bytes | None, list]]) -> None:
         """One batch per partition; the keyless records of a call go to one partition (sticky)."""

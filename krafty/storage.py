@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import contextlib
 import os
 import sys
+import uuid
 from collections.abc import Iterable
 
 from common.clock import SYSTEM, Clock
@@ -77,6 +79,18 @@ def read_meta(directory: str) -> dict[str, str] | None:
         k, sep, v = line.strip().partition("=")
         if sep and not k.startswith(("#", "!")):
             out[k.strip()] = v.strip()
+    return out
+
+
+def directory_ids(dirs: Iterable[str]) -> dict[str, uuid.UUID]:
+    """Each formatted directory's ``directory.id`` (Kafka's base64 form) as a UUID, by absolute path."""
+    out = {}
+    for d in dirs:
+        meta = read_meta(d) or {}
+        s = meta.get("directory.id")
+        if s:
+            with contextlib.suppress(ValueError, binascii.Error):
+                out[os.path.abspath(d)] = uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
     return out
 
 

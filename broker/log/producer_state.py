@@ -43,6 +43,7 @@ from crc32c import crc32c
 
 from common.errors import ErrorCode, KafkaError
 
+from . import fileio as fio
 from .batch import BatchHeader, EndTxnMarker
 
 log = logging.getLogger("krafty.log")
@@ -436,7 +437,7 @@ class ProducerStateManager:
         if not self.dir:
             return []
         out = []
-        for name in os.listdir(self.dir):
+        for name in fio.listdir(self.dir):
             m = _SNAPSHOT_RE.match(name)
             if m:
                 out.append(int(m.group(1)))
@@ -466,10 +467,10 @@ class ProducerStateManager:
             f.write(data)
             if sync:
                 f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+                fio.fsync(f.fileno())
+        fio.replace(tmp, path)
         for off in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
-            os.unlink(self._snapshot_path(off))
+            fio.unlink(self._snapshot_path(off))
 
     def load_latest_snapshot(self, max_offset: int) -> int:
         """Load the newest valid snapshot at or below ``max_offset`` (deleting corrupt ones);
@@ -479,7 +480,7 @@ class ProducerStateManager:
                 continue
             producers = self._read_snapshot(self._snapshot_path(off))
             if producers is None:
-                os.unlink(self._snapshot_path(off))
+                fio.unlink(self._snapshot_path(off))
                 continue
             self.reset()
             self.producers = producers
@@ -503,14 +504,14 @@ class ProducerStateManager:
     def delete_snapshots_after(self, offset: int) -> None:
         for off in self.snapshot_offsets():
             if off > offset:
-                os.unlink(self._snapshot_path(off))
+                fio.unlink(self._snapshot_path(off))
 
     def delete_snapshots_before(self, offset: int) -> None:
         """Delete snapshots below ``offset`` but always keep the newest one."""
         offs = self.snapshot_offsets()
         for off in offs[:-1]:
             if off < offset:
-                os.unlink(self._snapshot_path(off))
+                fio.unlink(self._snapshot_path(off))
 
 
 def parse_snapshot(data: bytes) -> dict[int, ProducerEntry] | None:

@@ -127,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"krafty: --log-level {level!r}: expected one of {', '.join(LOG_LEVELS)}", file=sys.stderr)
         return 2
     if argv and argv[0] in VERBS:
-        _setup_logging(level or "WARNING")  # tools are quiet unless asked
+        _setup_logging(level or "ERROR")  # tools are quiet unless asked: errors are their one line
         return run_verb(argv[0], argv[1:])
     if argv[:2] == ["cluster", "health"]:
-        _setup_logging(level or "WARNING")
+        _setup_logging(level or "ERROR")
         from krafty.cluster_health import main as health_main
         return health_main(argv[2:])
     if level is not None:
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="krafty", description="A Kafka-compatible broker cluster")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=list(LOG_LEVELS),
                    help="the log level of any verb, given before it (default: INFO for node and cluster up, "
-                   "WARNING for the tools)")
+                   "ERROR for the tools)")
     sub = p.add_subparsers(dest="cmd", required=True)
     node = sub.add_parser("node", help="run a node (broker, controller or both)")
     node.add_argument("--config", required=True, help="server.properties file (Kafka key names)")

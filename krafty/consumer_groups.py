@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from broker.protocol.apis import ApiKey
 from common.clock import SYSTEM
 from common.errors import ErrorCode
-from krafty.admin_tool import AdminClient, ToolError, parse_bootstrap  # noqa: F401 (re-exported)
+from krafty.admin_tool import AdminClient, ToolError, UsageError, command_config_security, parse_bootstrap
 from krafty.admin_tool import err_code as _err
 from krafty.admin_tool import err_name as _err_name
 
@@ -309,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
                 description="List, describe, delete consumer groups and reset their offsets "
                             "(like Kafka's kafka-consumer-groups.sh).")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help="brokers to connect to (required)")
+    p.add_argument("--command-config", metavar="FILE", help="Kafka client properties for the connection "
+                   "(security.protocol, sasl.*, ssl.*)")
     p.add_argument("--timeout", type=int, default=5000, metavar="MS", help="timeout per request (default 5000)")
     a = p.add_argument_group("actions (exactly one)")
     a.add_argument("--list", action="store_true", help="list all consumer groups")
@@ -409,7 +411,8 @@ class Tool:
         self.args = args
         self.out = out or sys.stdout
         self.err = err or sys.stderr
-        self.admin = GroupAdmin(parse_bootstrap(args.bootstrap_server), args.timeout / 1000)
+        self.admin = GroupAdmin(parse_bootstrap(args.bootstrap_server), args.timeout / 1000,
+                                command_config_security(args.command_config))
         self.rc = 0
 
     def print(self, text: str = "") -> None:
@@ -642,7 +645,7 @@ def main(argv: list[str]) -> int:
     try:
         validate(args)
         tool = Tool(args)
-    except ToolError as e:
+    except (ToolError, UsageError) as e:
         print(f"consumer-groups: error: {e}", file=sys.stderr)
         return 2
     try:

@@ -51,8 +51,6 @@ def _invalid(req, ver: int) -> str | None:
             return "InstanceId can't be null."
     else:
         return "MemberEpoch is invalid."
-    if ver >= 1 and req.subscribed_topic_regex:  # "" (librdkafka's "none") clears a regex
-        return "SubscribedTopicRegex is not supported yet."
     return None
 
 

@@ -21,9 +21,12 @@ Sans-IO: ``now`` is monotonic ms (session and rebalance deadlines); member ids c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import uuid
 from collections.abc import Callable, Mapping
+
+import re2
 
 from broker.group import assignors
 from broker.group import consumer_records as cr
@@ -115,6 +118,30 @@ class Member:
         return self.state == MEMBER_STABLE and self.epoch == epoch
 
 
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_regex(pattern: str):
+    """A subscription's regular expression in RE2 syntax (KIP-848: Kafka uses RE2/J); raises
+    HeartbeatError INVALID_REGULAR_EXPRESSION when it does not compile."""
+    try:
+        return re2.compile(pattern, options=_RE2_OPTIONS)
+    except re2.error as e:
+        raise HeartbeatError(ErrorCode.INVALID_REGULAR_EXPRESSION,
+                             f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {e}.") from None
+
+
+def matching(pattern: str | None, names) -> set[str]:
+    """The topic names a member's regex subscribes to (the whole name must match, as Kafka's
+    Pattern.matcher(topic).matches()); none for no regex or ""."""
+    if not pattern:
+        return set()
+    r = compile_regex(pattern)
+    return {n for n in names if r.fullmatch(n)}
+
+
 def _owns_any(owned: list[tuple[uuid.UUID, list[int]]] | None, a: Assignment) -> bool:
     if owned is None:
         return True
@@ -154,8 +181,19 @@ class ConsumerGroup:
             return RECONCILING
         return STABLE
 
-    def subscribed_topic_names(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.topics}
+    def subscribed_topic_names(self, topics: Topics | None = None) -> set[str]:
+        """Topics the members subscribe to by name, and (given the metadata image's ``topics``)
+        the existing topics their regular expressions match."""
+        names = {t for m in self.members.values() for t in m.topics}
+        if topics is not None:
+            for r in {m.regex for m in self.members.values() if m.regex}:
+                names |= matching(r, topics)
+        return names
+
+    def member_topics(self, m: Member) -> set[str]:
+        """The topics one member is subscribed to now: by name, and by its regex among the
+        group's subscribed topics."""
+        return set(m.topics) | matching(m.regex, self.subscription_metadata)
 
     def preferred_assignor(self, default: str) -> str:
         """The assignor most members ask for (Kafka's computePreferredServerAssignor)."""
@@ -251,7 +289,7 @@ class ConsumerGroup:
     def _refresh_subscription_metadata(self, records: Records, topics: Topics) -> bool:
         """The subscribed topics as the metadata image has them now; a change is recorded
         (and bumps the group epoch: the caller does)."""
-        names = self.subscribed_topic_names()
+        names = self.subscribed_topic_names(topics)
         new = {n: topics[n] for n in sorted(names) if n in topics}
         if new == self.subscription_metadata:
             return False
@@ -274,7 +312,7 @@ class ConsumerGroup:
         """A new target assignment for the current group epoch (Kafka's TargetAssignmentBuilder):
         a record for each member whose target changed, then the target epoch."""
         by_name = self.subscription_metadata
-        subs = {mid: {by_name[t][0] for t in m.topics if t in by_name} for mid, m in self.members.items()}
+        subs = {mid: {by_name[t][0] for t in self.member_topics(m) if t in by_name} for mid, m in self.members.items()}
         parts = {tid: n for tid, n in by_name.values()}
         name = self.preferred_assignor(cfg.assignors[0])
         new = assignors.assign(name, subs, parts, self.target)
@@ -350,6 +388,8 @@ class ConsumerGroup:
             return self._leave(now, req, topics, records), records
         joining = req.member_epoch == 0
         member_id = req.member_id or new_member_id
+        if req.subscribed_topic_regex:
+            compile_regex(req.subscribed_topic_regex)
         if len(self.members) >= cfg.max_size and member_id not in self.members:
             raise HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
                                  f"The consumer group has reached its maximum capacity of {cfg.max_size} members.")

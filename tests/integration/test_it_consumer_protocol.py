@@ -159,3 +159,26 @@ def test_a_static_member_gets_its_partitions_back(node):
     finally:
         a.close()
         b.close()
+
+
+def test_a_regex_subscription_picks_up_a_topic_created_later(node):
+    prefix = "rx" + uuid.uuid4().hex[:6]
+    _create(node, f"{prefix}-a")
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "g-" + prefix, "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000})
+    owned: set[tuple[str, int]] = set()
+    c.subscribe([f"^{prefix}-.*"], on_assign=lambda _c, ps: owned.update((p.topic, p.partition) for p in ps),
+                on_revoke=lambda _c, ps: owned.difference_update((p.topic, p.partition) for p in ps))
+    try:
+        deadline = time.monotonic() + 30
+        while len(owned) < PARTITIONS:
+            assert time.monotonic() < deadline, owned
+            c.poll(0.1)
+        _create(node, f"{prefix}-b")
+        deadline = time.monotonic() + 30
+        while len(owned) < 2 * PARTITIONS:
+            assert time.monotonic() < deadline, f"the new topic was not assigned: {sorted(owned)}"
+            c.poll(0.1)
+        assert {t for t, _ in owned} == {f"{prefix}-a", f"{prefix}-b"}
+    finally:
+        c.close()

@@ -5,11 +5,13 @@ and the group's records reloaded after a restart."""
 
 from __future__ import annotations
 
+import io
 import uuid
 
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
 from common.errors import ErrorCode
+from krafty.consumer_groups import Tool, build_parser
 from tests.protocol.conftest import start_node
 from tests.protocol.test_group_apis import find
 
@@ -69,6 +71,11 @@ async def test_join_reconcile_describe_commit_and_leave(tmp_path):
         assert sorted((m.member_id, m.member_epoch, m.member_type) for m in d.members) == [("a", 2, 1), ("b", 2, 1)]
         assert {m.member_id: [(tp.topic_name, list(tp.partitions)) for tp in m.assignment.topic_partitions]
                 for m in d.members} == {"a": [("t1", [0, 1])], "b": [("t1", [2, 3])]}
+        out = io.StringIO()  # krafty consumer-groups describes a consumer group as Kafka 4's tool does
+        args = ["--bootstrap-server", f"127.0.0.1:{n.port}", "--describe", "--group", "cg", "--members"]
+        assert await Tool(build_parser().parse_args(args), out=out).run() == 0
+        rows = [line.split() for line in out.getvalue().splitlines() if line.startswith("cg ")]
+        assert sorted((r[1], r[-1]) for r in rows) == [("a", "2"), ("b", "2")], out.getvalue()
         lg = await c.request(ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["consumer"]})
         assert [(g.group_id, g.group_type, g.group_state) for g in lg.groups] == [("cg", "consumer", "Stable")]
         dg = await c.request(ApiKey.DESCRIBE_GROUPS, 6, {"groups": ["cg"], "include_authorized_operations": False})

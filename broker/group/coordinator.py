@@ -27,6 +27,15 @@ log = logging.getLogger("krafty.group")
 OFFSETS_TOPIC = "__consumer_offsets"
 
 
+def _topics_changed(delta) -> bool:
+    """Whether a metadata delta creates or deletes a topic or adds partitions (what consumer
+    groups' subscriptions see)."""
+    if delta is None or delta.deleted_topics:
+        return True
+    return any(td.base is None or any(pid not in td.base.partitions for pid in td.changed)
+               for td in delta.topics.values())
+
+
 class GroupCoordinator:
     def __init__(self, config, broker_id: int, replicas, loader, controller, clock: Clock = SYSTEM):
         self.config = config
@@ -95,6 +104,8 @@ class GroupCoordinator:
 
     def on_metadata(self, delta, image) -> None:
         self.runtime.on_metadata(delta, image)
+        if not _topics_changed(delta):
+            return  # (most deltas: ISR and leader changes)
         before = self._topics
         if self.topics() != before:  # consumer groups subscribed to a changed topic get a new epoch
             for pid, slot in list(self.slots.items()):

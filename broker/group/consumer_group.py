@@ -164,6 +164,8 @@ class ConsumerGroup:
         self.target: dict[str, Assignment] = {}  # member id -> target assignment
         self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}  # owned partition -> its owner's epoch
         self.subscription_metadata: dict[str, tuple[uuid.UUID, int]] = {}
+        self.resolved: dict[str, frozenset[str]] = {}  # regex -> the topic names it matched
+        self.regex_due: int | None = None  # a member's new regex waits for the timer to be resolved
         self.dead = False
 
     def __repr__(self) -> str:
@@ -181,19 +183,34 @@ class ConsumerGroup:
             return RECONCILING
         return STABLE
 
-    def subscribed_topic_names(self, topics: Topics | None = None) -> set[str]:
-        """Topics the members subscribe to by name, and (given the metadata image's ``topics``)
-        the existing topics their regular expressions match."""
+    def subscribed_topic_names(self) -> set[str]:
+        """Topics the members subscribe to by name, and those their regular expressions matched
+        when last resolved."""
         names = {t for m in self.members.values() for t in m.topics}
-        if topics is not None:
-            for r in {m.regex for m in self.members.values() if m.regex}:
-                names |= matching(r, topics)
+        for r in {m.regex for m in self.members.values() if m.regex}:
+            names |= self.resolved.get(r, frozenset())
         return names
 
     def member_topics(self, m: Member) -> set[str]:
-        """The topics one member is subscribed to now: by name, and by its regex among the
-        group's subscribed topics."""
-        return set(m.topics) | matching(m.regex, self.subscription_metadata)
+        """The topics one member is subscribed to now: by name, and by its resolved regex."""
+        return set(m.topics) | (self.resolved.get(m.regex, frozenset()) if m.regex else set())
+
+    def resolve_regexes(self, topics: Topics, only_new: bool = False) -> bool:
+        """Match the members' regular expressions against the metadata image's topics (Kafka
+        does it off the request path: a member's new regex subscribes it on a later epoch);
+        whether a resolution changed."""
+        used = {m.regex for m in self.members.values() if m.regex}
+        changed = bool(set(self.resolved) - used)
+        self.resolved = {r: v for r, v in self.resolved.items() if r in used}
+        for r in sorted(used):
+            if only_new and r in self.resolved:
+                continue
+            got = frozenset(matching(r, topics))
+            if self.resolved.get(r) != got:
+                self.resolved[r] = got
+                changed = True
+        self.regex_due = None
+        return changed
 
     def preferred_assignor(self, default: str) -> str:
         """The assignor most members ask for (Kafka's computePreferredServerAssignor)."""
@@ -205,6 +222,8 @@ class ConsumerGroup:
 
     def next_deadline(self) -> int | None:
         ds = [d for m in self.members.values() for d in (m.session_deadline, m.rebalance_deadline) if d is not None]
+        if self.regex_due is not None:
+            ds.append(self.regex_due)
         return min(ds) if ds else None
 
     # --- replay: the only place the group's persistent state changes --------------------------
@@ -289,7 +308,7 @@ class ConsumerGroup:
     def _refresh_subscription_metadata(self, records: Records, topics: Topics) -> bool:
         """The subscribed topics as the metadata image has them now; a change is recorded
         (and bumps the group epoch: the caller does)."""
-        names = self.subscribed_topic_names(topics)
+        names = self.subscribed_topic_names()
         new = {n: topics[n] for n in sorted(names) if n in topics}
         if new == self.subscription_metadata:
             return False
@@ -410,6 +429,8 @@ class ConsumerGroup:
             self._emit(records, cr.MEMBER_METADATA_KEY, member_id, cr.member_metadata_value(upd.metadata()))
             bump = before is None or upd.topics != before.topics or upd.regex != before.regex
         m = self.members[member_id]
+        if m.regex and m.regex not in self.resolved:
+            self.regex_due = now  # resolved by the next timer run, not in this request
         if self._refresh_subscription_metadata(records, topics):
             bump = True
         if bump:
@@ -514,6 +535,9 @@ class ConsumerGroup:
         """Members whose session expired, or who did not revoke partitions within their
         rebalance timeout, are fenced."""
         records: Records = []
+        if self.regex_due is not None and now >= self.regex_due and self.resolve_regexes(topics, only_new=True) \
+                and self._refresh_subscription_metadata(records, topics):
+            self._bump(records)
         for mid in sorted(self.members):
             m = self.members.get(mid)
             if m is None:
@@ -528,8 +552,11 @@ class ConsumerGroup:
                     m.rebalance_deadline, m.rebalance_epoch = None, -1
         return records
 
-    def on_loaded(self, now: int, cfg: ConsumerGroupConfig) -> None:
-        """A coordinator took the group over: every member must heartbeat within its session."""
+    def on_loaded(self, now: int, cfg: ConsumerGroupConfig, topics: Topics | None = None) -> None:
+        """A coordinator took the group over: every member must heartbeat within its session;
+        the members' regexes are resolved again (the metadata image is the truth)."""
+        if topics is not None:
+            self.resolve_regexes(topics)
         for m in self.members.values():
             m.session_deadline = now + cfg.session_ms(self.group_id)
             if m.state == UNREVOKED_PARTITIONS:
@@ -539,6 +566,7 @@ class ConsumerGroup:
         """The subscribed topics changed in the metadata image (a topic created or deleted,
         partitions added): a new group epoch, so a new target assignment on the next heartbeat."""
         records: Records = []
+        self.resolve_regexes(topics)
         if self.members and self._refresh_subscription_metadata(records, topics):
             self._bump(records)
         return records

@@ -140,7 +140,7 @@ class GroupCoordinator:
             for m in g.members.values():
                 m.heartbeat_deadline = now + m.session_timeout_ms
         for cg in shard.consumer_groups.values():
-            cg.on_loaded(now, self.consumer_config)
+            cg.on_loaded(now, self.consumer_config, self.topics())
         log.log(logging.INFO if records else logging.DEBUG,
                 "%s-%d: loaded %d groups (%d records%s) in epoch %d in %.3fs", OFFSETS_TOPIC, pid,
                 len(shard.groups), records, f", {bad} undecodable" if bad else "", epoch, seconds)

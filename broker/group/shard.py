@@ -564,7 +564,7 @@ class GroupShard:
             # a consumer group's offsets: those of an empty group, or of topics it no longer
             # subscribes to, retention_ms after their commit; an empty group left without is deleted
             offs = self.offsets.get(gid, {})
-            subscribed = cg.subscribed_topic_names(self.topics())
+            subscribed = cg.subscribed_topic_names()
             expired = [tp for tp, v in offs.items() if tp[0] not in subscribed and not self.has_pending_offset(gid, tp)
                        and (now >= v.expire_timestamp if v.expire_timestamp >= 0
                             else now - v.commit_timestamp >= retention_ms)]

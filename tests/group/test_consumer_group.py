@@ -288,15 +288,19 @@ def test_no_partition_has_two_owners_and_all_are_assigned_once_stable(ops, assig
 
 def test_a_regex_subscription_picks_up_matching_topics_including_ones_created_later():
     cl = Cluster({"orders-eu": (T1, 2), "orders-us": (T2, 2), "other": (uuid.UUID(int=3), 1)})
-    a = Client(cl, "a", topics=())
-    a.heartbeat(subscribed_topic_regex="orders-.*", subscribed_topic_names=[])
-    assert a.owned == {T1: frozenset({0, 1}), T2: frozenset({0, 1})}
+    a = Client(cl, "a", topics=("other",))
+    a.heartbeat(subscribed_topic_regex="orders-.*")
+    assert a.owned == {uuid.UUID(int=3): frozenset({0})}, "the regex is resolved off the request path (Kafka)"
+    assert cl.group.next_deadline() == cl.now
+    cl.log += cl.group.tick(cl.now, cl.topics)
+    a.heartbeat()
+    assert set(a.owned) == {T1, T2, uuid.UUID(int=3)} and a.owned[T1] == frozenset({0, 1})
     t4 = uuid.UUID(int=4)
     cl.topics["orders-asia"] = (t4, 3)
     cl.topics["xorders-1"] = (uuid.UUID(int=5), 1)  # the whole name must match
     cl.log += cl.group.on_metadata(cl.topics)
     a.heartbeat()
-    assert set(a.owned) == {T1, T2, t4}
+    assert set(a.owned) == {T1, T2, t4, uuid.UUID(int=3)}
     with pytest.raises(HeartbeatError) as ei:
         Client(cl, "b").heartbeat(subscribed_topic_regex="orders-(?=x)")
     assert ei.value.code == ErrorCode.INVALID_REGULAR_EXPRESSION and "orders-(?=x)" in ei.value.message

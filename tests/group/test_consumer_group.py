@@ -307,3 +307,38 @@ def test_a_regex_subscription_picks_up_matching_topics_including_ones_created_la
     assert "b" not in cl.group.members
     r = cl.rebuilt()
     assert r.subscription_metadata == cl.group.subscription_metadata and r.members["a"].regex == "orders-.*"
+
+
+def test_the_shard_serves_consumer_groups_next_to_classic_ones():
+    from broker.group.shard import GroupShard
+    from broker.group.state import GroupConfig
+
+    shard = GroupShard(0, GroupConfig(), topics=lambda: TOPICS)
+    log: list = []
+
+    def hb(member, epoch, **kw):
+        req = HeartbeatRequest("cg", member, epoch, None, None, 30_000, ["t1"], None, None, [], "c", "/h")
+        for k, v in kw.items():
+            setattr(req, k, v)
+        resp, w = shard.consumer_heartbeat(1000, req, "new-id")
+        if w is not None:
+            log.extend(w.records)
+        return resp
+
+    with pytest.raises(HeartbeatError) as ei:
+        hb("a", 3)
+    assert ei.value.code == ErrorCode.GROUP_ID_NOT_FOUND and "cg" not in shard.consumer_groups
+    assert hb("a", 0)["member_epoch"] == 1
+    assert shard.list_groups(None, {"consumer"}) == [
+        {"group_id": "cg", "protocol_type": "consumer", "group_state": "Stable", "group_type": "consumer"}]
+    assert shard.list_groups(None, {"classic"}) == []
+    codes, _, _ = shard.delete_groups(1000, ["cg"])
+    assert codes == {"cg": ErrorCode.NON_EMPTY_GROUP}
+    hb("a", LEAVE_GROUP_EPOCH, subscribed_topic_names=None, owned=None)
+    codes, w, _ = shard.delete_groups(1000, ["cg"])
+    assert codes == {"cg": 0} and "cg" not in shard.consumer_groups
+    log.extend(w.records)
+    again = GroupShard(0, GroupConfig())
+    for k, v in log:
+        again.replay(k, v, 1000)
+    assert again.consumer_groups == {} and again.groups == {}, "the tombstones delete the group on reload too"

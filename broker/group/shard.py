@@ -367,7 +367,7 @@ class GroupShard:
                 self.pending_commits.pop(group_id, None)
             if code:
                 return
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer_groups:
                 self.groups[group_id] = ClassicGroup(group_id, now2, self.config, wall)
             positions = self.positions.get(group_id, {})
             for tp, v in applied:
@@ -416,7 +416,7 @@ class GroupShard:
         w = Write(records, producer_id=producer_id, producer_epoch=producer_epoch)
 
         def on_append() -> None:
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer_groups:
                 self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
             offs = self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
             for tp, v in applied:
@@ -451,14 +451,17 @@ class GroupShard:
 
     def delete_offsets(self, now: int, group_id: str, topics: list[tuple[str, list[int]]]
                        ) -> tuple[int, list[dict], Write | None]:
-        g = self.groups.get(group_id)
+        g = self.groups.get(group_id) or self.consumer_groups.get(group_id)
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, [], None
-        if g is None or g.state == DEAD:
+        if g is None or (isinstance(g, ClassicGroup) and g.state == DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND, [], None
-        if g.protocol_type is not None and g.protocol_type != CONSUMER_PROTOCOL_TYPE and g.members:
+        if isinstance(g, ConsumerGroup):
+            subscribed = g.subscribed_topic_names()  # a consumer group: only its unsubscribed topics
+        elif g.protocol_type is not None and g.protocol_type != CONSUMER_PROTOCOL_TYPE and g.members:
             return ErrorCode.NON_EMPTY_GROUP, [], None
-        subscribed = g.subscribed_topics()
+        else:
+            subscribed = g.subscribed_topics()
         offs = self.offsets.get(group_id, {})
         out = []
         records = []

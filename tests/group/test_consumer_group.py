@@ -342,3 +342,20 @@ def test_the_shard_serves_consumer_groups_next_to_classic_ones():
     for k, v in log:
         again.replay(k, v, 1000)
     assert again.consumer_groups == {} and again.groups == {}, "the tombstones delete the group on reload too"
+
+
+def test_offset_delete_of_a_consumer_group_spares_its_subscribed_topics():
+    from broker.group.shard import GroupShard
+    from broker.group.state import GroupConfig
+
+    shard = GroupShard(0, GroupConfig(), topics=lambda: TOPICS)
+    req = HeartbeatRequest("cg", "a", 0, None, None, 30_000, ["t1"], None, None, [], "c", "/h")
+    shard.consumer_heartbeat(1000, req, "a")
+    for t in ("t1", "t2"):
+        _, w = shard.commit_offsets(1000, "cg", "a", None, 1, 9, [(t, [(0, 5, -1, "")])])
+        w.base_offset = 10 if t == "t1" else 11
+        w.on_done(0, 1000)
+    assert [g["group_type"] for g in shard.list_groups(None, None)] == ["consumer"], "no classic twin"
+    code, out, w = shard.delete_offsets(1000, "cg", [("t1", [0]), ("t2", [0])])
+    assert code == 0 and {t["name"]: t["partitions"][0]["error_code"] for t in out} == {
+        "t1": ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, "t2": 0}

@@ -308,6 +308,8 @@ class ConsumerGroup:
     def _refresh_subscription_metadata(self, records: Records, topics: Topics) -> bool:
         """The subscribed topics as the metadata image has them now; a change is recorded
         (and bumps the group epoch: the caller does)."""
+        used = {m.regex for m in self.members.values() if m.regex}
+        self.resolved = {r: v for r, v in self.resolved.items() if r in used}  # a regex nobody uses is forgotten
         names = self.subscribed_topic_names()
         new = {n: topics[n] for n in sorted(names) if n in topics}
         if new == self.subscription_metadata:

@@ -307,6 +307,10 @@ def test_a_regex_subscription_picks_up_matching_topics_including_ones_created_la
     assert "b" not in cl.group.members
     r = cl.rebuilt()
     assert r.subscription_metadata == cl.group.subscription_metadata and r.members["a"].regex == "orders-.*"
+    a.leave()  # the regex's last subscriber left: a new one waits for it to be resolved again
+    a.topics = ("other",)
+    a.heartbeat(subscribed_topic_regex="orders-.*")
+    assert a.owned == {uuid.UUID(int=3): frozenset({0})}
 
 
 def test_the_shard_serves_consumer_groups_next_to_classic_ones():

@@ -37,6 +37,7 @@ log = logging.getLogger("krafty.group")
 # MemberState
 MEMBER_STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS, MEMBER_UNKNOWN = 0, 1, 2, 127
 LEAVE_GROUP_EPOCH = -1
+REGEX_REFRESH_MIN_MS = 10_000  # Kafka's batching of regex refreshes after metadata changes
 LEAVE_GROUP_STATIC_EPOCH = -2
 
 EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
@@ -166,6 +167,8 @@ class ConsumerGroup:
         self.subscription_metadata: dict[str, tuple[uuid.UUID, int]] = {}
         self.resolved: dict[str, frozenset[str]] = {}  # regex -> the topic names it matched
         self.regex_due: int | None = None  # a member's new regex waits for the timer to be resolved
+        self.regex_refresh_all = False  # the metadata image changed: every regex is resolved again
+        self.regex_refreshed_at: int | None = None
         self.dead = False
 
     def __repr__(self) -> str:
@@ -537,9 +540,10 @@ class ConsumerGroup:
         """Members whose session expired, or who did not revoke partitions within their
         rebalance timeout, are fenced."""
         records: Records = []
-        if self.regex_due is not None and now >= self.regex_due and self.resolve_regexes(topics, only_new=True) \
-                and self._refresh_subscription_metadata(records, topics):
-            self._bump(records)
+        if self.regex_due is not None and now >= self.regex_due:
+            full, self.regex_refresh_all, self.regex_refreshed_at = self.regex_refresh_all, False, now
+            if self.resolve_regexes(topics, only_new=not full) and self._refresh_subscription_metadata(records, topics):
+                self._bump(records)
         for mid in sorted(self.members):
             m = self.members.get(mid)
             if m is None:
@@ -564,11 +568,19 @@ class ConsumerGroup:
             if m.state == UNREVOKED_PARTITIONS:
                 m.rebalance_deadline, m.rebalance_epoch = now + max(m.rebalance_timeout_ms, 0), m.epoch
 
-    def on_metadata(self, topics: Topics) -> Records:
+    def on_metadata(self, topics: Topics, now: int | None = None) -> Records:
         """The subscribed topics changed in the metadata image (a topic created or deleted,
-        partitions added): a new group epoch, so a new target assignment on the next heartbeat."""
+        partitions added): a new group epoch, so a new target assignment on the next heartbeat.
+        Regexes are resolved again by the timer, at most every REGEX_REFRESH_MIN_MS (Kafka
+        batches them: topics created together are picked up together); at once without ``now``."""
         records: Records = []
-        self.resolve_regexes(topics)
+        if now is None:
+            self.resolve_regexes(topics)
+        elif any(m.regex for m in self.members.values()):
+            last = self.regex_refreshed_at
+            due = now if last is None else max(now, last + REGEX_REFRESH_MIN_MS)
+            self.regex_due = due if self.regex_due is None else min(self.regex_due, due)
+            self.regex_refresh_all = True
         if self.members and self._refresh_subscription_metadata(records, topics):
             self._bump(records)
         return records

@@ -110,8 +110,9 @@ class GroupCoordinator:
         if self.topics() != before:  # consumer groups subscribed to a changed topic get a new epoch
             for pid, slot in list(self.slots.items()):
                 if slot.shard is not None:
-                    for w in slot.shard.consumer_metadata_changed():
+                    for w in slot.shard.consumer_metadata_changed(self.now()):
                         self.write(pid, w)
+            self._kick()  # regex refreshes are timers
 
     def topics(self) -> Topics:
         """The topics of the metadata image as consumer groups see them: name -> (id, partitions)."""

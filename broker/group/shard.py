@@ -214,12 +214,12 @@ class GroupShard:
             self.groups.pop(gid, None)
         return resp, self._consumer_write(g, records)
 
-    def consumer_metadata_changed(self) -> list[Write]:
+    def consumer_metadata_changed(self, now: int) -> list[Write]:
         """The metadata image changed: groups whose subscribed topics changed get a new epoch."""
         topics = self.topics()
         out = []
         for g in list(self.consumer_groups.values()):
-            w = self._consumer_write(g, g.on_metadata(topics))
+            w = self._consumer_write(g, g.on_metadata(topics, now))
             if w is not None:
                 out.append(w)
         return out

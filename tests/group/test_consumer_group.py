@@ -363,3 +363,23 @@ def test_offset_delete_of_a_consumer_group_spares_its_subscribed_topics():
     code, out, w = shard.delete_offsets(1000, "cg", [("t1", [0]), ("t2", [0])])
     assert code == 0 and {t["name"]: t["partitions"][0]["error_code"] for t in out} == {
         "t1": ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, "t2": 0}
+
+
+def test_regex_refreshes_after_metadata_changes_are_batched_as_kafka_does():
+    cl = Cluster({"other": (uuid.UUID(int=3), 1)})
+    a = Client(cl, "a", topics=("other",))
+    a.heartbeat(subscribed_topic_regex="new-.*")
+    cl.log += cl.group.tick(cl.now, cl.topics)  # the regex resolved (nothing matches yet)
+    epoch = cl.group.epoch
+    for k, name in enumerate(("new-1", "new-2")):
+        cl.now += 1000
+        cl.topics[name] = (uuid.UUID(int=10 + k), 1)
+        cl.log += cl.group.on_metadata(cl.topics, cl.now)
+        cl.log += cl.group.tick(cl.now, cl.topics)
+        assert cl.group.epoch == epoch, "not before the refresh interval"
+    cl.now += 8000
+    assert cl.group.next_deadline() <= cl.now
+    cl.log += cl.group.tick(cl.now, cl.topics)
+    assert cl.group.epoch == epoch + 1, "both new topics in one new epoch"
+    a.heartbeat()
+    assert set(a.owned) == {uuid.UUID(int=3), uuid.UUID(int=10), uuid.UUID(int=11)}

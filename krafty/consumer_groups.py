@@ -46,6 +46,7 @@ OUR_VERSIONS = {
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 _COORDINATOR_RETRY = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -151,6 +152,9 @@ class GroupAdmin(AdminClient):
                                           {"groups": [group], "include_authorized_operations": False},
                                           lambda r: r.groups[0].error_code)
         g = r.groups[0]
+        if (_err(g.error_code) == ErrorCode.GROUP_ID_NOT_FOUND or g.group_state == "Dead") \
+                and ApiKey.CONSUMER_GROUP_DESCRIBE in self._versions:
+            return await self._describe_consumer_group(group)  # a KIP-848 group, as Kafka 4's tool does
         d = GroupDescription(group, g.group_state, g.protocol_type, g.protocol_data, coordinator=node,
                              error=_err(g.error_code))
         for m in g.members:
@@ -162,6 +166,20 @@ class GroupAdmin(AdminClient):
                     assignment = []
             d.members.append(Member(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
                                     m.client_host, assignment))
+        return d
+
+    async def _describe_consumer_group(self, group: str) -> GroupDescription:
+        """ConsumerGroupDescribe: the protocol column shows the group's server-side assignor."""
+        node, r = await self._coordinated(group, ApiKey.CONSUMER_GROUP_DESCRIBE,
+                                          {"group_ids": [group], "include_authorized_operations": False},
+                                          lambda r: r.groups[0].error_code)
+        g = r.groups[0]
+        d = GroupDescription(group, g.group_state or "Dead", "consumer", g.assignor_name, coordinator=node,
+                             error=_err(g.error_code))
+        for m in g.members:
+            d.members.append(Member(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                    [(tp.topic_name, p) for tp in m.assignment.topic_partitions
+                                     for p in tp.partitions]))
         return d
 
     async def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:

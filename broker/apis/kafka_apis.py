@@ -9,6 +9,7 @@ import logging
 
 from broker.apis.admin_apis import AdminApis
 from broker.apis.broker_config_apis import BrokerConfigApis
+from broker.apis.consumer_group_apis import ConsumerGroupApis
 from broker.apis.fetch_apis import FetchApis
 from broker.apis.group_apis import GroupApis
 from broker.apis.group_config_apis import GroupConfigApis
@@ -86,6 +87,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         # the group coordinator (broker/group) and its handlers (broker/apis/group_apis.py)
         self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller, clock)
         self.handlers.update(GroupApis(self, self.group_coordinator).handlers())
+        self.handlers.update(ConsumerGroupApis(self, self.group_coordinator).handlers())  # KIP-848
         self.txn_data_apis = TxnDataApis(self, clock)
         self.handlers.update(self.txn_data_apis.handlers())  # WriteTxnMarkers, DescribeProducers
         # the transaction coordinator (broker/txn) and its handlers (broker/apis/txn_apis.py)

@@ -119,3 +119,38 @@ async def test_alter_replica_log_dirs_errors_and_placement_of_a_replica_to_come(
         c.close()
     finally:
         await node.stop()
+
+
+async def test_a_move_interrupted_by_a_restart_starts_again_and_completes(tmp_path):
+    d1, d2 = f"{tmp_path}/d1", f"{tmp_path}/d2"
+    opts = {"log_dirs": f"{d1},{d2}", "metadata_log_dir": f"{tmp_path}/meta", "replica_fetch_max_bytes": "4096"}
+    node = await start_node(tmp_path, **opts)
+    try:
+        await make_topic(node, "t", 1)
+        logs = node.broker.logs
+        src = logs.dir_of(logs.get("t", 0))
+        dest = d2 if src == d1 else d1
+        c = await RawClient.connect(node.port)
+        values = [b"%06d" % i + b"z" * 3000 for i in range(600)]
+        for v in values:
+            err, _ = produce_error(await c.request(0, 8, produce_body("t", 0, bytes(make_batch([v])))))
+            assert err == 0
+        assert await alter_log_dirs(c, {("t", 0): dest}) == {("t", 0): 0}
+        await _until(lambda: logs.future("t", 0) is not None and logs.future("t", 0).log_end_offset > 0)
+        # the stop comes in the middle of the move: its copier is stopped first (the node's stop,
+        # with its controlled shutdown, would otherwise leave it time to finish)
+        node.broker.replicas.alter_log_dirs._tasks[("t", 0)].cancel()
+        c.close()
+    finally:
+        await node.stop()
+    assert [n for n in os.listdir(dest) if n.endswith("-future")], "the stop came after the move"
+    node = await start_node(tmp_path, **opts)
+    try:
+        logs = node.broker.logs
+        await _until(lambda: logs.get("t", 0) is not None and logs.dir_of(logs.get("t", 0)) == dest
+                     and logs.future("t", 0) is None, 30)
+        assert all_values(logs.get("t", 0)) == values
+        logs.removals_done()
+        assert not os.path.exists(os.path.join(src, "t-0"))
+    finally:
+        await node.stop()

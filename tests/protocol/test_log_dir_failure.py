@@ -19,7 +19,7 @@ from tests.protocol.test_partition_ops import make_topic
 from tests.unit.log.batch_builder import make_batch
 from tests.unit.log.disk_faults import failing_dir
 
-FETCH, LIST_OFFSETS, DESCRIBE_LOG_DIRS = 1, 2, 35
+FETCH, LIST_OFFSETS, METADATA, DESCRIBE_LOG_DIRS = 1, 2, 3, 35
 
 
 async def _produce(c, topic, partition, value: bytes) -> tuple[int, int]:
@@ -50,6 +50,14 @@ async def _describe_log_dirs(c) -> dict[str, int]:
     req = codec.build(codec.request_type(DESCRIBE_LOG_DIRS, 4), {"topics": None})
     resp = await c.call(DESCRIBE_LOG_DIRS, 4, req)
     return {r.log_dir: int(r.error_code) for r in resp.results}
+
+
+async def _offline_replicas(c, topic) -> dict[int, list[int]]:
+    req = codec.build(codec.request_type(METADATA, 12), {
+        "topics": [{"topic_id": None, "name": topic}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False})
+    resp = await c.call(METADATA, 12, req)
+    return {p.partition_index: list(p.offline_replicas) for p in resp.topics[0].partitions}
 
 
 async def _until(cond, timeout=10.0):
@@ -88,6 +96,7 @@ async def test_failed_log_dir_takes_only_its_partitions_offline(tmp_path, monkey
             await _until(lambda: node.loader.image.topics_by_name["t"].partitions[bad_p].offline == (1,))
             reg = node.loader.image.topics_by_name["t"].partitions[bad_p]
             assert reg.leader == -1 and reg.isr == (1,)
+            assert await _offline_replicas(c, "t") == {bad_p: [1], good_p: []}
             assert node.failed() is None  # the broker goes on with its other dir
         c.close()
     finally:
@@ -117,5 +126,51 @@ async def test_every_log_dir_failing_stops_the_node(tmp_path, monkeypatch):
             await _until(lambda: node.failed() is not None)
         assert "all log dirs" in str(node.failed())
         c.close()
+    finally:
+        await node.stop()
+
+
+async def test_a_dir_that_cannot_be_read_at_start_up_leaves_its_partitions_offline(tmp_path, monkeypatch):
+    d1, d2 = f"{tmp_path}/d1", f"{tmp_path}/d2"
+    opts = {"log_dirs": f"{d1},{d2}", "metadata_log_dir": f"{tmp_path}/meta"}
+    node = await start_node(tmp_path, **opts)
+    try:
+        await make_topic(node, "t", 2)
+        logs = node.broker.logs
+        bad_p = next(p for p in (0, 1) if os.path.dirname(logs.get("t", p).path) == d1)
+        good_p = 1 - bad_p
+        c = await RawClient.connect(node.port)
+        for p in (0, 1):
+            assert await _produce(c, "t", p, b"before") == (0, 0)
+        c.close()
+    finally:
+        await node.stop()
+    from broker.log.manager import LogManager
+    load = LogManager._load_dir
+
+    def unreadable(self, d, now_ms):
+        if d == d1:
+            raise OSError(errno.EIO, "Input/output error")
+        return load(self, d, now_ms)
+    monkeypatch.setattr(LogManager, "_load_dir", unreadable)
+    node = await start_node(tmp_path, **opts)
+    try:
+        # the broker cannot know what the dir held: the partition whose log it lacks is offline (not
+        # made afresh in the other dir, where an empty log could be elected over the data)
+        assert node.broker.logs.get("t", bad_p) is None
+        assert ("t", bad_p) in node.broker.replicas.offline_partitions
+        await _until(lambda: node.loader.image.topics_by_name["t"].partitions[bad_p].offline == (1,))
+        c = await RawClient.connect(node.port)
+        assert (await _produce(c, "t", bad_p, b"x"))[0] == ErrorCode.KAFKA_STORAGE_ERROR
+        assert await _produce(c, "t", good_p, b"after") == (0, 1)
+        assert await _describe_log_dirs(c) == {d1: ErrorCode.KAFKA_STORAGE_ERROR, d2: 0}
+        c.close()
+    finally:
+        await node.stop()
+    monkeypatch.setattr(LogManager, "_load_dir", load)
+    node = await start_node(tmp_path, **opts)
+    try:
+        await _until(lambda: node.loader.image.topics_by_name["t"].partitions[bad_p].leader == 1)
+        assert node.broker.logs.get("t", bad_p).log_end_offset == 1  # its data, where it was
     finally:
         await node.stop()

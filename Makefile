@@ -36,7 +36,6 @@ lint: $(BIN)/krafty
 
 sim: $(BIN)/krafty
 	$(BIN)/python -m sim.run_world --seeds $(SEEDS) --safety-s $(SIM_SAFETY_S) --jobs $(SIM_JOBS)
-	$(BIN)/python -m sim.replication.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.txn_log.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.txn.run --seeds $(SEEDS)
 

@@ -234,6 +234,9 @@ class ControllerChannel:
         """Dynamic configs of one broker (``name`` its id) or of every broker (``name`` "")."""
         await self._alter_configs(4, name, ops, validate_only)
 
+    async def alter_group_configs(self, name: str, ops, validate_only: bool = False) -> None:
+        await self._alter_configs(32, name, ops, validate_only)
+
     async def _alter_configs(self, resource_type: int, name: str, ops, validate_only: bool) -> None:
         req = pb.AlterTopicConfigsRequest(topic=name, validate_only=validate_only, resource_type=resource_type)
         for key, op, value in ops:

@@ -247,6 +247,13 @@ KEYS: dict[str, Key] = {
         Key("group.min.session.timeout.ms", _int, 6000, min=0),
         Key("group.max.session.timeout.ms", _int, 1_800_000, min=0),
         Key("group.max.size", _int, 2**31 - 1, min=1),
+        # consumer groups (KIP-848): the defaults and bounds of a group's GROUP configs
+        Key("group.consumer.session.timeout.ms", _int, 45_000, min=1),
+        Key("group.consumer.min.session.timeout.ms", _int, 45_000, min=1),
+        Key("group.consumer.max.session.timeout.ms", _int, 60_000, min=1),
+        Key("group.consumer.heartbeat.interval.ms", _int, 5000, min=1),
+        Key("group.consumer.min.heartbeat.interval.ms", _int, 5000, min=1),
+        Key("group.consumer.max.heartbeat.interval.ms", _int, 15_000, min=1),
         # transactions (broker/txn)
         Key("transaction.state.log.num.partitions", _int, 50, min=1),
         Key("transaction.state.log.replication.factor", _int, 3, min=1),
@@ -468,6 +475,11 @@ class Config(Mapping[str, Any]):
             raise ConfigError("configuration key 'listeners' has no broker listener but process.roles includes broker")
         if "broker" in roles:
             self._check_broker_listeners()
+        for what in ("session.timeout", "heartbeat.interval"):  # Kafka's GroupCoordinatorConfig requirements
+            lo, default, hi = (self[f"group.consumer.{m}{what}.ms"] for m in ("min.", "", "max."))
+            if not lo <= default <= hi:
+                raise ConfigError(f"'group.consumer.{what}.ms' ({default}) must be between "
+                                  f"'group.consumer.min.{what}.ms' ({lo}) and 'group.consumer.max.{what}.ms' ({hi})")
 
     def _check_broker_listeners(self) -> None:
         """Kafka's startup checks on named listeners: every advertised listener is a bound one,

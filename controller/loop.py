@@ -39,6 +39,11 @@ log = logging.getLogger("krafty.controller")
 PRODUCER_ID_BLOCK_SIZE = 1000
 
 
+
+def _outcome_read(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
 class QuorumController:
     def __init__(self, node_id: int, metadata_log, loader: MetadataLoader, *, cluster_id: str,
                  defaults: topic_ops.TopicDefaults, rng: random.Random | None = None,
@@ -195,6 +200,9 @@ class QuorumController:
                 d.replay(x)
             self._spec = d.apply(last, leader.epoch)
             self._spec_commit = fut
+            # its outcome is read below through a shield: a caller cancelled meanwhile (a request
+            # timing out) leaves nobody to read a NotLeaderError, which asyncio then logs as an error
+            fut.add_done_callback(_outcome_read)
             self.processing_times.record(self.clock.monotonic() - t0)
         elif spec is not None:
             last, fut = spec.offset, self._spec_commit  # answer only once what it saw is committed
@@ -256,6 +264,12 @@ class QuorumController:
     async def alter_broker_configs(self, name: str, ops, validate_only: bool = False) -> None:
         def op(image):
             recs = config_ops.alter_broker_configs(image, name, ops)
+            return ([] if validate_only else recs), None
+        return await self.write(op, user_op=True)
+
+    async def alter_group_configs(self, name: str, ops, validate_only: bool = False) -> None:
+        def op(image):
+            recs = config_ops.alter_group_configs(image, name, ops)
             return ([] if validate_only else recs), None
         return await self.write(op, user_op=True)
 

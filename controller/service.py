@@ -133,6 +133,8 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
             ops = [(c.name, c.op, c.value if c.HasField("value") else None) for c in req.configs]
             if req.resource_type == 4:  # BROKER
                 await self.c.alter_broker_configs(req.topic, ops, req.validate_only)
+            elif req.resource_type == 32:  # GROUP
+                await self.c.alter_group_configs(req.topic, ops, req.validate_only)
             else:
                 await self.c.alter_topic_configs(req.topic, ops, req.validate_only)
             return pb.ErrorResponse(error_code=0)

@@ -206,6 +206,7 @@ class ScramDecoySeedRecord:
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
 
 RECORD_TYPES: dict[str, type] = {
     cls.TYPE: cls

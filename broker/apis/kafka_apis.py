@@ -11,6 +11,7 @@ from broker.apis.admin_apis import AdminApis
 from broker.apis.broker_config_apis import BrokerConfigApis
 from broker.apis.fetch_apis import FetchApis
 from broker.apis.group_apis import GroupApis
+from broker.apis.group_config_apis import GroupConfigApis
 from broker.apis.metadata_apis import MetadataApis
 from broker.apis.offset_apis import OffsetApis
 from broker.apis.ops_apis import PartitionOpsApis
@@ -42,7 +43,8 @@ from metadata.image import MetadataImage
 log = logging.getLogger("krafty.apis")
 
 
-class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, AdminApis, BrokerConfigApis):
+class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, AdminApis, BrokerConfigApis,
+                GroupConfigApis):
     """Every API of the broker: the families live in their own modules (mixins); this class
     holds the shared state (config, image, replica manager, authorizer, quotas), the
     authorization helpers and the dispatch."""

@@ -151,16 +151,22 @@ class GroupCoordinator:
                                              verification_guard=w.verification_guard,
                                              on_appended=lambda offset: setattr(w, "base_offset", offset))
         if committed is None:
-            if w.on_fail is not None:
-                self._run(pid, w.on_fail(err, self.now()))
-            self._reply_all(w.replies, err)
+            self._write_done(pid, w, err)
             done: asyncio.Future = asyncio.get_running_loop().create_future()
             done.set_result(err)
             return done
         if w.on_append is not None:
             w.on_append()
-        committed.add_done_callback(lambda f: self._reply_all(w.replies, f.result()))
+        committed.add_done_callback(lambda f: self._write_done(pid, w, f.result()))
         return committed
+
+    def _write_done(self, pid: int, w: Write, err: int) -> None:
+        """The write is committed (``err`` 0) or failed: the shard's callbacks, then the replies."""
+        if err and w.on_fail is not None:
+            self._run(pid, w.on_fail(err, self.now()))
+        if w.on_done is not None:
+            self._run(pid, w.on_done(err, self.now()))
+        self._reply_all(w.replies, err)
 
     @staticmethod
     def _reply_all(replies, err: int) -> None:

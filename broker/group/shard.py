@@ -6,8 +6,9 @@ replays records, requests return responses and ``Write``s (see ``state.py``).
 instant, for the timestamps records carry (commit and state timestamps; None: equal to
 ``now``), see state.py.
 
-Offsets are applied to memory when their records are appended (the shell calls
-``Write.on_append``); answers go out once the high watermark passes them. Records above
+Offsets are applied to memory once their records are committed (the shell calls
+``Write.on_done``), and only then served by OffsetFetch, as Kafka keeps its pending commits
+apart; answers go out then too. Records above
 the high watermark only exist while this broker stays leader, and a leadership change
 unloads the shard and the next leader rebuilds it from the log.
 
@@ -55,6 +56,8 @@ class GroupShard:
         self.positions: dict[str, dict[tuple[str, int], int]] = {}
         # producer id -> group -> (topic, partition) -> (offset, log offset of its record)
         self.pending_txn: dict[int, dict[str, dict[tuple[str, int], tuple[rec.OffsetValue, int]]]] = {}
+        # group -> (topic, partition) -> plain offset commits being written (not committed yet)
+        self.pending_commits: dict[str, dict[tuple[str, int], int]] = {}
 
     # --- loading ------------------------------------------------------------------------------
     def _at(self, g: ClassicGroup, now: int, wall: int | None) -> ClassicGroup:
@@ -113,6 +116,10 @@ class GroupShard:
     def has_pending_txn_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
         return any(tp in groups.get(group_id, ()) for groups in self.pending_txn.values())
 
+    def has_pending_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
+        """A commit of the partition is in flight: a plain one being written, or a transaction's."""
+        return tp in self.pending_commits.get(group_id, ()) or self.has_pending_txn_offset(group_id, tp)
+
     def unload(self, now: int) -> Effects:
         fx = Effects()
         for g in self.groups.values():
@@ -121,6 +128,7 @@ class GroupShard:
         self.offsets.clear()
         self.positions.clear()
         self.pending_txn.clear()
+        self.pending_commits.clear()
         return fx
 
     # --- timers -------------------------------------------------------------------------------
@@ -205,18 +213,23 @@ class GroupShard:
             if transactional:
                 return ErrorCode.ILLEGAL_GENERATION
             return ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
+        # the order of Kafka's ClassicGroup.validateOffsetCommit
         if g.state == DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and g.state == EMPTY:
             return ErrorCode.NONE
-        if transactional and generation < 0 and not member_id and instance_id is None:
-            return ErrorCode.NONE  # TxnOffsetCommit below v3, or a producer that sends no group metadata
         if generation >= 0 or member_id or instance_id is not None:
             err = g.validate_member(member_id, instance_id)
             if err:
                 return err
-        if generation != g.generation:
-            return ErrorCode.ILLEGAL_GENERATION
+            if generation != g.generation:
+                return ErrorCode.ILLEGAL_GENERATION
+        elif transactional:
+            return ErrorCode.NONE  # TxnOffsetCommit below v3, or a producer that sends no group metadata
+        else:
+            # no member and no generation (an admin's alterConsumerGroupOffsets, a simple
+            # consumer): only into an empty group
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if g.state == COMPLETING_REBALANCE and not transactional:
             return ErrorCode.REBALANCE_IN_PROGRESS
         g.touch(now, member_id)
@@ -240,14 +253,31 @@ class GroupShard:
         if not records:
             return out, None
         w = Write(records)
+        pending = self.pending_commits.setdefault(group_id, {})
+        for tp, _ in applied:
+            pending[tp] = pending.get(tp, 0) + 1
 
-        def on_append() -> None:
+        def on_done(code: int, now2: int) -> None:
+            # the offsets are served once committed (the high watermark passed them), not
+            # before: a failed write never showed them (Kafka's pendingOffsetCommits)
+            left = self.pending_commits.get(group_id, {})
+            for tp, _ in applied:
+                if left.get(tp, 0) > 1:
+                    left[tp] -= 1
+                else:
+                    left.pop(tp, None)
+            if not left:
+                self.pending_commits.pop(group_id, None)
+            if code:
+                return
             if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
+                self.groups[group_id] = ClassicGroup(group_id, now2, self.config, wall)
+            positions = self.positions.get(group_id, {})
             for tp, v in applied:
-                self._set_offset(group_id, tp, v, w.base_offset, now, wall)
+                if w.base_offset > positions.get(tp, -1):  # a later commit may have completed first
+                    self._set_offset(group_id, tp, v, w.base_offset, now2, wall)
 
-        w.on_append = on_append
+        w.on_done = on_done
         return out, w
 
     def _offset_records(self, group_id: str, topics, err: int, stamp: int, expire: int, out: list[dict]):
@@ -303,7 +333,7 @@ class GroupShard:
         offs = self.offsets.get(group_id, {})
 
         def entry(t: str, p: int, v: rec.OffsetValue | None) -> dict:
-            if require_stable and self.has_pending_txn_offset(group_id, (t, p)):
+            if require_stable and self.has_pending_offset(group_id, (t, p)):
                 return {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
                         "error_code": int(ErrorCode.UNSTABLE_OFFSET_COMMIT)}
             return _offset_entry(p, v)
@@ -407,7 +437,7 @@ class GroupShard:
                 if subscribed is not None:
                     expired = [tp for tp, v in offs.items()
                                if tp[0] not in subscribed and now - v.commit_timestamp >= retention_ms]
-            expired = [tp for tp in expired if not self.has_pending_txn_offset(gid, tp)]
+            expired = [tp for tp in expired if not self.has_pending_offset(gid, tp)]
             for tp in expired:
                 records.append((rec.offset_commit_key(gid, tp[0], tp[1]), None))
                 gone.append((gid, tp))

@@ -51,6 +51,17 @@ async def node(tmp_path):
     await n.stop()
 
 
+@pytest.fixture
+async def conn(node):
+    """A connected KafkaConnection to ``node``."""
+    from broker.protocol.client import KafkaConnection
+
+    c = KafkaConnection("127.0.0.1", node.port)
+    await c.connect()
+    yield c
+    c.close()
+
+
 class RawClient:
     def __init__(self, reader, writer):
         self.r, self.w = reader, writer

@@ -28,6 +28,7 @@ from common.config import Config, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from common.net import REAL, Net
 from metadata import records as r
+from metadata.features import jbod_supported, metadata_version_name
 from metadata.loader import MetadataLoader
 
 log = logging.getLogger("krafty.broker")
@@ -109,6 +110,10 @@ class Broker:
         metadata_dir = os.path.abspath(self.config["metadata.log.dir"])
         if d == metadata_dir:
             self._storage_failure = AllLogDirsFailed(f"the metadata log dir {d} failed; shutting down")
+        elif not jbod_supported(self.loader.image.features):
+            self._storage_failure = AllLogDirsFailed(
+                f"log dir {d} failed and metadata.version {metadata_version_name(self.loader.image.features.get('metadata.version'))} "
+                f"predates per-dir failure handling (3.7-IV2, KIP-858); shutting down")
         elif not self.logs.live_log_dirs:
             self._storage_failure = AllLogDirsFailed(
                 f"all log dirs ({', '.join(self.logs.log_dirs)}) have failed; shutting down")

@@ -154,3 +154,31 @@ async def test_a_move_interrupted_by_a_restart_starts_again_and_completes(tmp_pa
         assert not os.path.exists(os.path.join(src, "t-0"))
     finally:
         await node.stop()
+
+
+async def test_kafka_python_admin_client_moves_a_replica(tmp_path):
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaStorageError, LogDirNotFoundError, NoError, ReplicaNotAvailableError
+
+    d1, d2 = f"{tmp_path}/d1", f"{tmp_path}/d2"
+    node = await start_node(tmp_path, log_dirs=f"{d1},{d2}", metadata_log_dir=f"{tmp_path}/meta")
+    try:
+        await make_topic(node, "t", 1)
+        logs = node.broker.logs
+        dest = d2 if logs.dir_of(logs.get("t", 0)) == d1 else d1
+
+        def admin_calls():
+            ka = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{node.port}")
+            try:
+                res = ka.alter_replica_log_dirs({("t", 0, 1): dest, ("gone", 0, 1): dest})
+                bad = ka.alter_replica_log_dirs({("t", 0, 1): f"{tmp_path}/nowhere"})
+                return res, bad
+            finally:
+                ka.close()
+        res, bad = await asyncio.to_thread(admin_calls)
+        assert {(k.topic, v) for k, v in res.items()} == {("t", NoError), ("gone", ReplicaNotAvailableError)}
+        assert list(bad.values()) == [LogDirNotFoundError]
+        await _until(lambda: logs.dir_of(logs.get("t", 0)) == dest and logs.future("t", 0) is None)
+        assert KafkaStorageError  # the name kafka-python gives KAFKA_STORAGE_ERROR (tests/protocol/test_log_dir_failure.py)
+    finally:
+        await node.stop()

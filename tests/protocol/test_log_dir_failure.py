@@ -174,3 +174,29 @@ async def test_a_dir_that_cannot_be_read_at_start_up_leaves_its_partitions_offli
         assert node.broker.logs.get("t", bad_p).log_end_offset == 1  # its data, where it was
     finally:
         await node.stop()
+
+
+async def test_a_read_error_takes_the_dir_offline_too(tmp_path, monkeypatch):
+    d1, d2 = f"{tmp_path}/d1", f"{tmp_path}/d2"
+    node = await start_node(tmp_path, log_dirs=f"{d1},{d2}", metadata_log_dir=f"{tmp_path}/meta")
+    try:
+        await make_topic(node, "t", 2)
+        logs = node.broker.logs
+        bad_p = next(p for p in (0, 1) if os.path.dirname(logs.get("t", p).path) == d1)
+        c = await RawClient.connect(node.port)
+        for i in range(30):
+            assert (await _produce(c, "t", bad_p, b"v%d" % i))[0] == 0
+        with failing_dir(monkeypatch, d1, reads=True):
+            # a consumer's fetch from the middle of the log reads batch headers from the file
+            req = codec.build(codec.request_type(FETCH, 12), {
+                "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+                "topics": [{"topic": "t", "partitions": [{"partition": bad_p, "current_leader_epoch": -1,
+                                                          "fetch_offset": 17, "last_fetched_epoch": -1,
+                                                          "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+            resp = await c.call(FETCH, 12, req)
+            assert int(resp.responses[0].partitions[0].error_code) == ErrorCode.KAFKA_STORAGE_ERROR
+            await _until(lambda: logs.offline_log_dirs == [d1])
+        c.close()
+    finally:
+        await node.stop()

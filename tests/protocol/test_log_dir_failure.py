@@ -19,7 +19,7 @@ from tests.protocol.test_partition_ops import make_topic
 from tests.unit.log.batch_builder import make_batch
 from tests.unit.log.disk_faults import failing_dir
 
-FETCH, LIST_OFFSETS, METADATA, DESCRIBE_LOG_DIRS = 1, 2, 3, 35
+FETCH, LIST_OFFSETS, METADATA, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS = 1, 2, 3, 35, 61
 
 
 async def _produce(c, topic, partition, value: bytes) -> tuple[int, int]:
@@ -88,6 +88,10 @@ async def test_failed_log_dir_takes_only_its_partitions_offline(tmp_path, monkey
             assert (await _produce(c, "t", bad_p, b"again"))[0] == ErrorCode.KAFKA_STORAGE_ERROR
             assert await _fetch_error(c, "t", bad_p) == ErrorCode.KAFKA_STORAGE_ERROR
             assert await _list_offsets_error(c, "t", bad_p) == ErrorCode.KAFKA_STORAGE_ERROR
+            req = codec.build(codec.request_type(DESCRIBE_PRODUCERS, 0),
+                              {"topics": [{"name": "t", "partition_indexes": [bad_p]}]})
+            resp = await c.call(DESCRIBE_PRODUCERS, 0, req)
+            assert int(resp.topics[0].partitions[0].error_code) == ErrorCode.KAFKA_STORAGE_ERROR
             # ... and the other dir's partition is served as before
             assert await _produce(c, "t", good_p, b"after") == (0, 1)
             assert await _fetch_error(c, "t", good_p) == 0

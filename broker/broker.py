@@ -142,7 +142,8 @@ class Broker:
         d.add_reconfigurable(lambda k: k.startswith(("listener.name.", "ssl.", "sasl.")), self._reload_security,
                              "listener security")
         d.add_reconfigurable({"background.threads"}, lambda _: self._resize_background(), "background threads")
-        d.add_reconfigurable({"leader.replication.throttled.rate", "follower.replication.throttled.rate"},
+        d.add_reconfigurable({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                              "replica.alter.log.dirs.io.max.bytes.per.second"},
                              lambda _: self._set_replication_rates(), "replication throttles")
 
     def _set_replication_rates(self) -> None:
@@ -150,6 +151,7 @@ class Broker:
         --throttle sets them on every broker): the quotas take the new rates at once."""
         self.replicas.leader_quota.rate = self.config["leader.replication.throttled.rate"]
         self.replicas.follower_quota.rate = self.config["follower.replication.throttled.rate"]
+        self.replicas.alter_log_dirs.quota.rate = self.config["replica.alter.log.dirs.io.max.bytes.per.second"]
 
     def _set_topic_defaults(self) -> None:
         """log.* defaults changed: every topic without its own value takes the new default."""

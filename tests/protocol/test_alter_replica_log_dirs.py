@@ -182,3 +182,27 @@ async def test_kafka_python_admin_client_moves_a_replica(tmp_path):
         assert KafkaStorageError  # the name kafka-python gives KAFKA_STORAGE_ERROR (tests/protocol/test_log_dir_failure.py)
     finally:
         await node.stop()
+
+
+async def test_moves_are_throttled_by_replica_alter_log_dirs_io_max_bytes_per_second(tmp_path):
+    d1, d2 = f"{tmp_path}/d1", f"{tmp_path}/d2"
+    node = await start_node(tmp_path, log_dirs=f"{d1},{d2}", metadata_log_dir=f"{tmp_path}/meta",
+                            replica_fetch_max_bytes="65536", replica_alter_log_dirs_io_max_bytes_per_second="1000000",
+                            replication_quota_window_num="2")  # (Kafka's Rate: 11 samples allow a 10 s burst)
+    try:
+        await make_topic(node, "t", 1)
+        logs = node.broker.logs
+        dest = d2 if logs.dir_of(logs.get("t", 0)) == d1 else d1
+        c = await RawClient.connect(node.port)
+        for i in range(100):  # 3 MB
+            batch = make_batch([b"%06d" % i + b"q" * 30000])
+            assert produce_error(await c.request(0, 8, produce_body("t", 0, bytes(batch))))[0] == 0
+        size = logs.get("t", 0).size_in_bytes
+        t0 = time.monotonic()
+        assert await alter_log_dirs(c, {("t", 0): dest}) == {("t", 0): 0}
+        await _until(lambda: logs.dir_of(logs.get("t", 0)) == dest and logs.future("t", 0) is None, 30)
+        took = time.monotonic() - t0
+        assert took > 1.5, f"{size} bytes moved in {took:.2f} s at 1 MB/s"
+        c.close()
+    finally:
+        await node.stop()

@@ -120,6 +120,26 @@ def _choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+_ASSIGNOR_CLASSES = {"org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+                     "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
+
+
+def _assignors(v: str) -> list[str]:
+    """group.consumer.assignors: names (uniform, range) or Kafka's class names; the first is the default."""
+    names = [_ASSIGNOR_CLASSES.get(x, x) for x in _list(v)]
+    bad = [x for x in names if x not in ("uniform", "range")]
+    if not names or bad:
+        raise ValueError(f"unknown assignor(s) {', '.join(bad) or '(none)'}: krafty has uniform and range")
+    return names
+
+
+def _rebalance_protocols(v: str) -> list[str]:
+    names = [x.lower() for x in _list(v)]
+    if "classic" not in names or any(x not in ("classic", "consumer", "share", "streams") for x in names):
+        raise ValueError("a list of classic, consumer (share, streams), with classic")
+    return names
+
+
 def _cleanup_policy(v: str) -> str:
     parts = sorted(set(_list(v.lower())))
     if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -254,6 +274,9 @@ KEYS: dict[str, Key] = {
         Key("group.consumer.heartbeat.interval.ms", _int, 5000, min=1),
         Key("group.consumer.min.heartbeat.interval.ms", _int, 5000, min=1),
         Key("group.consumer.max.heartbeat.interval.ms", _int, 15_000, min=1),
+        Key("group.consumer.max.size", _int, 2**31 - 1, min=1),
+        Key("group.consumer.assignors", _assignors, ["uniform", "range"]),
+        Key("group.coordinator.rebalance.protocols", _rebalance_protocols, ["classic", "consumer"]),
         # transactions (broker/txn)
         Key("transaction.state.log.num.partitions", _int, 50, min=1),
         Key("transaction.state.log.replication.factor", _int, 3, min=1),

@@ -29,7 +29,7 @@ from controller import scram as scram_ops
 from controller import topics as topic_ops
 from metadata import records as r
 from metadata.delta import MetadataDelta
-from metadata.features import LATEST_METADATA_VERSION
+from metadata.features import bootstrap_feature_records
 from metadata.image import MetadataImage
 from metadata.loader import MetadataLoader
 from raft.api import NotLeaderError
@@ -65,8 +65,7 @@ class QuorumController:
         self.rebalance_interval_s = rebalance_interval_s
         self.colocated_broker_id = colocated_broker_id  # the broker of this process (combined mode), if any
         # what the first active controller of a new cluster writes (the metadata dir's bootstrap.checkpoint)
-        self.bootstrap = bootstrap if bootstrap is not None else [
-            r.FeatureLevelRecord("metadata.version", LATEST_METADATA_VERSION)]
+        self.bootstrap = bootstrap if bootstrap is not None else bootstrap_feature_records()
         self.cluster = cluster_ops.ClusterState()
         self._applied = asyncio.Event()
         self._active_tasks: list[asyncio.Task] = []

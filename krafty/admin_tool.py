@@ -149,29 +149,42 @@ class AdminClient:
     async def list_offsets(self, tps: list[tuple[str, int]], timestamp: int,
                            leaders: dict[str, dict[int, int]]) -> dict[tuple[str, int], int]:
         """{tp: offset} for a ListOffsets spec (EARLIEST, LATEST or a time in ms); -1 = none."""
-        by_leader: dict[int, list[tuple[str, int]]] = {}
         for t, p in tps:
             leader = leaders.get(t, {}).get(p, -1)
             if leader < 0 or leader not in self.brokers:
                 raise ToolError(f"partition {t}-{p} has no leader at the moment; try again")
-            by_leader.setdefault(leader, []).append((t, p))
-        out: dict[tuple[str, int], int] = {}
+        out = {}
+        for (t, p), (code, offset) in (await self.list_offsets_each(tps, timestamp, leaders)).items():
+            if code != 0:
+                raise ToolError(f"ListOffsets for {t}-{p} failed: {err_name(code)}")
+            out[(t, p)] = offset
+        return out
+
+    async def list_offsets_each(self, tps: list[tuple[str, int]], timestamp: int, leaders: dict[str, dict[int, int]],
+                                isolation_level: int = 0) -> dict[tuple[str, int], tuple[int, int]]:
+        """{tp: (error code, offset)}, each asked of its leader (LEADER_NOT_AVAILABLE without one)."""
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        for t, p in tps:
+            leader = leaders.get(t, {}).get(p, -1)
+            if leader < 0 or leader not in self.brokers:
+                out[(t, p)] = (ErrorCode.LEADER_NOT_AVAILABLE, -1)
+            else:
+                by_leader.setdefault(leader, []).append((t, p))
         for leader, items in by_leader.items():
             topics: dict[str, list] = {}
             for t, p in items:
                 topics.setdefault(t, []).append({"partition_index": p, "timestamp": timestamp,
                                                  "current_leader_epoch": -1})
-            r = await self._send(self.brokers[leader], ApiKey.LIST_OFFSETS,
-                                 {"replica_id": -1, "isolation_level": 0,
-                                  "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+            data = {"replica_id": -1, "isolation_level": isolation_level,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+            if self.version(ApiKey.LIST_OFFSETS) >= 10:
+                data["timeout"] = int(self.timeout * 1000)
+            r = await self._send(self.brokers[leader], ApiKey.LIST_OFFSETS, data)
             for t in r.topics:
                 for p in t.partitions:
-                    if int(p.error_code) != 0:
-                        raise ToolError(f"ListOffsets for {t.name}-{p.partition_index} failed: "
-                                        f"{err_name(p.error_code)}")
-                    out[(t.name, int(p.partition_index))] = int(p.offset)
+                    out[(t.name, int(p.partition_index))] = (int(p.error_code), int(p.offset))
         return out
-
 
 
 class Parser(argparse.ArgumentParser):
@@ -187,19 +200,30 @@ def add_connection_options(p: argparse.ArgumentParser, required: bool = True) ->
                    help="Kafka client properties for the connection (security.protocol, sasl.*, ssl.*)")
 
 
+def read_properties(path: str, option: str) -> dict[str, str]:
+    """A Java properties file given on the command line (--command-config, --producer.config, ...)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return {k: v for k, v, _ in parse_properties(f.read())}
+    except OSError as e:
+        raise UsageError(f"cannot read {option} {path}: {e.strerror}") from None
+
+
+def security_of(props: dict[str, str], where: str):
+    """The TLS/SASL settings of Kafka client properties (None: PLAINTEXT)."""
+    if not props:
+        return None
+    try:
+        return client_security_from_properties(props)
+    except (ConfigError, ValueError) as e:
+        raise UsageError(f"{where}: {e}") from None
+
+
 def command_config_security(path: str | None):
     """The TLS/SASL settings of a --command-config properties file (None: PLAINTEXT)."""
     if not path:
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            props = {k: v for k, v, _ in parse_properties(f.read())}
-    except OSError as e:
-        raise UsageError(f"cannot read --command-config {path}: {e.strerror}") from None
-    try:
-        return client_security_from_properties(props)
-    except (ConfigError, ValueError) as e:
-        raise UsageError(f"--command-config {path}: {e}") from None
+    return security_of(read_properties(path, "--command-config"), f"--command-config {path}")
 
 
 async def connect_any(args, client_id: str, timeout_s: float = 5.0) -> KafkaConnection:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from broker.protocol.apis import ApiKey
 from common.clock import SYSTEM
 from common.errors import ErrorCode
-from krafty.admin_tool import AdminClient, ToolError, parse_bootstrap  # noqa: F401 (re-exported)
+from krafty.admin_tool import AdminClient, ToolError, UsageError, command_config_security, parse_bootstrap
 from krafty.admin_tool import err_code as _err
 from krafty.admin_tool import err_name as _err_name
 
@@ -46,6 +46,7 @@ OUR_VERSIONS = {
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 _COORDINATOR_RETRY = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -151,6 +152,9 @@ class GroupAdmin(AdminClient):
                                           {"groups": [group], "include_authorized_operations": False},
                                           lambda r: r.groups[0].error_code)
         g = r.groups[0]
+        if (_err(g.error_code) == ErrorCode.GROUP_ID_NOT_FOUND or g.group_state == "Dead") \
+                and ApiKey.CONSUMER_GROUP_DESCRIBE in self._versions:
+            return await self._describe_consumer_group(group)  # a KIP-848 group, as Kafka 4's tool does
         d = GroupDescription(group, g.group_state, g.protocol_type, g.protocol_data, coordinator=node,
                              error=_err(g.error_code))
         for m in g.members:
@@ -162,6 +166,20 @@ class GroupAdmin(AdminClient):
                     assignment = []
             d.members.append(Member(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
                                     m.client_host, assignment))
+        return d
+
+    async def _describe_consumer_group(self, group: str) -> GroupDescription:
+        """ConsumerGroupDescribe: the protocol column shows the group's server-side assignor."""
+        node, r = await self._coordinated(group, ApiKey.CONSUMER_GROUP_DESCRIBE,
+                                          {"group_ids": [group], "include_authorized_operations": False},
+                                          lambda r: r.groups[0].error_code)
+        g = r.groups[0]
+        d = GroupDescription(group, g.group_state or "Dead", "consumer", g.assignor_name, coordinator=node,
+                             error=_err(g.error_code))
+        for m in g.members:
+            d.members.append(Member(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                    [(tp.topic_name, p) for tp in m.assignment.topic_partitions
+                                     for p in tp.partitions]))
         return d
 
     async def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
@@ -309,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
                 description="List, describe, delete consumer groups and reset their offsets "
                             "(like Kafka's kafka-consumer-groups.sh).")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help="brokers to connect to (required)")
+    p.add_argument("--command-config", metavar="FILE", help="Kafka client properties for the connection "
+                   "(security.protocol, sasl.*, ssl.*)")
     p.add_argument("--timeout", type=int, default=5000, metavar="MS", help="timeout per request (default 5000)")
     a = p.add_argument_group("actions (exactly one)")
     a.add_argument("--list", action="store_true", help="list all consumer groups")
@@ -409,7 +429,8 @@ class Tool:
         self.args = args
         self.out = out or sys.stdout
         self.err = err or sys.stderr
-        self.admin = GroupAdmin(parse_bootstrap(args.bootstrap_server), args.timeout / 1000)
+        self.admin = GroupAdmin(parse_bootstrap(args.bootstrap_server), args.timeout / 1000,
+                                command_config_security(args.command_config))
         self.rc = 0
 
     def print(self, text: str = "") -> None:
@@ -642,7 +663,7 @@ def main(argv: list[str]) -> int:
     try:
         validate(args)
         tool = Tool(args)
-    except ToolError as e:
+    except (ToolError, UsageError) as e:
         print(f"consumer-groups: error: {e}", file=sys.stderr)
         return 2
     try:

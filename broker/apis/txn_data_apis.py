@@ -37,9 +37,14 @@ class TxnDataApis:
         coordinator epoch TRANSACTION_COORDINATOR_FENCED. Markers for ``__consumer_offsets``
         go through the group coordinator, which commits or drops the transaction's pending
         offsets with them. Kafka's KafkaApis.handleWriteTxnMarkersRequest."""
+        req = self.apis.decode(ctx, body, ver)
+        return await self.write_markers(ctx, req, denied=not self.apis.authorize_cluster(ctx, Op.CLUSTER_ACTION))
+
+    async def write_markers(self, ctx, req, denied: bool = False) -> dict:
+        """WriteTxnMarkers on a decoded request (``denied``: every partition gets
+        CLUSTER_AUTHORIZATION_FAILED); this broker's own coordinator calls it in process
+        (broker/apis/loopback.py)."""
         apis = self.apis
-        req = apis.decode(ctx, body, ver)
-        denied = not apis.authorize_cluster(ctx, Op.CLUSTER_ACTION)
         image = apis.image
         timeout_ms = apis.config["request.timeout.ms"]
         appended: list = []  # (tp, last offset, min ISR, result) for the acks=all wait

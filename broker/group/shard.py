@@ -21,9 +21,19 @@ UNSTABLE_OFFSET_COMMIT for a partition with a pending one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from broker.group import consumer_records as cr
 from broker.group import records as rec
+from broker.group.consumer_group import (
+    GROUP_TYPE_CONSUMER,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    HeartbeatError,
+    HeartbeatRequest,
+    Topics,
+)
 from broker.group.state import (
     COMPLETING_REBALANCE,
     CONSUMER_PROTOCOL_TYPE,
@@ -45,11 +55,16 @@ GROUP_TYPE_CLASSIC = "classic"
 
 
 class GroupShard:
-    def __init__(self, partition: int, config: GroupConfig, *, metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES):
+    def __init__(self, partition: int, config: GroupConfig, *, metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
+                 consumer_config: ConsumerGroupConfig | None = None, topics: Callable[[], Topics] = dict):
         self.partition = partition
         self.config = config
         self.metadata_max_bytes = metadata_max_bytes
         self.groups: dict[str, ClassicGroup] = {}
+        # consumer groups (KIP-848); a group id is either a classic or a consumer group
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.consumer_config = consumer_config or ConsumerGroupConfig()
+        self.topics = topics  # the topics of the metadata image: name -> (topic id, partitions)
         self.offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
         # the log offset of the record of each committed offset: a transaction's offsets only
         # replace offsets committed before them (Kafka's OffsetAndMetadata.recordOffset)
@@ -72,6 +87,9 @@ class GroupShard:
         if key is None:
             raise rec.RecordFormatError("record without a key")
         k = rec.decode_key(key)
+        if isinstance(k, cr.ConsumerKey):
+            self._replay_consumer(k, value)
+            return
         if isinstance(k, rec.OffsetKey):
             tp = (k.topic, k.partition)
             if value is None:
@@ -97,8 +115,27 @@ class GroupShard:
                     wall: int | None = None) -> None:
         self.offsets.setdefault(group_id, {})[tp] = v
         self.positions.setdefault(group_id, {})[tp] = position
-        if group_id not in self.groups:
+        if group_id not in self.groups and group_id not in self.consumer_groups:
             self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
+
+    def _replay_consumer(self, k: cr.ConsumerKey, value: bytes | None) -> None:
+        g = self.consumer_groups.get(k.group)
+        if g is None:
+            if value is None:
+                return
+            g = self.consumer_groups[k.group] = ConsumerGroup(k.group)
+            classic = self.groups.get(k.group)
+            if classic is not None and classic.state == EMPTY and not classic.members:
+                del self.groups[k.group]  # the placeholder of its offsets, or an empty classic group it replaced
+        g.replay(k, value)
+        if g.dead:
+            del self.consumer_groups[k.group]
+
+    def _consumer_write(self, g: ConsumerGroup, records) -> Write | None:
+        """The records a consumer group's change emitted (already applied to it), to append."""
+        if g.dead:
+            self.consumer_groups.pop(g.group_id, None)
+        return Write(list(records)) if records else None
 
     def replay_end_txn(self, producer_id: int, commit: bool, now: int, wall: int | None = None) -> None:
         """The marker of ``producer_id``'s transaction is in the partition (Kafka's
@@ -125,6 +162,9 @@ class GroupShard:
         for g in self.groups.values():
             fx.add(g.make_dead(now, ErrorCode.NOT_COORDINATOR))
         self.groups.clear()
+        for cg in self.consumer_groups.values():
+            cg.dead = True
+        self.consumer_groups.clear()
         self.offsets.clear()
         self.positions.clear()
         self.pending_txn.clear()
@@ -133,7 +173,7 @@ class GroupShard:
 
     # --- timers -------------------------------------------------------------------------------
     def next_deadline(self) -> int | None:
-        ds = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
+        ds = [d for g in (*self.groups.values(), *self.consumer_groups.values()) if (d := g.next_deadline()) is not None]
         return min(ds) if ds else None
 
     def tick(self, now: int, wall: int | None = None) -> Effects:
@@ -142,7 +182,57 @@ class GroupShard:
             d = g.next_deadline()
             if d is not None and now >= d:
                 fx.add(self._at(g, now, wall).tick(now))
+        for cg in list(self.consumer_groups.values()):
+            d = cg.next_deadline()
+            if d is not None and now >= d:
+                w = self._consumer_write(cg, cg.tick(now, self.topics()))
+                if w is not None:
+                    fx.writes.append(w)
         return fx
+
+    # --- ConsumerGroupHeartbeat / ConsumerGroupDescribe (KIP-848) --------------------------------
+    def consumer_heartbeat(self, now: int, req: HeartbeatRequest, new_member_id: str,
+                           wall: int | None = None) -> tuple[dict, Write | None]:
+        """A ConsumerGroupHeartbeat: (response fields, the records to write before answering);
+        raises HeartbeatError."""
+        gid = req.group_id
+        g = self.consumer_groups.get(gid)
+        records: list[tuple[bytes, bytes | None]] = []
+        if g is None:
+            classic = self.groups.get(gid)
+            if classic is not None and (classic.members or classic.state != EMPTY):
+                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
+            if req.member_epoch != 0:
+                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {gid} not found.")
+            g = ConsumerGroup(gid)
+            if classic is not None and classic.generation > 0:
+                records.append((rec.group_metadata_key(gid), None))  # the empty classic group it replaces
+        resp, more = g.heartbeat(now, req, self.topics(), self.consumer_config, new_member_id)
+        records += more
+        if gid not in self.consumer_groups and more:
+            self.consumer_groups[gid] = g
+            self.groups.pop(gid, None)
+        return resp, self._consumer_write(g, records)
+
+    def consumer_metadata_changed(self, now: int) -> list[Write]:
+        """The metadata image changed: groups whose subscribed topics changed get a new epoch."""
+        topics = self.topics()
+        out = []
+        for g in list(self.consumer_groups.values()):
+            w = self._consumer_write(g, g.on_metadata(topics, now))
+            if w is not None:
+                out.append(w)
+        return out
+
+    def consumer_describe(self, group_id: str, names, default_assignor: str) -> dict:
+        g = self.consumer_groups.get(group_id)
+        if g is None:
+            code = ErrorCode.GROUP_ID_NOT_FOUND
+            msg = f"Group {group_id} is not a consumer group." if group_id in self.groups else \
+                f"Group {group_id} not found."
+            return {"error_code": int(code), "error_message": msg, "group_id": group_id, "group_state": "Dead",
+                    "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": []}
+        return g.describe(names, default_assignor)
 
     # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
     def join(self, now: int, req: JoinRequest, waiter: Any, wall: int | None = None) -> Effects:
@@ -152,6 +242,10 @@ class GroupShard:
             return fx
         if not (self.config.min_session_timeout_ms <= req.session_timeout_ms <= self.config.max_session_timeout_ms):
             fx.reply(waiter, join_error(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))
+            return fx
+        if req.group_id in self.consumer_groups:
+            # classic members in a consumer group (KIP-848's upgrade path) are not served
+            fx.reply(waiter, join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
             return fx
         g = self.groups.get(req.group_id)
         if g is None:
@@ -206,6 +300,9 @@ class GroupShard:
     # --- offsets ------------------------------------------------------------------------------
     def validate_offset_commit(self, now: int, group_id: str, member_id: str, instance_id: str | None,
                                generation: int, api_version: int, transactional: bool = False) -> int:
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            return cg.validate_offset_commit(member_id, generation, api_version, transactional)
         g = self.groups.get(group_id)
         if g is None:
             if generation < 0:
@@ -270,7 +367,7 @@ class GroupShard:
                 self.pending_commits.pop(group_id, None)
             if code:
                 return
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer_groups:
                 self.groups[group_id] = ClassicGroup(group_id, now2, self.config, wall)
             positions = self.positions.get(group_id, {})
             for tp, v in applied:
@@ -319,7 +416,7 @@ class GroupShard:
         w = Write(records, producer_id=producer_id, producer_epoch=producer_epoch)
 
         def on_append() -> None:
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer_groups:
                 self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
             offs = self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
             for tp, v in applied:
@@ -327,6 +424,13 @@ class GroupShard:
 
         w.on_append = on_append
         return out, w
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """OffsetFetch v9+ from a member of a consumer group: its member epoch must be current."""
+        cg = self.consumer_groups.get(group_id)
+        if cg is None or (member_id is None and member_epoch < 0):
+            return ErrorCode.NONE
+        return cg.validate_offset_fetch(member_id, member_epoch)
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
                       require_stable: bool = False) -> list[dict]:
@@ -347,14 +451,17 @@ class GroupShard:
 
     def delete_offsets(self, now: int, group_id: str, topics: list[tuple[str, list[int]]]
                        ) -> tuple[int, list[dict], Write | None]:
-        g = self.groups.get(group_id)
+        g = self.groups.get(group_id) or self.consumer_groups.get(group_id)
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, [], None
-        if g is None or g.state == DEAD:
+        if g is None or (isinstance(g, ClassicGroup) and g.state == DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND, [], None
-        if g.protocol_type is not None and g.protocol_type != CONSUMER_PROTOCOL_TYPE and g.members:
+        if isinstance(g, ConsumerGroup):
+            subscribed = g.subscribed_topic_names()  # a consumer group: only its unsubscribed topics
+        elif g.protocol_type is not None and g.protocol_type != CONSUMER_PROTOCOL_TYPE and g.members:
             return ErrorCode.NON_EMPTY_GROUP, [], None
-        subscribed = g.subscribed_topics()
+        else:
+            subscribed = g.subscribed_topics()
         offs = self.offsets.get(group_id, {})
         out = []
         records = []
@@ -388,6 +495,17 @@ class GroupShard:
         records: list[tuple[bytes, bytes | None]] = []
         doomed = []
         for gid in group_ids:
+            cg = self.consumer_groups.get(gid)
+            if cg is not None:
+                if cg.members:
+                    codes[gid] = ErrorCode.NON_EMPTY_GROUP
+                    continue
+                codes[gid] = ErrorCode.NONE
+                records += [(rec.offset_commit_key(gid, t, p), None) for (t, p) in self.offsets.get(gid, {})]
+                records += cg.tombstones()  # applied now: the group is dead
+                self.consumer_groups.pop(gid, None)
+                doomed.append(gid)
+                continue
             g = self.groups.get(gid)
             if g is None or g.state == DEAD:
                 codes[gid] = ErrorCode.GROUP_ID_NOT_FOUND
@@ -445,6 +563,20 @@ class GroupShard:
                     and len(expired) == len(offs)):
                 records.append((rec.group_metadata_key(gid), None))
                 dead.append(gid)
+        for gid, cg in list(self.consumer_groups.items()):
+            # a consumer group's offsets: those of an empty group, or of topics it no longer
+            # subscribes to, retention_ms after their commit; an empty group left without is deleted
+            offs = self.offsets.get(gid, {})
+            subscribed = cg.subscribed_topic_names()
+            expired = [tp for tp, v in offs.items() if tp[0] not in subscribed and not self.has_pending_offset(gid, tp)
+                       and (now >= v.expire_timestamp if v.expire_timestamp >= 0
+                            else now - v.commit_timestamp >= retention_ms)]
+            for tp in expired:
+                records.append((rec.offset_commit_key(gid, tp[0], tp[1]), None))
+                gone.append((gid, tp))
+            if not cg.members and len(expired) == len(offs):
+                records += cg.tombstones()
+                self.consumer_groups.pop(gid, None)
         if not records:
             return None
 
@@ -464,9 +596,15 @@ class GroupShard:
 
     # --- ListGroups / DescribeGroups ------------------------------------------------------------
     def list_groups(self, states: set[str] | None, types: set[str] | None) -> list[dict]:
-        if types and GROUP_TYPE_CLASSIC not in types:
-            return []
         out = []
+        if not types or GROUP_TYPE_CONSUMER in types:
+            for gid, cg in self.consumer_groups.items():
+                state = cg.state()
+                if not states or state.lower() in states:
+                    out.append({"group_id": gid, "protocol_type": CONSUMER_PROTOCOL_TYPE, "group_state": state,
+                                "group_type": GROUP_TYPE_CONSUMER})
+        if types and GROUP_TYPE_CLASSIC not in types:
+            return out
         for gid, g in self.groups.items():
             if g.state == DEAD:
                 continue

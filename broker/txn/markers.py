@@ -48,6 +48,7 @@ class TxnMarkerSender:
         self.sending: dict[int, asyncio.Task] = {}
         self.failing: dict[int, float] = {}  # leaders whose last request failed -> their backoff (s)
         self.sent = 0  # requests sent (for tests)
+        self.local = None  # markers for this broker's own partitions, written in process (broker/apis/loopback.py)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
@@ -127,6 +128,8 @@ class TxnMarkerSender:
         return min(max(next_retry - now, 0.005), 1.0)
 
     def _conn(self, leader: int) -> KafkaConnection | None:
+        if leader == self.broker_id and self.local is not None:
+            return self.local
         ep = self.fetchers.endpoint_of(leader)
         if ep is None:
             return None

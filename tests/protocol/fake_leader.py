@@ -93,3 +93,4 @@ def route_markers_to(node, fake: FakeLeader) -> None:
     def endpoint_of(broker_id: int):
         return ("127.0.0.1", fake.port) if broker_id == node.broker.node_id else own(broker_id)
     fetchers.endpoint_of = endpoint_of
+    node.broker.apis.txn_coordinator.markers.local = None  # not written in process either

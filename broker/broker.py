@@ -28,6 +28,7 @@ from common.config import Config, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from common.net import REAL, Net
 from metadata import records as r
+from metadata.features import jbod_supported, metadata_version_name
 from metadata.loader import MetadataLoader
 
 log = logging.getLogger("krafty.broker")
@@ -109,6 +110,10 @@ class Broker:
         metadata_dir = os.path.abspath(self.config["metadata.log.dir"])
         if d == metadata_dir:
             self._storage_failure = AllLogDirsFailed(f"the metadata log dir {d} failed; shutting down")
+        elif not jbod_supported(self.loader.image.features):
+            self._storage_failure = AllLogDirsFailed(
+                f"log dir {d} failed and metadata.version {metadata_version_name(self.loader.image.features.get('metadata.version'))} "
+                f"predates per-dir failure handling (3.7-IV2, KIP-858); shutting down")
         elif not self.logs.live_log_dirs:
             self._storage_failure = AllLogDirsFailed(
                 f"all log dirs ({', '.join(self.logs.log_dirs)}) have failed; shutting down")
@@ -137,7 +142,8 @@ class Broker:
         d.add_reconfigurable(lambda k: k.startswith(("listener.name.", "ssl.", "sasl.")), self._reload_security,
                              "listener security")
         d.add_reconfigurable({"background.threads"}, lambda _: self._resize_background(), "background threads")
-        d.add_reconfigurable({"leader.replication.throttled.rate", "follower.replication.throttled.rate"},
+        d.add_reconfigurable({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                              "replica.alter.log.dirs.io.max.bytes.per.second"},
                              lambda _: self._set_replication_rates(), "replication throttles")
 
     def _set_replication_rates(self) -> None:
@@ -145,6 +151,7 @@ class Broker:
         --throttle sets them on every broker): the quotas take the new rates at once."""
         self.replicas.leader_quota.rate = self.config["leader.replication.throttled.rate"]
         self.replicas.follower_quota.rate = self.config["follower.replication.throttled.rate"]
+        self.replicas.alter_log_dirs.quota.rate = self.config["replica.alter.log.dirs.io.max.bytes.per.second"]
 
     def _set_topic_defaults(self) -> None:
         """log.* defaults changed: every topic without its own value takes the new default."""

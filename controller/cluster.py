@@ -33,6 +33,7 @@ from controller import replication
 from metadata import records as r
 from metadata.controller_api import HeartbeatResult
 from metadata.delta import MetadataDelta
+from metadata.features import jbod_supported
 from metadata.image import BrokerRegistration, MetadataImage
 
 DEFAULT_SESSION_TIMEOUT_MS = 9000  # broker.session.timeout.ms
@@ -224,7 +225,8 @@ def heartbeat(image: MetadataImage, state: ClusterState, broker_id: int, broker_
     ``offline_partitions``: the broker's partitions in failed log dirs (KIP-858): they leave
     the ISR and leadership at once (``replication.handle_replicas_offline``)."""
     b = check_broker_epoch(image, broker_id, broker_epoch)
-    offline_recs = replication.handle_replicas_offline(image, broker_id, offline_partitions, unclean_default)
+    offline_recs = (replication.handle_replicas_offline(image, broker_id, offline_partitions, unclean_default)
+                    if offline_partitions and jbod_supported(image.features) else [])
     if offline_recs:
         image = _advance(image, offline_recs)
     s = state.touch(broker_id, now_ms, current_metadata_offset)

@@ -16,6 +16,12 @@ METADATA_VERSIONS: dict[int, tuple[str, bool]] = {
 }
 MIN_METADATA_VERSION = 7  # 3.3-IV3: the oldest Kafka 4.0 runs at
 LATEST_METADATA_VERSION = 25  # 4.0-IV3, Kafka 4.0's
+JBOD_METADATA_VERSION = 17  # 3.7-IV2: a failed log dir takes only its replicas offline (KIP-858); below, the broker stops
+
+
+def jbod_supported(features: dict[str, int]) -> bool:
+    """Whether the finalized metadata.version handles log dir failures per replica (KIP-858)."""
+    return features.get("metadata.version", LATEST_METADATA_VERSION) >= JBOD_METADATA_VERSION
 
 
 def metadata_version_name(level: int | None) -> str:

@@ -65,8 +65,8 @@ class TxnDataApis:
                         continue
                     tp = (t.name, index)
                     part = apis.replicas.partitions.get(tp)
-                    if part is None or t.name not in image.topics_by_name:
-                        res["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    if part is None or t.name not in image.topics_by_name:  # (an offline log dir: KAFKA_STORAGE_ERROR)
+                        res["error_code"] = apis.replicas.missing_error(tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION).code
                         continue
                     if t.name == OFFSETS_TOPIC:
                         groups.append((res, apis.group_coordinator.complete_transaction(
@@ -117,7 +117,8 @@ class TxnDataApis:
                     res["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 elif part is None:
                     known = timg is not None and index in timg.partitions
-                    res["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    res["error_code"] = apis.replicas.missing_error(
+                        (t.name, index), ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION).code
                 else:
                     res["active_producers"] = [
                         {"producer_id": e.producer_id, "producer_epoch": e.epoch, "last_sequence": e.last_seq,

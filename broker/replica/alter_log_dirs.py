@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from broker.log.batch import parse_batches
 from broker.log.log import Log
 from broker.log.segment import SegmentDeletedError
+from broker.replica.throttle import UNLIMITED, ReplicationQuota
 from common.clock import SYSTEM, Clock
 from common.errors import KafkaError
 
@@ -47,10 +48,14 @@ def truncation_point(current: Log, future: Log) -> int | None:
 
 
 class ReplicaAlterLogDirsManager:
-    def __init__(self, rm, *, chunk_bytes: int = 1 << 20, clock: Clock = SYSTEM):
+    def __init__(self, rm, *, chunk_bytes: int = 1 << 20, rate: int = UNLIMITED, window_num: int = 11,
+                 window_s: float = 1.0, clock: Clock = SYSTEM):
         self.rm = rm  # the ReplicaManager: partitions, the log manager, log-end waiters
         self.chunk_bytes = chunk_bytes
         self.clock = clock
+        # replica.alter.log.dirs.io.max.bytes.per.second, over every move of the broker (Kafka's
+        # AlterLogDirsReplication quota); the last bytes copied while swapping are not held back
+        self.quota = ReplicationQuota(rm.broker_id, "", rate, window_num, window_s)
         self._tasks: dict[TopicPartition, asyncio.Task] = {}
         self._io = ThreadPoolExecutor(1, thread_name_prefix="alter-log-dirs")
         self.bytes_copied = 0  # for figures and tests
@@ -110,6 +115,9 @@ class ReplicaAlterLogDirsManager:
         cur = part.log
         self._follow(cur, fut)
         if fut.log_end_offset < cur.log_end_offset:
+            if self.quota.is_exceeded(self.clock.monotonic()):
+                await asyncio.sleep(0.05)
+                return False
             await self._copy_chunk(cur, fut, in_thread=True)
             return False
         # caught up: make the bytes durable off the loop, then swap holding the append turn
@@ -157,6 +165,8 @@ class ReplicaAlterLogDirsManager:
         else:
             fut.append_as_follower(data, headers, self.clock.wall_ms())
         self.bytes_copied += len(data)
+        if self.quota.enabled:
+            self.quota.record(len(data), self.clock.monotonic())
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())

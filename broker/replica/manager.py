@@ -100,8 +100,10 @@ class ReplicaManager:
         self._low_watermark_waiters = _Waiters()  # DeleteRecords waiting for followers' log starts
         self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of, clock)
         # AlterReplicaLogDirs: replicas moving between this broker's log dirs
-        self.alter_log_dirs = ReplicaAlterLogDirsManager(self, chunk_bytes=config["replica.fetch.max.bytes"],
-                                                         clock=clock)
+        self.alter_log_dirs = ReplicaAlterLogDirsManager(
+            self, chunk_bytes=config["replica.fetch.max.bytes"],
+            rate=config["replica.alter.log.dirs.io.max.bytes.per.second"], window_num=config["replication.quota.window.num"],
+            window_s=config["replication.quota.window.size.seconds"], clock=clock)
         # KIP-890: transactional appends checked with the transaction coordinator first
         self.txn_verifier = TxnVerifier(lambda: self._image, endpoint_of, lambda: self.fetchers.security,
                                         timeout_s=config["request.timeout.ms"] / 1000, clock=clock)

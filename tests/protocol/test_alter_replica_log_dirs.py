@@ -119,3 +119,90 @@ async def test_alter_replica_log_dirs_errors_and_placement_of_a_replica_to_come(
         c.close()
     finally:
         await node.stop()
+
+
+async def test_a_move_interrupted_by_a_restart_starts_again_and_completes(tmp_path):
+    d1, d2 = f"{tmp_path}/d1", f"{tmp_path}/d2"
+    opts = {"log_dirs": f"{d1},{d2}", "metadata_log_dir": f"{tmp_path}/meta", "replica_fetch_max_bytes": "4096"}
+    node = await start_node(tmp_path, **opts)
+    try:
+        await make_topic(node, "t", 1)
+        logs = node.broker.logs
+        src = logs.dir_of(logs.get("t", 0))
+        dest = d2 if src == d1 else d1
+        c = await RawClient.connect(node.port)
+        values = [b"%06d" % i + b"z" * 3000 for i in range(600)]
+        for v in values:
+            err, _ = produce_error(await c.request(0, 8, produce_body("t", 0, bytes(make_batch([v])))))
+            assert err == 0
+        assert await alter_log_dirs(c, {("t", 0): dest}) == {("t", 0): 0}
+        await _until(lambda: logs.future("t", 0) is not None and logs.future("t", 0).log_end_offset > 0)
+        # the stop comes in the middle of the move: its copier is stopped first (the node's stop,
+        # with its controlled shutdown, would otherwise leave it time to finish)
+        node.broker.replicas.alter_log_dirs._tasks[("t", 0)].cancel()
+        c.close()
+    finally:
+        await node.stop()
+    assert [n for n in os.listdir(dest) if n.endswith("-future")], "the stop came after the move"
+    node = await start_node(tmp_path, **opts)
+    try:
+        logs = node.broker.logs
+        await _until(lambda: logs.get("t", 0) is not None and logs.dir_of(logs.get("t", 0)) == dest
+                     and logs.future("t", 0) is None, 30)
+        assert all_values(logs.get("t", 0)) == values
+        logs.removals_done()
+        assert not os.path.exists(os.path.join(src, "t-0"))
+    finally:
+        await node.stop()
+
+
+async def test_kafka_python_admin_client_moves_a_replica(tmp_path):
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaStorageError, LogDirNotFoundError, NoError, ReplicaNotAvailableError
+
+    d1, d2 = f"{tmp_path}/d1", f"{tmp_path}/d2"
+    node = await start_node(tmp_path, log_dirs=f"{d1},{d2}", metadata_log_dir=f"{tmp_path}/meta")
+    try:
+        await make_topic(node, "t", 1)
+        logs = node.broker.logs
+        dest = d2 if logs.dir_of(logs.get("t", 0)) == d1 else d1
+
+        def admin_calls():
+            ka = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{node.port}")
+            try:
+                res = ka.alter_replica_log_dirs({("t", 0, 1): dest, ("gone", 0, 1): dest})
+                bad = ka.alter_replica_log_dirs({("t", 0, 1): f"{tmp_path}/nowhere"})
+                return res, bad
+            finally:
+                ka.close()
+        res, bad = await asyncio.to_thread(admin_calls)
+        assert {(k.topic, v) for k, v in res.items()} == {("t", NoError), ("gone", ReplicaNotAvailableError)}
+        assert list(bad.values()) == [LogDirNotFoundError]
+        await _until(lambda: logs.dir_of(logs.get("t", 0)) == dest and logs.future("t", 0) is None)
+        assert KafkaStorageError  # the name kafka-python gives KAFKA_STORAGE_ERROR (tests/protocol/test_log_dir_failure.py)
+    finally:
+        await node.stop()
+
+
+async def test_moves_are_throttled_by_replica_alter_log_dirs_io_max_bytes_per_second(tmp_path):
+    d1, d2 = f"{tmp_path}/d1", f"{tmp_path}/d2"
+    node = await start_node(tmp_path, log_dirs=f"{d1},{d2}", metadata_log_dir=f"{tmp_path}/meta",
+                            replica_fetch_max_bytes="65536", replica_alter_log_dirs_io_max_bytes_per_second="1000000",
+                            replication_quota_window_num="2")  # (Kafka's Rate: 11 samples allow a 10 s burst)
+    try:
+        await make_topic(node, "t", 1)
+        logs = node.broker.logs
+        dest = d2 if logs.dir_of(logs.get("t", 0)) == d1 else d1
+        c = await RawClient.connect(node.port)
+        for i in range(100):  # 3 MB
+            batch = make_batch([b"%06d" % i + b"q" * 30000])
+            assert produce_error(await c.request(0, 8, produce_body("t", 0, bytes(batch))))[0] == 0
+        size = logs.get("t", 0).size_in_bytes
+        t0 = time.monotonic()
+        assert await alter_log_dirs(c, {("t", 0): dest}) == {("t", 0): 0}
+        await _until(lambda: logs.dir_of(logs.get("t", 0)) == dest and logs.future("t", 0) is None, 30)
+        took = time.monotonic() - t0
+        assert took > 1.5, f"{size} bytes moved in {took:.2f} s at 1 MB/s"
+        c.close()
+    finally:
+        await node.stop()

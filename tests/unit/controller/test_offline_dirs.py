@@ -106,3 +106,11 @@ def test_reassigning_the_offline_replica_away_drops_its_mark():
     img = apply(img, recs)
     p = part(img, "t", 0)
     assert p.replicas == (2, 4) and p.offline == ()
+
+
+def test_below_metadata_version_3_7_iv2_the_controller_marks_nothing_offline():
+    img, state = _live()
+    img = apply(img, [r.FeatureLevelRecord("metadata.version", 16)])
+    img = with_topic(img, "t", {0: (1, 2, 3)})
+    _, _, recs = _offline_hb(img, state, 1, [(topic_id(img, "t"), 0)])
+    assert recs == []  # the broker stops instead (Kafka's KRaft before KIP-858)

@@ -19,9 +19,9 @@ def _path_of(fd: int) -> str:
 
 
 @contextlib.contextmanager
-def failing_dir(monkeypatch, directory: str, err: int = errno.EIO):
-    """Writes and fsyncs of files under ``directory`` raise ``err`` (``monkeypatch`` is unused:
-    kept so that callers read alike)."""
+def failing_dir(monkeypatch, directory: str, err: int = errno.EIO, *, reads: bool = False):
+    """Writes and fsyncs (and with ``reads`` preads) of files under ``directory`` raise ``err``
+    (``monkeypatch`` is unused: kept so that callers read alike)."""
     root = os.path.realpath(directory) + os.sep
     below = fileio.current()
 
@@ -38,6 +38,12 @@ def failing_dir(monkeypatch, directory: str, err: int = errno.EIO):
                 raise OSError(err, os.strerror(err))
             return below.fsync(fd)
 
+    if reads:
+        def pread(fd, n, pos):
+            if _path_of(fd).startswith(root):
+                raise OSError(err, os.strerror(err))
+            return below.pread(fd, n, pos)
+        Failing.pread = staticmethod(pread)
     prev = fileio.install(Failing())
     try:
         yield

@@ -92,8 +92,9 @@ class KafkaConnection:
         try:
             self._w.write(frame)
             await self._w.drain()
-            size = _I32.unpack(await asyncio.wait_for(self._r.readexactly(4), timeout))[0]
-            raw = await asyncio.wait_for(self._r.readexactly(size), timeout)
+            async with asyncio.timeout(timeout):  # (not wait_for: it made a task per read)
+                size = _I32.unpack(await self._r.readexactly(4))[0]
+                raw = await self._r.readexactly(size)
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
             self.close()
             raise ConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None

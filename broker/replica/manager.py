@@ -41,6 +41,11 @@ class Partition:
     log: Log
 
 
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class _Waiters:
     def __init__(self) -> None:
         self._by_tp: dict[TopicPartition, list[asyncio.Future]] = {}
@@ -51,15 +56,18 @@ class _Waiters:
                 fut.set_result(None)
 
     async def wait(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         keys = list(tps)
         for tp in keys:
             self._by_tp.setdefault(tp, []).append(fut)
+        # the timeout resolves the future like a wake does (most long polls end so): a plain
+        # timer, none of wait_for's waiter future, callbacks and cancellation
+        timer = loop.call_later(timeout_s, _expire, fut)
         try:
-            await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            pass
+            await fut
         finally:
+            timer.cancel()
             for tp in keys:
                 lst = self._by_tp.get(tp)
                 if lst:

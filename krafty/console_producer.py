@@ -185,16 +185,24 @@ class Producer:
         self.sequences: dict[int, int] = {}
         self.next_partition = 0
         self.failed = 0
+        self.lost = False  # an idempotent batch was given up: a new producer id before the next
 
     async def start(self) -> None:
         await self.admin.start()
         await self.refresh(first=True)
         if self.idempotent:
-            r = await self.admin._send(self.admin._any, ApiKey.INIT_PRODUCER_ID, {
-                "transactional_id": None, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1})
-            if int(r.error_code) != 0:
-                raise ToolError(f"InitProducerId failed: {err_name(r.error_code)}")
-            self.pid, self.epoch = int(r.producer_id), int(r.producer_epoch)
+            await self.init_producer_id()
+
+    async def init_producer_id(self) -> None:
+        """A producer id (again after a batch was lost: the next sequences would have a gap, which
+        the leader refuses with OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+        r = await self.admin._send(self.admin._any, ApiKey.INIT_PRODUCER_ID, {
+            "transactional_id": None, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1})
+        if int(r.error_code) != 0:
+            raise ToolError(f"InitProducerId failed: {err_name(r.error_code)}")
+        self.pid, self.epoch = int(r.producer_id), int(r.producer_epoch)
+        self.sequences.clear()
+        self.lost = False
 
     async def refresh(self, first: bool = False) -> None:
         deadline = SYSTEM.monotonic() + self.max_block_s
@@ -229,6 +237,8 @@ class Producer:
 
     async def send(self, records: list[tuple[bytes | None, bytes | None, list]]) -> None:
         """One batch per partition; the keyless records of a call go to one partition (sticky)."""
+        if self.lost:
+            await self.init_producer_id()
         by_partition: dict[int, list] = {}
         for key, value, headers in records:
             by_partition.setdefault(self.partition_of(key), []).append((key, value, headers))
@@ -270,6 +280,7 @@ class Producer:
                 await self.refresh()
             except ToolError:
                 pass
+        self.lost = self.idempotent
         for key, value, _ in recs:
             self.failed += 1
             print(f"ERROR Error when sending message to topic {self.topic} with key: "

@@ -149,3 +149,16 @@ def test_unreachable_cluster_is_one_line_and_exit_1(verb, args):
 def test_console_consumer_bad_command_lines(args, needle):
     p = run("console-consumer", "--bootstrap-server", "127.0.0.1:1", *args, check=2)
     assert needle in p.stderr, p.stderr
+
+
+def test_console_producer_reports_a_refused_record_and_goes_on(broker, topic):
+    create_topic(broker, topic, 1, {"max.message.bytes": "300"})
+    p = run("console-producer", "--bootstrap-server", broker.bootstrap, "--topic", topic, "--sync",
+            stdin="small-1\n" + "x" * 1000 + "\nsmall-2\n", check=1)
+    errors = p.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith(
+        f"ERROR Error when sending message to topic {topic} with key: null, value: 1000 bytes with error: "
+        "MESSAGE_TOO_LARGE"), p.stderr
+    # the idempotent producer takes a new producer id after the lost batch (else: a sequence gap)
+    got = Confluent().consumer(broker.bootstrap, topic).read(2)
+    assert [r.value for r in got] == [b"small-1", b"small-2"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import re
 import signal
 import struct
@@ -54,6 +55,7 @@ _REFRESH = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, Er
             ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR,
             ErrorCode.NOT_LEADER_OR_FOLLOWER}
 TP = tuple[str, int]
+log = logging.getLogger("krafty.console_consumer")
 
 
 # ------------------------------------------------------------------------------ formatting
@@ -460,6 +462,8 @@ class Consumer:
                         self.positions, self.unresolved = {}, set()
                         await self._start_offsets(tps, {tp: o for tp, o in (await self.member.committed()).items()
                                                         if tp in tps})
+                        log.debug("generation %d: assigned %s, starting at %s", self.member.generation, tps,
+                                  self.positions)
                         next_heartbeat = now + 3
                     elif now >= next_heartbeat:
                         await self.member.heartbeat()

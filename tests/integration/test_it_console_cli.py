@@ -162,3 +162,33 @@ def test_console_producer_reports_a_refused_record_and_goes_on(broker, topic):
     # the idempotent producer takes a new producer id after the lost batch (else: a sequence gap)
     got = Confluent().consumer(broker.bootstrap, topic).read(2)
     assert [r.value for r in got] == [b"small-1", b"small-2"]
+
+
+def test_two_console_consumers_of_a_group_share_the_partitions(broker, topic):
+    import time
+
+    create_topic(broker, topic, 4)
+    Confluent().produce(broker.bootstrap, topic, [Rec(b"k%d" % i, b"v%d" % i) for i in range(40)], partition=-1)
+    group = topic + "-g"
+    cmd = [krafty_python(), "-m", "krafty", "console-consumer", "--bootstrap-server", broker.bootstrap, "--topic",
+           topic, "--group", group, "--from-beginning", "--timeout-ms", "8000"]
+    procs = [subprocess.Popen(cmd, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # both are members, with two partitions each
+            out = run("consumer-groups", "--bootstrap-server", broker.bootstrap, "--describe", "--group", group,
+                      "--members", check=None).stdout
+            rows = [line.split() for line in out.splitlines() if line.startswith(group)]
+            if len(rows) == 2 and all(r[-1] == "2" for r in rows):
+                break
+            assert time.monotonic() < deadline, out
+            time.sleep(0.3)
+        outs = [p.communicate(timeout=90)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert {v for out in outs for v in out.split()} == {f"v{i}" for i in range(40)}
+    lag = run("consumer-groups", "--bootstrap-server", broker.bootstrap, "--describe", "--group", group).stdout
+    rows = [line.split() for line in lag.splitlines() if line.startswith(group)]
+    assert len(rows) == 4 and all(r[5] == "0" for r in rows), lag  # every partition committed to its end

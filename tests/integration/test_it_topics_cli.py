@@ -94,3 +94,10 @@ def test_unreachable_cluster_and_bad_command_lines(tmp_path):
     p = cli("topics", "--bootstrap-server", "127.0.0.1:1", "--list", "--command-config",
             str(tmp_path / "nope.properties"), check=2)
     assert "cannot read --command-config" in p.stderr
+
+
+def test_describe_pages_through_describe_topic_partitions(broker, topic):
+    topics(broker, "--create", "--topic", topic, "--partitions", "5")
+    whole = topics(broker, "--describe", "--topic", topic).stdout
+    paged = topics(broker, "--describe", "--topic", topic, "--partition-size-limit-per-response", "2").stdout
+    assert paged == whole and whole.count("\tPartition: ") == 5

@@ -154,6 +154,25 @@ def parse_kv(values: list[str] | None, option: str = "--property") -> dict[str, 
     return out
 
 
+PRODUCER_PROPERTIES = {"bootstrap.servers", "client.id", "acks", "compression.type", "enable.idempotence", "linger.ms",
+                       "batch.size", "max.block.ms", "request.timeout.ms"}
+
+
+def warn_unused(props: dict[str, str], used: set[str], tool: str) -> None:
+    """One line per client property the tool does not act on (Kafka's clients warn likewise about
+    configs they do not know): nothing is silently ignored."""
+    for k in sorted(props):
+        if k not in used and not k.startswith(("security.", "sasl.", "ssl.")):
+            print(f"WARN krafty {tool} does not use the property '{k}'", file=sys.stderr)
+
+
+def int_property(props: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(props.get(key, default))
+    except ValueError:
+        raise UsageError(f"property {key}={props[key]!r} is not a number") from None
+
+
 def client_admin(args, props: dict[str, str], versions, client_id: str, cls=AdminClient) -> AdminClient:
     """An AdminClient for the console tools: --bootstrap-server (or bootstrap.servers in the client
     properties), security from --command-config and the client properties."""
@@ -168,7 +187,7 @@ def client_admin(args, props: dict[str, str], versions, client_id: str, cls=Admi
         raise UsageError(str(e)) from None
     security = security_of({k: v for k, v in props.items() if k.startswith(("security.", "sasl.", "ssl."))},
                            "client properties")
-    timeout = int(props.get("request.timeout.ms", "30000")) / 1000
+    timeout = int_property(props, "request.timeout.ms", 30000) / 1000
     return cls(bootstrap, timeout, security, versions=versions, client_id=props.get("client.id", client_id))
 
 
@@ -323,7 +342,7 @@ def build_parser() -> Parser:
     p.add_argument("--compression-codec", nargs="?", const="gzip", choices=list(CODECS),
                    help="none, gzip (the default when given without a value), snappy, lz4 or zstd")
     p.add_argument("--sync", action="store_true", help="send each record on its own, waiting for the answer")
-    p.add_argument("--batch-size", type=int, help="records per batch (default 16384 bytes' worth, as batch.size)")
+    p.add_argument("--batch-size", type=int, help="batch.size: bytes of records per batch (default 16384)")
     p.add_argument("--timeout", type=int, dest="linger_ms", help="linger.ms: how long to wait for a batch to fill "
                    "(default 1000)")
     p.add_argument("--request-timeout-ms", type=int, help="request.timeout.ms (default 30000)")
@@ -359,12 +378,13 @@ def main(argv: list[str]) -> int:
         if codec_name not in CODECS:
             raise UsageError(f"compression.type {codec_name!r}: expected one of {', '.join(CODECS)}")
         idempotent = acks == -1 and props.get("enable.idempotence", "true").lower() != "false"
-        linger_s = (args.linger_ms if args.linger_ms is not None else int(props.get("linger.ms", "1000"))) / 1000
-        batch_bytes = int(props.get("batch.size", "16384"))
+        warn_unused(props, PRODUCER_PROPERTIES, "console-producer")
+        linger_s = (args.linger_ms if args.linger_ms is not None else int_property(props, "linger.ms", 1000)) / 1000
+        batch_bytes = args.batch_size or int_property(props, "batch.size", 16384)  # (Kafka's --batch-size: batch.size)
         admin = client_admin(args, props, VERSIONS, "console-producer")
         producer = Producer(admin, args.topic, acks, CODECS[codec_name], idempotent,
-                            (args.max_block_ms or int(props.get("max.block.ms", "60000"))) / 1000,
-                            args.request_timeout_ms or int(props.get("request.timeout.ms", "30000")))
+                            (args.max_block_ms or int_property(props, "max.block.ms", 60000)) / 1000,
+                            args.request_timeout_ms or int_property(props, "request.timeout.ms", 30000))
         queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
         try:
             await producer.start()
@@ -378,8 +398,7 @@ def main(argv: list[str]) -> int:
                 size = len(line)
                 end = SYSTEM.monotonic() + linger_s
                 try:
-                    while not args.sync and size < batch_bytes and (args.batch_size is None or
-                                                                    len(pending) < args.batch_size):
+                    while not args.sync and size < batch_bytes:
                         try:
                             line = await asyncio.wait_for(queue.get(), max(0.0, end - SYSTEM.monotonic()))
                         except TimeoutError:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import re
 import signal
 import struct
@@ -33,7 +34,14 @@ from common.clock import SYSTEM
 from common.errors import ErrorCode
 from common.topic_names import INTERNAL_TOPICS
 from krafty.admin_tool import Parser, ToolError, UsageError, add_connection_options, err_name, run_tool
-from krafty.console_producer import add_client_options, client_admin, client_properties, parse_kv
+from krafty.console_producer import (
+    add_client_options,
+    client_admin,
+    client_properties,
+    int_property,
+    parse_kv,
+    warn_unused,
+)
 from krafty.consumer_groups import GroupAdmin, decode_assignment
 
 VERSIONS = {ApiKey.FETCH: (4, 12), ApiKey.JOIN_GROUP: (4, 9), ApiKey.SYNC_GROUP: (3, 5),
@@ -48,12 +56,16 @@ FORMATTERS = {"kafka.tools.DefaultMessageFormatter": "default",
 DESERIALIZERS = {"StringDeserializer", "ByteArrayDeserializer", "BytesDeserializer", "LongDeserializer",
                  "IntegerDeserializer", "ShortDeserializer", "DoubleDeserializer", "FloatDeserializer",
                  "UUIDDeserializer", "VoidDeserializer"}
+CONSUMER_PROPERTIES = {"bootstrap.servers", "client.id", "group.id", "group.instance.id", "auto.offset.reset",
+                       "isolation.level", "enable.auto.commit", "auto.commit.interval.ms", "session.timeout.ms",
+                       "exclude.internal.topics", "request.timeout.ms"}
 _REJOIN = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID,
            ErrorCode.FENCED_INSTANCE_ID}
 _REFRESH = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR,
             ErrorCode.NOT_LEADER_OR_FOLLOWER}
 TP = tuple[str, int]
+log = logging.getLogger("krafty.console_consumer")
 
 
 # ------------------------------------------------------------------------------ formatting
@@ -311,7 +323,7 @@ class Consumer:
         self.reset = "earliest" if args.from_beginning else props.get("auto.offset.reset", "latest")
         group = args.group or props.get("group.id")
         self.member = GroupMember(self.client, group, self.subscribed_topics,
-                                  int(props.get("session.timeout.ms", "45000")),
+                                  int_property(props, "session.timeout.ms", 45000),
                                   props.get("group.instance.id")) if group else None
         self.stopping = False
 
@@ -443,7 +455,7 @@ class Consumer:
         timeout_s = self.args.timeout_ms / 1000 if self.args.timeout_ms is not None else None
         last_record = SYSTEM.monotonic()
         next_heartbeat = next_commit = 0.0
-        commit_every = int(self.props.get("auto.commit.interval.ms", "5000")) / 1000
+        commit_every = int_property(self.props, "auto.commit.interval.ms", 5000) / 1000
         auto_commit = self.props.get("enable.auto.commit", "true").lower() == "true"
         try:
             if self.member is None:
@@ -460,6 +472,8 @@ class Consumer:
                         self.positions, self.unresolved = {}, set()
                         await self._start_offsets(tps, {tp: o for tp, o in (await self.member.committed()).items()
                                                         if tp in tps})
+                        log.debug("generation %d: assigned %s, starting at %s", self.member.generation, tps,
+                                  self.positions)
                         next_heartbeat = now + 3
                     elif now >= next_heartbeat:
                         await self.member.heartbeat()
@@ -563,6 +577,7 @@ def main(argv: list[str]) -> int:
     async def run() -> int:
         props = client_properties(args)
         validate(args, props)
+        warn_unused(props, CONSUMER_PROPERTIES, "console-consumer")
         fprops = {}
         if args.formatter_config:
             from krafty.admin_tool import read_properties

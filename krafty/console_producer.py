@@ -154,6 +154,25 @@ def parse_kv(values: list[str] | None, option: str = "--property") -> dict[str, 
     return out
 
 
+PRODUCER_PROPERTIES = {"bootstrap.servers", "client.id", "acks", "compression.type", "enable.idempotence", "linger.ms",
+                       "batch.size", "max.block.ms", "request.timeout.ms"}
+
+
+def warn_unused(props: dict[str, str], used: set[str], tool: str) -> None:
+    """One line per client property the tool does not act on (Kafka's clients warn likewise about
+    configs they do not know): nothing is silently ignored."""
+    for k in sorted(props):
+        if k not in used and not k.startswith(("security.", "sasl.", "ssl.")):
+            print(f"WARN krafty {tool} does not use the property '{k}'", file=sys.stderr)
+
+
+def int_property(props: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(props.get(key, default))
+    except ValueError:
+        raise UsageError(f"property {key}={props[key]!r} is not a number") from None
+
+
 def client_admin(args, props: dict[str, str], versions, client_id: str, cls=AdminClient) -> AdminClient:
     """An AdminClient for the console tools: --bootstrap-server (or bootstrap.servers in the client
     properties), security from --command-config and the client properties."""
@@ -168,7 +187,7 @@ def client_admin(args, props: dict[str, str], versions, client_id: str, cls=Admi
         raise UsageError(str(e)) from None
     security = security_of({k: v for k, v in props.items() if k.startswith(("security.", "sasl.", "ssl."))},
                            "client properties")
-    timeout = int(props.get("request.timeout.ms", "30000")) / 1000
+    timeout = int_property(props, "request.timeout.ms", 30000) / 1000
     return cls(bootstrap, timeout, security, versions=versions, client_id=props.get("client.id", client_id))
 
 
@@ -185,16 +204,24 @@ class Producer:
         self.sequences: dict[int, int] = {}
         self.next_partition = 0
         self.failed = 0
+        self.lost = False  # an idempotent batch was given up: a new producer id before the next
 
     async def start(self) -> None:
         await self.admin.start()
         await self.refresh(first=True)
         if self.idempotent:
-            r = await self.admin._send(self.admin._any, ApiKey.INIT_PRODUCER_ID, {
-                "transactional_id": None, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1})
-            if int(r.error_code) != 0:
-                raise ToolError(f"InitProducerId failed: {err_name(r.error_code)}")
-            self.pid, self.epoch = int(r.producer_id), int(r.producer_epoch)
+            await self.init_producer_id()
+
+    async def init_producer_id(self) -> None:
+        """A producer id (again after a batch was lost: the next sequences would have a gap, which
+        the leader refuses with OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+        r = await self.admin._send(self.admin._any, ApiKey.INIT_PRODUCER_ID, {
+            "transactional_id": None, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1})
+        if int(r.error_code) != 0:
+            raise ToolError(f"InitProducerId failed: {err_name(r.error_code)}")
+        self.pid, self.epoch = int(r.producer_id), int(r.producer_epoch)
+        self.sequences.clear()
+        self.lost = False
 
     async def refresh(self, first: bool = False) -> None:
         deadline = SYSTEM.monotonic() + self.max_block_s
@@ -229,6 +256,8 @@ class Producer:
 
     async def send(self, records: list[tuple[bytes | None, bytes | None, list]]) -> None:
         """One batch per partition; the keyless records of a call go to one partition (sticky)."""
+        if self.lost:
+            await self.init_producer_id()
         by_partition: dict[int, list] = {}
         for key, value, headers in records:
             by_partition.setdefault(self.partition_of(key), []).append((key, value, headers))
@@ -270,6 +299,7 @@ class Producer:
                 await self.refresh()
             except ToolError:
                 pass
+        self.lost = self.idempotent
         for key, value, _ in recs:
             self.failed += 1
             print(f"ERROR Error when sending message to topic {self.topic} with key: "
@@ -312,7 +342,7 @@ def build_parser() -> Parser:
     p.add_argument("--compression-codec", nargs="?", const="gzip", choices=list(CODECS),
                    help="none, gzip (the default when given without a value), snappy, lz4 or zstd")
     p.add_argument("--sync", action="store_true", help="send each record on its own, waiting for the answer")
-    p.add_argument("--batch-size", type=int, help="records per batch (default 16384 bytes' worth, as batch.size)")
+    p.add_argument("--batch-size", type=int, help="batch.size: bytes of records per batch (default 16384)")
     p.add_argument("--timeout", type=int, dest="linger_ms", help="linger.ms: how long to wait for a batch to fill "
                    "(default 1000)")
     p.add_argument("--request-timeout-ms", type=int, help="request.timeout.ms (default 30000)")
@@ -348,12 +378,13 @@ def main(argv: list[str]) -> int:
         if codec_name not in CODECS:
             raise UsageError(f"compression.type {codec_name!r}: expected one of {', '.join(CODECS)}")
         idempotent = acks == -1 and props.get("enable.idempotence", "true").lower() != "false"
-        linger_s = (args.linger_ms if args.linger_ms is not None else int(props.get("linger.ms", "1000"))) / 1000
-        batch_bytes = int(props.get("batch.size", "16384"))
+        warn_unused(props, PRODUCER_PROPERTIES, "console-producer")
+        linger_s = (args.linger_ms if args.linger_ms is not None else int_property(props, "linger.ms", 1000)) / 1000
+        batch_bytes = args.batch_size or int_property(props, "batch.size", 16384)  # (Kafka's --batch-size: batch.size)
         admin = client_admin(args, props, VERSIONS, "console-producer")
         producer = Producer(admin, args.topic, acks, CODECS[codec_name], idempotent,
-                            (args.max_block_ms or int(props.get("max.block.ms", "60000"))) / 1000,
-                            args.request_timeout_ms or int(props.get("request.timeout.ms", "30000")))
+                            (args.max_block_ms or int_property(props, "max.block.ms", 60000)) / 1000,
+                            args.request_timeout_ms or int_property(props, "request.timeout.ms", 30000))
         queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
         try:
             await producer.start()
@@ -367,8 +398,7 @@ def main(argv: list[str]) -> int:
                 size = len(line)
                 end = SYSTEM.monotonic() + linger_s
                 try:
-                    while not args.sync and size < batch_bytes and (args.batch_size is None or
-                                                                    len(pending) < args.batch_size):
+                    while not args.sync and size < batch_bytes:
                         try:
                             line = await asyncio.wait_for(queue.get(), max(0.0, end - SYSTEM.monotonic()))
                         except TimeoutError:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from cli_inproc import krafty
 from krafty_node import free_port
-from test_it_partition_tools_cli import cli
 
 pytestmark = pytest.mark.krafty_only
 
 
 def topics(broker, *args, check: int | None = 0):
-    return cli("topics", "--bootstrap-server", broker.bootstrap, *args, check=check)
+    return krafty("topics", "--bootstrap-server", broker.bootstrap, *args, check=check)
 
 
 def test_create_list_describe_alter_delete(broker, topic):
@@ -86,11 +86,18 @@ def test_describe_by_topic_id_and_overrides(broker, topic):
 
 
 def test_unreachable_cluster_and_bad_command_lines(tmp_path):
-    p = cli("topics", "--bootstrap-server", f"127.0.0.1:{free_port()}", "--list", check=1)
+    p = krafty("topics", "--bootstrap-server", f"127.0.0.1:{free_port()}", "--list", check=1)
     assert p.stderr.startswith("Error: cannot connect to any --bootstrap-server") and \
         len(p.stderr.strip().splitlines()) == 1, p.stderr
-    p = cli("topics", "--bootstrap-server", "127.0.0.1:1", "--list", "--describe", check=2)
+    p = krafty("topics", "--bootstrap-server", "127.0.0.1:1", "--list", "--describe", check=2)
     assert "exactly one action" in p.stderr and len(p.stderr.strip().splitlines()) == 1
-    p = cli("topics", "--bootstrap-server", "127.0.0.1:1", "--list", "--command-config",
+    p = krafty("topics", "--bootstrap-server", "127.0.0.1:1", "--list", "--command-config",
             str(tmp_path / "nope.properties"), check=2)
     assert "cannot read --command-config" in p.stderr
+
+
+def test_describe_pages_through_describe_topic_partitions(broker, topic):
+    topics(broker, "--create", "--topic", topic, "--partitions", "5")
+    whole = topics(broker, "--describe", "--topic", topic).stdout
+    paged = topics(broker, "--describe", "--topic", topic, "--partition-size-limit-per-response", "2").stdout
+    assert paged == whole and whole.count("\tPartition: ") == 5

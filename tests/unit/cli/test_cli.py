@@ -67,3 +67,20 @@ def test_no_broker_answering_is_one_line_and_exit_1(verb):
                         *NETWORK_VERBS[verb]], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert p.returncode == 1, (p.stdout, p.stderr)
     assert len(p.stderr.strip().splitlines()) == 1 and "cannot connect to any --bootstrap-server" in p.stderr, p.stderr
+
+
+def test_console_tools_say_which_client_properties_they_do_not_use(capsys):
+    from tests.integration.krafty_node import free_port
+
+    bs = f"127.0.0.1:{free_port()}"
+    assert cli.main(["console-producer", "--bootstrap-server", bs, "--topic", "t", "--producer-property",
+                     "buffer.memory=1", "--producer-property", "acks=1"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "WARN krafty console-producer does not use the property 'buffer.memory'"
+    assert err[1].startswith("Error: cannot connect") and len(err) == 2
+    assert cli.main(["console-consumer", "--bootstrap-server", bs, "--topic", "t", "--consumer-property",
+                     "group.protocol=consumer"]) == 1
+    assert "WARN krafty console-consumer does not use the property 'group.protocol'" in capsys.readouterr().err
+    assert cli.main(["console-producer", "--bootstrap-server", bs, "--topic", "t", "--producer-property",
+                     "linger.ms=soon"]) == 2
+    assert "property linger.ms='soon' is not a number" in capsys.readouterr().err

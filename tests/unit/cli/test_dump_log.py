@@ -173,3 +173,13 @@ def test_missing_files_and_unknown_suffixes(tmp_path, capsys):
     (tmp_path / "x.txt").write_text("x")
     rc, _, err = dump(capsys, "--files", str(tmp_path / "x.txt"))
     assert rc == 0 and err.strip() == f"Ignoring unknown file {tmp_path / 'x.txt'}"
+
+
+def test_offsets_missing_after_compaction_are_reported(tmp_path, capsys):
+    log = make_log(tmp_path)
+    for offset in (0, 1, 5):  # as a follower copies a compacted leader's batches
+        log.append_as_follower(build_batch([Record(offset, 1000, b"k", b"v", [])], partition_leader_epoch=0))
+    log.flush()
+    seg = os.path.join(log.path, f"{0:020d}.log")
+    rc, out, err = dump(capsys, "--files", seg, "--deep-iteration")
+    assert rc == 0 and err == f"Non-consecutive offsets in {os.path.abspath(seg)}\n  1 is followed by 5\n", err

@@ -13,10 +13,13 @@ check, as for the ClusterAction its own principal has.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from broker.protocol import codec
 from broker.protocol.apis import ApiKey
 from broker.server import RequestContext
+
+log = logging.getLogger("krafty.apis.loopback")
 
 
 class LoopbackConnection:
@@ -28,20 +31,25 @@ class LoopbackConnection:
 
     async def request(self, api_key: int, version: int, data: dict, timeout: float = 30.0):
         """As ``KafkaConnection.request``: the typed response; ConnectionError after ``timeout``."""
+        if api_key != ApiKey.WRITE_TXN_MARKERS and not (api_key == ApiKey.ADD_PARTITIONS_TO_TXN and version >= 4):
+            raise ValueError(f"no loopback for api key {api_key} v{version}")
         req = codec.build_request(api_key, version, data)
         header = codec.RequestHeader(api_key, version, 0, f"broker-{self.broker_id}-loopback", 0)
         ctx = RequestContext(header, self.listener, "loopback", -1)
         if api_key == ApiKey.WRITE_TXN_MARKERS:
             call = self.apis.txn_data_apis.write_markers(ctx, req)
-        elif api_key == ApiKey.ADD_PARTITIONS_TO_TXN and version >= 4:
-            call = self.apis.txn_apis.add_partitions_for_brokers(ctx, req, version)
         else:
-            raise ValueError(f"no loopback for api key {api_key} v{version}")
+            call = self.apis.txn_apis.add_partitions_for_brokers(ctx, req, version)
         self.sent += 1
         try:
             resp = await asyncio.wait_for(call, timeout)
         except TimeoutError:
             raise ConnectionError(f"loopback {ApiKey(api_key).name} timed out after {timeout}s") from None
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as e:  # a failure of the handler: the caller retries, as after a lost connection
+            log.exception("loopback %s failed", ApiKey(api_key).name)
+            raise ConnectionError(f"loopback {ApiKey(api_key).name} failed: {e!r}") from None
         return codec.build_response(api_key, version, resp)
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """The transaction marker sender (Kafka's TransactionMarkerChannelManager): writes the COMMIT
 or ABORT markers the core asks for (``TxnCoordinatorCore.outstanding_markers``) with
-WriteTxnMarkers v1 to each partition's leader over the inter-broker listener, using the
+WriteTxnMarkers v2 to each partition's leader over the inter-broker listener, using the
 replica fetchers' endpoints and security (broker/protocol/client.py connections), and hands
 each partition's answer back to the core.
 
@@ -25,7 +25,7 @@ from common.clock import SYSTEM, Clock
 
 log = logging.getLogger("krafty.txn.markers")
 
-WRITE_TXN_MARKERS_VERSION = 1
+WRITE_TXN_MARKERS_VERSION = 2  # v2 (KIP-890) carries each transaction's transaction version
 BACKOFF_S = 0.1  # before a marker is sent again after a retriable answer
 MAX_BACKOFF_S = 1.0  # a leader that keeps failing (down, unreachable) is tried ever less often, up to this
 
@@ -149,7 +149,8 @@ class TxnMarkerSender:
                 by_topic.setdefault(t, []).append(p)
             markers.append({"producer_id": job.producer_id, "producer_epoch": job.producer_epoch,
                             "transaction_result": job.commit, "coordinator_epoch": job.coordinator_epoch,
-                            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]})
+                            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],
+                            "transaction_version": job.transaction_version})
         answers: dict[tuple[int, str, int], int] = {}
         try:
             conn = self._conn(leader)

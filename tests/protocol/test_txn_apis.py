@@ -430,3 +430,18 @@ async def test_describe_and_list_transactions(env):
     assert await lst(pids=[pb]) == ([], [("l-b", pb, "Empty")])
     assert await lst(states=["Ongoing"], duration=3_600_000) == ([], [])
     assert await lst(states=["Ongoing"], duration=0) == ([], [("l-a", pa, "Ongoing")])
+
+
+@pytest.mark.parametrize("end_version, tv", [(5, 2), (3, 0)])
+async def test_markers_carry_the_transaction_version_of_their_transaction(env, end_version, tv):
+    """WriteTxnMarkers v2 (KIP-890): a transaction ended with EndTxn v5 (transaction version 2)
+    has markers of version 2, which leaders check strictly (a stale copy cannot end the next
+    transaction, which runs at the bumped epoch); a version 0 one, version 0."""
+    tid = f"tx-mv{end_version}"
+    await env.find(tid)
+    _, pid, epoch = await env.init(tid)
+    assert await env.add(tid, pid, epoch, {"t1": [0]}) == {("t1", 0): 0}
+    assert (await env.end(tid, pid, epoch, True, ver=end_version))[0] == 0
+    (m,) = await wait_written(env.fake, 1)
+    assert m.producer_epoch == epoch + (1 if tv == 2 else 0)
+    assert env.fake.versions == [tv]

@@ -195,3 +195,16 @@ async def test_a_broker_writes_its_own_markers_and_answers_its_own_verification_
     r = await produce(env.port, "t1", txn_batch(pid, epoch, 1, [b"late"]), txn_id=tid)
     assert r.error_code == E.INVALID_TXN_STATE
     assert loopback.sent == 3
+
+
+async def test_a_failing_loopback_request_is_a_lost_connection_to_its_caller(env, monkeypatch):
+    """The marker sender and the verifier retry what a lost connection would make them retry."""
+    loopback = env.node.broker.apis.txn_coordinator.markers.local
+
+    async def broken(ctx, req, denied=False):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(env.node.broker.apis.txn_data_apis, "write_markers", broken)
+    with pytest.raises(ConnectionError, match="boom"):
+        await loopback.request(ApiKey.WRITE_TXN_MARKERS, 2, {"markers": []})
+    with pytest.raises(ValueError, match="no loopback"):
+        await loopback.request(ApiKey.PRODUCE, 9, {})

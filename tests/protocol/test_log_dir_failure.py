@@ -234,3 +234,19 @@ async def test_below_metadata_version_3_7_iv2_a_failed_dir_stops_the_broker(tmp_
         c.close()
     finally:
         await node.stop()
+
+
+async def test_the_failed_dir_holding_the_metadata_log_stops_the_node(tmp_path, monkeypatch):
+    d1, d2 = f"{tmp_path}/d1", f"{tmp_path}/d2"
+    node = await start_node(tmp_path, log_dirs=f"{d1},{d2}")  # metadata.log.dir: the first log dir
+    try:
+        await make_topic(node, "t", 2)
+        c = await RawClient.connect(node.port)
+        with failing_dir(monkeypatch, d1):
+            for p in (0, 1):
+                await _produce(c, "t", p, b"x")
+            await _until(lambda: node.failed() is not None)
+        assert "metadata log dir" in str(node.failed())
+        c.close()
+    finally:
+        await node.stop()

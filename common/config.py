@@ -44,6 +44,14 @@ def _bool(v: str) -> bool:
     raise ValueError("expected true or false")
 
 
+def _ratio(v: str) -> float:
+    """A DOUBLE in [0, 1] (min.cleanable.dirty.ratio)."""
+    x = float(v.strip())
+    if not 0.0 <= x <= 1.0:  # also refuses nan
+        raise ValueError("Value must be between 0 and 1")
+    return x
+
+
 def _str(v: str) -> str:
     return v.strip()
 
@@ -225,6 +233,9 @@ KEYS: dict[str, Key] = {
         Key("log.cleanup.policy", _cleanup_policy, "delete", topic_key="cleanup.policy"),
         Key("log.cleaner.delete.retention.ms", _int, 86_400_000, min=0, topic_key="delete.retention.ms"),
         Key("log.cleaner.backoff.ms", _int, 15_000, min=1),  # pause between log cleaner runs
+        # a compacted log is cleaned once its dirty part (bytes past the cleaner's offset) is at
+        # least this share of the cleanable log
+        Key("log.cleaner.min.cleanable.ratio", _ratio, 0.5, topic_key="min.cleanable.dirty.ratio"),
         Key("log.message.timestamp.type", _choice("createtime", "logappendtime"), "createtime",
             topic_key="message.timestamp.type"),
         # KIP-937 (Kafka 4.0 defaults; message.timestamp.difference.max.ms is gone in 4.0): a CreateTime

@@ -69,7 +69,6 @@ from .txn_index import AbortedTxn
 
 log = logging.getLogger("krafty.log.cleaner")
 
-MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's min.cleanable.dirty.ratio default
 CLEANED_SUFFIX = ".cleaned"
 
 
@@ -117,14 +116,15 @@ class CleanerStopped(Exception):
 
 
 def compact(lg, now_ms: int, *, high_watermark: int | None = None, force: bool = False,
-            min_dirty_ratio: float = MIN_CLEANABLE_DIRTY_RATIO, stop: threading.Event | None = None) -> CleanStats:
-    """Compact ``lg`` if it is a compacted topic and dirty enough (or ``force``). Raises
+            stop: threading.Event | None = None) -> CleanStats:
+    """Compact ``lg`` if it is a compacted topic and dirty enough (its topic's
+    ``min.cleanable.dirty.ratio``; or ``force``). Raises
     CleanerStopped once ``stop`` is set; a log closed or deleted meanwhile is left as it is."""
     stats = CleanStats()
     if lg.closed or not lg.config.compact_enabled:
         return stats
     segs = _cleanable(lg, _first_uncleanable(lg, high_watermark))
-    if not segs or (not force and dirty_ratio(lg, high_watermark) < min_dirty_ratio):
+    if not segs or (not force and dirty_ratio(lg, high_watermark) < lg.config.min_cleanable_dirty_ratio):
         return stats
     with lg.lock:
         if lg.closed:

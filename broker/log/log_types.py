@@ -66,6 +66,7 @@ class LogConfig:
     compression_type: str = "producer"
     message_timestamp_before_max_ms: int = 2**63 - 1
     message_timestamp_after_max_ms: int = 3_600_000
+    min_cleanable_dirty_ratio: float = 0.5
 
     _FIELDS: ClassVar[dict[str, str]] = {
         "segment.bytes": "segment_bytes", "segment.ms": "segment_ms", "retention.ms": "retention_ms",
@@ -76,6 +77,7 @@ class LogConfig:
         "delete.retention.ms": "delete_retention_ms", "compression.type": "compression_type",
         "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
         "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+        "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
     }
 
     @classmethod

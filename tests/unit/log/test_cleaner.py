@@ -2,11 +2,12 @@
 
 import os
 
+import pytest
 from batch_builder import make_batch
 
 from broker.log import Log, LogConfig, parse_batches, validate_produce_batches
 from broker.log.batch import decode_records
-from broker.log.cleaner import compact
+from broker.log.cleaner import compact, dirty_ratio
 
 MAX = 1 << 20
 
@@ -128,6 +129,27 @@ def test_clean_log_is_not_recleaned_until_dirty(tmp_path):
     fill(log)
     assert compact(log, now_ms=2000).segments > 0
     assert compact(log, now_ms=2000).segments == 0
+
+
+def test_min_cleanable_dirty_ratio_is_the_topics(tmp_path):
+    """A little new data after a cleaning: below the default ratio (0.5) nothing is cleaned, a
+    topic with min.cleanable.dirty.ratio=0.01 (librdkafka's 0077 creates one) is cleaned."""
+    for ratio, cleaned in ((None, False), ("0.01", True)):
+        d = tmp_path / str(ratio)
+        log = open_log(d, segment_bytes=400, **({"min_cleanable_dirty_ratio": ratio} if ratio else {}))
+        fill(log, rounds=2, keys=[b"k%d" % i for i in range(60)])
+        assert compact(log, now_ms=2000).segments > 0
+        fill(log, rounds=3)
+        assert 0 < dirty_ratio(log) < 0.5
+        assert (compact(log, now_ms=2000).segments > 0) is cleaned
+
+
+def test_min_cleanable_dirty_ratio_is_checked():
+    from common.config import TOPIC_KEYS, ConfigError
+    assert TOPIC_KEYS["min.cleanable.dirty.ratio"].convert("0.25") == 0.25
+    for bad in ("1.5", "-0.1", "nan", "x"):
+        with pytest.raises(ConfigError, match="min.cleanable.dirty.ratio"):
+            TOPIC_KEYS["min.cleanable.dirty.ratio"].convert(bad)
 
 
 def test_leftover_cleaned_file_from_a_crash_is_removed(tmp_path):

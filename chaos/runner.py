@@ -32,6 +32,7 @@ from chaos.nemesis import KINDS, Nemesis
 from chaos.txn_workload import TXN_TOPIC, TxnProducerWorker, txn_reader
 from chaos.txn_workload import final_read as txn_final_read
 from chaos.workload import (
+    CONSUMER_PROTOCOL_OVERRIDES,
     ConsumerWorker,
     Counter,
     GroupWorker,
@@ -63,6 +64,7 @@ class Options:
     group_liveness: float | None = None  # seconds; None: the checker's default (from the session timeout)
     override: dict[str, str] = field(default_factory=dict)  # node config keys for every node
     workload: str = "plain"  # plain | txn (also transactional producers and read_committed readers)
+    group_protocol: str = "classic"  # classic | consumer (KIP-848) for the group members
     argv: list[str] = field(default_factory=list)
 
 
@@ -250,8 +252,9 @@ def run(opts: Options) -> int:
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     log(f"seed {opts.seed}, cluster {opts.cluster}, nemesis {','.join(kinds)}, {opts.time:.0f}s, output in {out}")
     try:
+        overrides = {**(CONSUMER_PROTOCOL_OVERRIDES if opts.group_protocol == "consumer" else {}), **opts.override}
         c = make_cluster(opts.cluster, os.path.join(out, "cluster"), network="partition" in kinds,
-                         overrides=opts.override, log=log)
+                         overrides=overrides, log=log)
     except (RuntimeError, OSError) as e:
         log(f"cannot start the {opts.cluster} cluster: {e}")
         return 2
@@ -267,6 +270,7 @@ def run(opts: Options) -> int:
             b = c.brokers[0]
             groups = supports_api(b.host, b.ports[0], 10)  # FindCoordinator
         meta["groups"] = groups
+        meta["group_protocol"] = opts.group_protocol
         log(f"topic {TOPIC} ready ({opts.partitions} partitions, RF 3, min.insync.replicas 2); "
             f"consumer groups {'on' if groups else 'off (the brokers do not serve FindCoordinator)'}")
         counter = Counter()
@@ -275,7 +279,8 @@ def run(opts: Options) -> int:
                      for i in range(opts.producers)]
         consumers = [ConsumerWorker(i, c.bootstrap, TOPIC, opts.partitions, hist, random.Random(rng.random()))
                      for i in range(opts.consumers)]
-        members = [GroupWorker(i, c.bootstrap, TOPIC, "chaos-group", hist) for i in range(2)] if groups else []
+        members = [GroupWorker(i, c.bootstrap, TOPIC, "chaos-group", hist, opts.group_protocol)
+                   for i in range(2)] if groups else []
         churn = [TopicChurnWorker(c.bootstrap, hist, random.Random(rng.random()))] if opts.churn else []
         txn_producers: list = []
         txn_readers: list = []
@@ -468,6 +473,8 @@ def main(argv: list[str]) -> int:
     liveness_help = ("seconds after the heal within which every consumer-group member must get records "
                      "(default: 3 session timeouts + the initial rebalance delay = 33 s)")
     r.add_argument("--group-liveness", type=float, default=None, metavar="S", help=liveness_help)
+    r.add_argument("--group-protocol", choices=["classic", "consumer"], default="classic",
+                   help="the group members' protocol (consumer: KIP-848, group.protocol=consumer)")
     r.add_argument("--workload", choices=["plain", "txn"], default="plain",
                    help="txn: also transactional producers (commit or abort at random) and read_committed readers "
                         "of their own topic, checked for aborted/uncommitted reads, lost, duplicate or partial "
@@ -497,7 +504,7 @@ def main(argv: list[str]) -> int:
                    partitions=args.partitions, producers=args.producers, rate=args.rate,
                    consumers=args.consumers, groups=args.groups, churn=not args.no_churn,
                    hold=args.hold, quiet=args.gap, override=dict(args.override), group_liveness=args.group_liveness,
-                   workload=args.workload,
+                   workload=args.workload, group_protocol=args.group_protocol,
                    argv=["run", *argv[1:]] if args.seed is not None else ["run", *argv[1:], "--seed", str(seed)])
     signal.signal(signal.SIGTERM, _interrupt)  # a SIGTERM heals and stops the cluster as Ctrl-C does
     return run(opts)

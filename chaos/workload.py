@@ -193,6 +193,13 @@ class ConsumerWorker(Worker):
 # the group members' client settings (the checker's group-liveness bound derives from the session timeout)
 GROUP_SESSION_TIMEOUT_MS = 10000
 GROUP_HEARTBEAT_INTERVAL_MS = 1000
+# the broker keys that give consumer-protocol (KIP-848) members the same session and heartbeat
+CONSUMER_PROTOCOL_OVERRIDES = {
+    "group.consumer.min.session.timeout.ms": str(GROUP_SESSION_TIMEOUT_MS),
+    "group.consumer.session.timeout.ms": str(GROUP_SESSION_TIMEOUT_MS),
+    "group.consumer.min.heartbeat.interval.ms": str(GROUP_HEARTBEAT_INTERVAL_MS),
+    "group.consumer.heartbeat.interval.ms": str(GROUP_HEARTBEAT_INTERVAL_MS),
+}
 
 
 class GroupWorker(Worker):
@@ -200,9 +207,10 @@ class GroupWorker(Worker):
     assignment is a new session that starts at the committed offset (read with OffsetFetch), or at
     offset 0 without one (``auto.offset.reset=earliest``; nothing is deleted from the chaos topic)."""
 
-    def __init__(self, idx: int, bootstrap: str, topic: str, group: str, hist: History):
+    def __init__(self, idx: int, bootstrap: str, topic: str, group: str, hist: History, protocol: str = "classic"):
         super().__init__(f"group-{idx}", hist)
         self.idx, self.bootstrap, self.topic, self.group = idx, bootstrap, topic, group
+        self.protocol = protocol  # classic | consumer (KIP-848: the session and heartbeat are the broker's)
         self.commits = 0
         self.last_records_t: float | None = None  # history time of the last poll that returned records
 
@@ -214,10 +222,11 @@ class GroupWorker(Worker):
                       session_timeout_ms=GROUP_SESSION_TIMEOUT_MS)
         dbg = os.environ.get("KRAFTY_CHAOS_CLIENT_DEBUG_DIR")
         extra = {"debug": "cgrp", "logger": _TimeLogger(os.path.join(dbg, f"{proc}.log"), self.hist)} if dbg else {}
+        timing = ({"group.protocol": "consumer"} if self.protocol == "consumer" else
+                  {"session.timeout.ms": GROUP_SESSION_TIMEOUT_MS, "heartbeat.interval.ms": GROUP_HEARTBEAT_INTERVAL_MS})
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False,
-                      "auto.offset.reset": "earliest", "session.timeout.ms": GROUP_SESSION_TIMEOUT_MS,
-                      "heartbeat.interval.ms": GROUP_HEARTBEAT_INTERVAL_MS, "fetch.wait.max.ms": 200,
-                      "logger": _NullLogger(), **extra})
+                      "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200, "logger": _NullLogger(),
+                      **timing, **extra})
 
         def on_assign(cons, parts):
             state["session"] = next(session)

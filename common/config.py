@@ -120,6 +120,26 @@ def _choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+_ASSIGNOR_CLASSES = {"org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+                     "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
+
+
+def _assignors(v: str) -> list[str]:
+    """group.consumer.assignors: names (uniform, range) or Kafka's class names; the first is the default."""
+    names = [_ASSIGNOR_CLASSES.get(x, x) for x in _list(v)]
+    bad = [x for x in names if x not in ("uniform", "range")]
+    if not names or bad:
+        raise ValueError(f"unknown assignor(s) {', '.join(bad) or '(none)'}: krafty has uniform and range")
+    return names
+
+
+def _rebalance_protocols(v: str) -> list[str]:
+    names = [x.lower() for x in _list(v)]
+    if "classic" not in names or any(x not in ("classic", "consumer", "share", "streams") for x in names):
+        raise ValueError("a list of classic, consumer (share, streams), with classic")
+    return names
+
+
 def _cleanup_policy(v: str) -> str:
     parts = sorted(set(_list(v.lower())))
     if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -247,6 +267,16 @@ KEYS: dict[str, Key] = {
         Key("group.min.session.timeout.ms", _int, 6000, min=0),
         Key("group.max.session.timeout.ms", _int, 1_800_000, min=0),
         Key("group.max.size", _int, 2**31 - 1, min=1),
+        # consumer groups (KIP-848): the defaults and bounds of a group's GROUP configs
+        Key("group.consumer.session.timeout.ms", _int, 45_000, min=1),
+        Key("group.consumer.min.session.timeout.ms", _int, 45_000, min=1),
+        Key("group.consumer.max.session.timeout.ms", _int, 60_000, min=1),
+        Key("group.consumer.heartbeat.interval.ms", _int, 5000, min=1),
+        Key("group.consumer.min.heartbeat.interval.ms", _int, 5000, min=1),
+        Key("group.consumer.max.heartbeat.interval.ms", _int, 15_000, min=1),
+        Key("group.consumer.max.size", _int, 2**31 - 1, min=1),
+        Key("group.consumer.assignors", _assignors, ["uniform", "range"]),
+        Key("group.coordinator.rebalance.protocols", _rebalance_protocols, ["classic", "consumer"]),
         # transactions (broker/txn)
         Key("transaction.state.log.num.partitions", _int, 50, min=1),
         Key("transaction.state.log.replication.factor", _int, 3, min=1),
@@ -308,6 +338,8 @@ KEYS: dict[str, Key] = {
         # to the replicas the topics' leader/follower.replication.throttled.replicas list
         Key("leader.replication.throttled.rate", _int, 2**63 - 1, min=0),
         Key("follower.replication.throttled.rate", _int, 2**63 - 1, min=0),
+        # AlterReplicaLogDirs: the copy of a future replica between this broker's log dirs (bytes/s)
+        Key("replica.alter.log.dirs.io.max.bytes.per.second", _int, 2**63 - 1, min=1),
         Key("replication.quota.window.num", _int, 11, min=1),
         Key("replication.quota.window.size.seconds", _int, 1, min=1),
         # krafty's own
@@ -468,6 +500,11 @@ class Config(Mapping[str, Any]):
             raise ConfigError("configuration key 'listeners' has no broker listener but process.roles includes broker")
         if "broker" in roles:
             self._check_broker_listeners()
+        for what in ("session.timeout", "heartbeat.interval"):  # Kafka's GroupCoordinatorConfig requirements
+            lo, default, hi = (self[f"group.consumer.{m}{what}.ms"] for m in ("min.", "", "max."))
+            if not lo <= default <= hi:
+                raise ConfigError(f"'group.consumer.{what}.ms' ({default}) must be between "
+                                  f"'group.consumer.min.{what}.ms' ({lo}) and 'group.consumer.max.{what}.ms' ({hi})")
 
     def _check_broker_listeners(self) -> None:
         """Kafka's startup checks on named listeners: every advertised listener is a bound one,

@@ -1,5 +1,5 @@
-"""Dynamic broker configs on the controller (Kafka's ConfigurationControlManager for BROKER
-resources): IncrementalAlterConfigs ops become ConfigRecords. The broker that received the
+"""Dynamic broker configs and group configs on the controller (Kafka's
+ConfigurationControlManager for BROKER and GROUP resources): IncrementalAlterConfigs ops become ConfigRecords. The broker that received the
 request has checked the keys and values against its own configuration (common/dynamic_config.py,
 as Kafka's ConfigAdminManager does); here only the resource name is checked, as Kafka's
 ControllerConfigurationValidator does. Pure."""
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from common.dynamic_config import DynamicConfigError, apply_ops
 from common.errors import ErrorCode, KafkaError
+from common.group_config import validate_names
 from metadata import records as r
 from metadata.image import MetadataImage
 
@@ -36,3 +37,17 @@ def alter_broker_configs(image: MetadataImage, name: str, ops: Sequence[tuple[st
     except DynamicConfigError as e:
         raise KafkaError(ErrorCode[e.code], e.message) from None
     return [r.ConfigRecord(r.RESOURCE_BROKER, name, k, v) for k, v in new.items()]
+
+
+def alter_group_configs(image: MetadataImage, name: str, ops: Sequence[tuple[str, int, str | None]]
+                        ) -> list[r.ConfigRecord]:
+    """A group's configs (KIP-848): the broker checked the values against its group.consumer.*
+    bounds; here the name and the keys, as Kafka's ControllerConfigurationValidator."""
+    if name == "":
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+    try:
+        new = apply_ops(image.configs.get((r.RESOURCE_GROUP, name), {}), ops, resource="group")
+        validate_names(new)
+    except DynamicConfigError as e:
+        raise KafkaError(ErrorCode[e.code], e.message) from None
+    return [r.ConfigRecord(r.RESOURCE_GROUP, name, k, v) for k, v in new.items()]

@@ -29,7 +29,7 @@ from controller import scram as scram_ops
 from controller import topics as topic_ops
 from metadata import records as r
 from metadata.delta import MetadataDelta
-from metadata.features import LATEST_METADATA_VERSION
+from metadata.features import bootstrap_feature_records
 from metadata.image import MetadataImage
 from metadata.loader import MetadataLoader
 from raft.api import NotLeaderError
@@ -65,8 +65,7 @@ class QuorumController:
         self.rebalance_interval_s = rebalance_interval_s
         self.colocated_broker_id = colocated_broker_id  # the broker of this process (combined mode), if any
         # what the first active controller of a new cluster writes (the metadata dir's bootstrap.checkpoint)
-        self.bootstrap = bootstrap if bootstrap is not None else [
-            r.FeatureLevelRecord("metadata.version", LATEST_METADATA_VERSION)]
+        self.bootstrap = bootstrap if bootstrap is not None else bootstrap_feature_records()
         self.cluster = cluster_ops.ClusterState()
         self._applied = asyncio.Event()
         self._active_tasks: list[asyncio.Task] = []
@@ -267,6 +266,12 @@ class QuorumController:
             return ([] if validate_only else recs), None
         return await self.write(op, user_op=True)
 
+    async def alter_group_configs(self, name: str, ops, validate_only: bool = False) -> None:
+        def op(image):
+            recs = config_ops.alter_group_configs(image, name, ops)
+            return ([] if validate_only else recs), None
+        return await self.write(op, user_op=True)
+
     async def update_features(self, updates, validate_only: bool = False) -> None:
         """UpdateFeatures: (feature, level, upgrade type) each; all or nothing."""
         def op(image):
@@ -283,14 +288,14 @@ class QuorumController:
             colocated_broker_id=self.colocated_broker_id))
 
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, want_fence: bool,
-                        want_shutdown: bool, timeout: float | None = None):
+                        want_shutdown: bool, timeout: float | None = None, offline_log_dirs=(), offline_partitions=()):
         received = self._now_ms()
 
         def op(image: MetadataImage):
             self.cluster.touch(broker_id, max(received, self._now_ms()))
             return cluster_ops.heartbeat(image, self.cluster, broker_id, broker_epoch, self._now_ms(), metadata_offset,
                                          want_fence, want_shutdown, next_offset=self.log.next_offset(),
-                                         unclean_default=self.unclean_default)
+                                         unclean_default=self.unclean_default, offline_partitions=offline_partitions)
         return await self.write(op)
 
     async def alter_partition(self, broker_id: int, broker_epoch: int, items) -> list:

@@ -276,8 +276,10 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
         w.note(f"EIO on the next metadata write of {f.node}")
     elif f.kind == "disk":
         if f.node in w.broker_ids:
-            w.files.fail_next(os.path.join(w.dir, f"node-{f.node}"), "write", f.arg)
-            w.note(f"{errno.errorcode[f.arg]} on the next partition log write of {f.node}")
+            dirs = w.log_dirs(f.node)
+            d = dirs[0] if len(dirs) == 1 else w.rng.choice(dirs)  # (one dir: the rng draws as before)
+            w.files.fail_next(d, "write", f.arg)
+            w.note(f"{errno.errorcode[f.arg]} on the next partition log write of {f.node} in {os.path.basename(d)}")
 
 
 def _restart_failed(w: World, down: set[int]) -> None:

@@ -80,6 +80,7 @@ class Settings:
     brokers: int = 3
     session_timeout_ms: int = 3000
     heartbeat_ms: int = 500
+    log_dirs: int = 1  # per broker (JBOD): a disk fault then hits one of them (KIP-858)
     extra: dict = dataclasses.field(default_factory=dict)
 
 
@@ -134,12 +135,19 @@ class World:
         self.replay = f"python -m sim.run_world --seed {seed} --verbose"  # set by the scenario
 
     # -- configuration -------------------------------------------------------------------
+    def log_dirs(self, nid: int) -> list[str]:
+        """A node's log dirs: its directory, or (JBOD) directories in it."""
+        d = os.path.join(self.dir, f"node-{nid}")
+        n = self.settings.log_dirs if nid in self.broker_ids else 1
+        return [d] if n == 1 else [os.path.join(d, f"d{i}") for i in range(n)]
+
     def config(self, nid: int) -> Config:
         s = self.settings
         voters = ",".join(f"{c}@{host_of(c)}:{CONTROLLER_PORT}" for c in self.controller_ids)
         props = {
             "node.id": str(nid), "controller.quorum.voters": voters, "controller.listener.names": "CONTROLLER",
-            "cluster.id": self.cluster_id, "log.dirs": os.path.join(self.dir, f"node-{nid}"),
+            "cluster.id": self.cluster_id, "log.dirs": ",".join(self.log_dirs(nid)),
+            "metadata.log.dir": os.path.join(self.dir, f"node-{nid}"),
             "broker.session.timeout.ms": str(s.session_timeout_ms),
             "broker.heartbeat.interval.ms": str(s.heartbeat_ms),
         }
@@ -192,9 +200,10 @@ class World:
 
     def _recovery_ends(self, nid: int) -> dict[str, int]:
         """Where recovery must end each partition log of ``nid`` (its directory is at rest)."""
-        d = os.path.join(self.dir, f"node-{nid}")
         out = {}
-        if nid in self.broker_ids and os.path.isdir(d):
+        for d in self.log_dirs(nid):
+            if nid not in self.broker_ids or not os.path.isdir(d):
+                continue
             for name in os.listdir(d):
                 path = os.path.join(d, name)
                 if os.path.isdir(path) and parse_partition_dir_name(name) is not None:
@@ -248,7 +257,7 @@ class World:
         self.powered.add(nid)
         if any(n != nid and self.impaired.get(n, 0) > 0 and n in self.broker_ids for n in self.impaired):
             self.power_while_impaired = True
-        lost = self.files.power_loss(os.path.join(self.dir, f"node-{nid}"), self.rng)
+        lost = sum(self.files.power_loss(d, self.rng) for d in self.log_dirs(nid))  # each dir's own files kept
         self.note(f"power loss on {nid}: {lost} unsynced bytes lost")
 
     def durability_excused(self) -> bool:

@@ -78,6 +78,15 @@ SYNTHETIC: dict[int, dict] = {
     ApiKey.REMOVE_RAFT_VOTER: {"cluster_id": None, "voter_id": 99, "voter_directory_id": uuid.UUID(int=99)},
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: {"topics": [{"name": "fuzz-plain"}, {"name": "fuzz-compact"}],
                                        "response_partition_limit": 2, "cursor": None},
+    # a KIP-848 consumer joining (librdkafka sends these with group.protocol=consumer)
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: {"group_id": "fuzz-group-848", "member_id": "fuzz-member-848", "member_epoch": 0,
+                                      "instance_id": None, "rack_id": None, "rebalance_timeout": 30000,
+                                      "subscribed_topic_names": ["fuzz-plain"], "subscribed_topic_regex": None,
+                                      "server_assignor": None, "topic_partitions": []},
+    ApiKey.CONSUMER_GROUP_DESCRIBE: {"group_ids": ["fuzz-group-848"], "include_authorized_operations": True},
+    # kafka-reassign-partitions' replica move to a dir the node does not have (LOG_DIR_NOT_FOUND)
+    ApiKey.ALTER_REPLICA_LOG_DIRS: {"dirs": [{"path": "/nonexistent/fuzz-dir", "topics": [
+        {"name": "fuzz-plain", "partitions": [0]}]}]},
 }
 
 

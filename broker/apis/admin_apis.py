@@ -8,6 +8,7 @@ from typing import Any
 from broker.apis.broker_config_apis import BROKER, BROKER_LOGGER, broker_key_synonyms
 from broker.apis.broker_config_apis import config_str as _config_str
 from broker.apis.broker_config_apis import config_type as _config_type
+from broker.apis.group_config_apis import GROUP
 from common.config import KEYS, TOPIC_KEYS
 from common.dynamic_config import SOURCE_DEFAULT, SOURCE_TOPIC
 from common.errors import ErrorCode, KafkaError
@@ -181,6 +182,9 @@ class AdminApis:
             if res.resource_type in (BROKER, BROKER_LOGGER) and not self.authorize_cluster(ctx, Op.DESCRIBE_CONFIGS):
                 entry["error_code"] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                 continue
+            if res.resource_type == GROUP and not self.authorize(ctx, Op.DESCRIBE_CONFIGS, RT.GROUP, res.resource_name):
+                entry["error_code"] = ErrorCode.GROUP_AUTHORIZATION_FAILED
+                continue
             try:
                 if res.resource_type == 2:
                     if res.resource_name not in image.topics_by_name:
@@ -193,6 +197,8 @@ class AdminApis:
                     entry["configs"] = self.describe_broker_configs(res.resource_name, wanted, req.include_synonyms)
                 elif res.resource_type == BROKER_LOGGER:
                     entry["configs"] = self.describe_broker_loggers(res.resource_name, wanted)
+                elif res.resource_type == GROUP:
+                    entry["configs"] = self.describe_group_configs(res.resource_name, wanted, req.include_synonyms)
                 else:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {res.resource_type}")
             except KafkaError as e:
@@ -227,7 +233,7 @@ class AdminApis:
 
         def ops(res):
             new = {c.name: c.value for c in res.configs}
-            if res.resource_type == BROKER:  # the broker path adds the deletions itself
+            if res.resource_type in (BROKER, GROUP):  # these paths add the deletions themselves
                 return [(k, 0, v) for k, v in new.items()]
             return [(k, 1, None) for k in image.topic_config(res.resource_name) if k not in new] + [
                 (k, 0, v) for k, v in new.items()]
@@ -246,7 +252,7 @@ class AdminApis:
             try:
                 if too_many or len(res.configs) > MAX_RECORDS_PER_USER_OP:
                     raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS)
-                if res.resource_type in (BROKER, BROKER_LOGGER) and seen[(res.resource_type, res.resource_name)] > 1:
+                if res.resource_type in (BROKER, BROKER_LOGGER, GROUP) and seen[(res.resource_type, res.resource_name)] > 1:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
                 if ctx is not None and res.resource_type == 2 and not self.authorize(
                         ctx, Op.ALTER_CONFIGS, RT.TOPIC, res.resource_name):
@@ -254,10 +260,15 @@ class AdminApis:
                 if ctx is not None and res.resource_type in (BROKER, BROKER_LOGGER) and not self.authorize_cluster(
                         ctx, Op.ALTER_CONFIGS):
                     raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                if ctx is not None and res.resource_type == GROUP and not self.authorize(
+                        ctx, Op.ALTER_CONFIGS, RT.GROUP, res.resource_name):
+                    raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
                 if res.resource_type == BROKER:
                     await self.alter_broker_configs(res.resource_name, ops_of(res), req.validate_only, legacy=legacy)
                 elif res.resource_type == BROKER_LOGGER and not legacy:
                     self.alter_broker_loggers(res.resource_name, ops_of(res), req.validate_only)
+                elif res.resource_type == GROUP:
+                    await self.alter_group_configs(res.resource_name, ops_of(res), req.validate_only, legacy=legacy)
                 elif res.resource_type == 2:
                     await self.controller.alter_topic_configs(res.resource_name, ops_of(res), req.validate_only)
                 else:

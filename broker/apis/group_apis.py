@@ -334,7 +334,8 @@ class GroupApis:
             for name, parts in topics]}
 
     # --- OffsetFetch ------------------------------------------------------------------------
-    def _fetch_group(self, group_id: str, topics, ctx=None, require_stable: bool = False) -> tuple[int, list[dict]]:
+    def _fetch_group(self, group_id: str, topics, ctx=None, require_stable: bool = False,
+                     member: tuple[str | None, int] = (None, -1)) -> tuple[int, list[dict]]:
         wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
         if ctx is not None and not self.apis.authorize(ctx, Op.DESCRIBE, RT.GROUP, group_id):
             return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
@@ -342,6 +343,9 @@ class GroupApis:
             shard = self.coordinator.shard_for(group_id)
         except KafkaError as e:
             return e.code, []
+        err = shard.validate_offset_fetch(group_id, *member)  # OffsetFetch v9: a consumer group member's epoch
+        if err:
+            return err, []
         return ErrorCode.NONE, self._describable_offsets(ctx, shard.fetch_offsets(group_id, wanted, require_stable),
                                                          wanted is None)
 
@@ -365,7 +369,8 @@ class GroupApis:
         if ver >= 8:
             groups = []
             for g in req.groups:
-                code, topics = self._fetch_group(g.group_id, g.topics, ctx, req.require_stable)
+                code, topics = self._fetch_group(g.group_id, g.topics, ctx, req.require_stable,
+                                                 (g.member_id, g.member_epoch) if ver >= 9 else (None, -1))
                 groups.append({"group_id": g.group_id, "topics": topics, "error_code": int(code)})
             return {"throttle_time": 0, "groups": groups}
         topics_req = req.topics
@@ -436,7 +441,8 @@ class GroupApis:
                     entry.update(d)
                 elif ver >= 6:
                     entry["error_code"] = ErrorCode.GROUP_ID_NOT_FOUND
-                    entry["error_message"] = f"Group {gid} not found."
+                    entry["error_message"] = (f"Group {gid} is not a classic group." if gid in shard.consumer_groups
+                                              else f"Group {gid} not found.")
             except KafkaError as e:
                 entry["error_code"] = e.code
             out.append(entry)

@@ -9,8 +9,11 @@ import logging
 
 from broker.apis.admin_apis import AdminApis
 from broker.apis.broker_config_apis import BrokerConfigApis
+from broker.apis.consumer_group_apis import ConsumerGroupApis
 from broker.apis.fetch_apis import FetchApis
 from broker.apis.group_apis import GroupApis
+from broker.apis.group_config_apis import GroupConfigApis
+from broker.apis.loopback import LoopbackConnection
 from broker.apis.metadata_apis import MetadataApis
 from broker.apis.offset_apis import OffsetApis
 from broker.apis.ops_apis import PartitionOpsApis
@@ -42,7 +45,8 @@ from metadata.image import MetadataImage
 log = logging.getLogger("krafty.apis")
 
 
-class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, AdminApis, BrokerConfigApis):
+class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, AdminApis, BrokerConfigApis,
+                GroupConfigApis):
     """Every API of the broker: the families live in their own modules (mixins); this class
     holds the shared state (config, image, replica manager, authorizer, quotas), the
     authorization helpers and the dispatch."""
@@ -83,12 +87,18 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         # the group coordinator (broker/group) and its handlers (broker/apis/group_apis.py)
         self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller, clock)
         self.handlers.update(GroupApis(self, self.group_coordinator).handlers())
-        self.handlers.update(TxnDataApis(self, clock).handlers())  # WriteTxnMarkers, DescribeProducers
+        self.handlers.update(ConsumerGroupApis(self, self.group_coordinator).handlers())  # KIP-848
+        self.txn_data_apis = TxnDataApis(self, clock)
+        self.handlers.update(self.txn_data_apis.handlers())  # WriteTxnMarkers, DescribeProducers
         # the transaction coordinator (broker/txn) and its handlers (broker/apis/txn_apis.py)
         self.txn_coordinator = TransactionCoordinator(config, broker_id, replicas, loader, controller, self.producer_ids,
                                                       clock)
         self.txn_apis = TxnApis(self, self.txn_coordinator)
         self.handlers.update(self.txn_apis.handlers())
+        # WriteTxnMarkers / AddPartitionsToTxn v4+ that this broker sends to itself: in process
+        loopback = LoopbackConnection(self, broker_id)
+        self.txn_coordinator.markers.local = replicas.txn_verifier.local = loopback
+        replicas.txn_verifier.local_broker_id = broker_id
         # authorization (authorizer.class.name; None = every request allowed) and the ACL/quota APIs
         self.authorizer = make_authorizer(config)
         if self.authorizer is not None:

@@ -16,13 +16,24 @@ import asyncio
 import logging
 
 from broker.coordinator_runtime import CoordinatorRuntime, TopicSpec, map_append_error
+from broker.group.consumer_group import ConsumerGroupConfig, Topics
 from broker.group.shard import GroupShard
 from broker.group.state import Effects, GroupConfig, Write
 from common.clock import SYSTEM, Clock
+from metadata import records as mrec
 
 log = logging.getLogger("krafty.group")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def _topics_changed(delta) -> bool:
+    """Whether a metadata delta creates or deletes a topic or adds partitions (what consumer
+    groups' subscriptions see)."""
+    if delta is None or delta.deleted_topics:
+        return True
+    return any(td.base is None or any(pid not in td.base.partitions for pid in td.changed)
+               for td in delta.topics.values())
 
 
 class GroupCoordinator:
@@ -40,6 +51,13 @@ class GroupCoordinator:
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
             max_size=config["group.max.size"])
+        self.consumer_config = ConsumerGroupConfig(
+            session_timeout_ms=config["group.consumer.session.timeout.ms"],
+            heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+            max_size=config["group.consumer.max.size"], assignors=tuple(config["group.consumer.assignors"]),
+            group_config=lambda gid: self.loader.image.configs.get((mrec.RESOURCE_GROUP, gid), {}))
+        self._topics_image = None
+        self._topics: Topics = {}
         self.metadata_max_bytes = config["offset.metadata.max.bytes"]
         self.commit_timeout_ms = config["offsets.commit.timeout.ms"]
         self.retention_ms = config["offsets.retention.minutes"] * 60_000
@@ -86,9 +104,28 @@ class GroupCoordinator:
 
     def on_metadata(self, delta, image) -> None:
         self.runtime.on_metadata(delta, image)
+        if not _topics_changed(delta):
+            return  # (most deltas: ISR and leader changes)
+        before = self._topics
+        if self.topics() != before:  # consumer groups subscribed to a changed topic get a new epoch
+            for pid, slot in list(self.slots.items()):
+                if slot.shard is not None:
+                    for w in slot.shard.consumer_metadata_changed(self.now()):
+                        self.write(pid, w)
+            self._kick()  # regex refreshes are timers
+
+    def topics(self) -> Topics:
+        """The topics of the metadata image as consumer groups see them: name -> (id, partitions)."""
+        image = self.loader.image
+        if image is not self._topics_image:
+            self._topics_image = image
+            self._topics = {name: (t.topic_id, len(t.partitions)) for name, t in image.topics_by_name.items()
+                            if not name.startswith("__")}
+        return self._topics
 
     def new_shard(self, pid: int, epoch: int) -> GroupShard:
-        return GroupShard(pid, self.group_config, metadata_max_bytes=self.metadata_max_bytes)
+        return GroupShard(pid, self.group_config, metadata_max_bytes=self.metadata_max_bytes,
+                          consumer_config=self.consumer_config, topics=self.topics)
 
     def replay(self, shard: GroupShard, key: bytes | None, value: bytes | None, offset: int = -1,
                producer_id: int = -1) -> None:
@@ -103,6 +140,8 @@ class GroupCoordinator:
         for g in shard.groups.values():
             for m in g.members.values():
                 m.heartbeat_deadline = now + m.session_timeout_ms
+        for cg in shard.consumer_groups.values():
+            cg.on_loaded(now, self.consumer_config, self.topics())
         log.log(logging.INFO if records else logging.DEBUG,
                 "%s-%d: loaded %d groups (%d records%s) in epoch %d in %.3fs", OFFSETS_TOPIC, pid,
                 len(shard.groups), records, f", {bad} undecodable" if bad else "", epoch, seconds)
@@ -151,16 +190,22 @@ class GroupCoordinator:
                                              verification_guard=w.verification_guard,
                                              on_appended=lambda offset: setattr(w, "base_offset", offset))
         if committed is None:
-            if w.on_fail is not None:
-                self._run(pid, w.on_fail(err, self.now()))
-            self._reply_all(w.replies, err)
+            self._write_done(pid, w, err)
             done: asyncio.Future = asyncio.get_running_loop().create_future()
             done.set_result(err)
             return done
         if w.on_append is not None:
             w.on_append()
-        committed.add_done_callback(lambda f: self._reply_all(w.replies, f.result()))
+        committed.add_done_callback(lambda f: self._write_done(pid, w, f.result()))
         return committed
+
+    def _write_done(self, pid: int, w: Write, err: int) -> None:
+        """The write is committed (``err`` 0) or failed: the shard's callbacks, then the replies."""
+        if err and w.on_fail is not None:
+            self._run(pid, w.on_fail(err, self.now()))
+        if w.on_done is not None:
+            self._run(pid, w.on_done(err, self.now()))
+        self._reply_all(w.replies, err)
 
     @staticmethod
     def _reply_all(replies, err: int) -> None:

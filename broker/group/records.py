@@ -217,13 +217,17 @@ class _Reader:
             self._take(self.uvarint())
 
 
-def decode_key(key: bytes) -> OffsetKey | GroupKey:
+def decode_key(key: bytes):
+    """OffsetKey, GroupKey, or a consumer group's ConsumerKey (consumer_records.py)."""
     r = _Reader(bytes(key))
     version = r.i16()
     if version in (0, 1):
         return OffsetKey(r.string(), r.string(), r.i32())
     if version == 2:
         return GroupKey(r.string())
+    if 3 <= version <= 8:  # a consumer group's (KIP-848) records
+        from broker.group.consumer_records import decode_consumer_key
+        return decode_consumer_key(version, r)
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
 
 

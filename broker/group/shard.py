@@ -6,8 +6,9 @@ replays records, requests return responses and ``Write``s (see ``state.py``).
 instant, for the timestamps records carry (commit and state timestamps; None: equal to
 ``now``), see state.py.
 
-Offsets are applied to memory when their records are appended (the shell calls
-``Write.on_append``); answers go out once the high watermark passes them. Records above
+Offsets are applied to memory once their records are committed (the shell calls
+``Write.on_done``), and only then served by OffsetFetch, as Kafka keeps its pending commits
+apart; answers go out then too. Records above
 the high watermark only exist while this broker stays leader, and a leadership change
 unloads the shard and the next leader rebuilds it from the log.
 
@@ -20,9 +21,19 @@ UNSTABLE_OFFSET_COMMIT for a partition with a pending one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from broker.group import consumer_records as cr
 from broker.group import records as rec
+from broker.group.consumer_group import (
+    GROUP_TYPE_CONSUMER,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    HeartbeatError,
+    HeartbeatRequest,
+    Topics,
+)
 from broker.group.state import (
     COMPLETING_REBALANCE,
     CONSUMER_PROTOCOL_TYPE,
@@ -44,17 +55,24 @@ GROUP_TYPE_CLASSIC = "classic"
 
 
 class GroupShard:
-    def __init__(self, partition: int, config: GroupConfig, *, metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES):
+    def __init__(self, partition: int, config: GroupConfig, *, metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
+                 consumer_config: ConsumerGroupConfig | None = None, topics: Callable[[], Topics] = dict):
         self.partition = partition
         self.config = config
         self.metadata_max_bytes = metadata_max_bytes
         self.groups: dict[str, ClassicGroup] = {}
+        # consumer groups (KIP-848); a group id is either a classic or a consumer group
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.consumer_config = consumer_config or ConsumerGroupConfig()
+        self.topics = topics  # the topics of the metadata image: name -> (topic id, partitions)
         self.offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
         # the log offset of the record of each committed offset: a transaction's offsets only
         # replace offsets committed before them (Kafka's OffsetAndMetadata.recordOffset)
         self.positions: dict[str, dict[tuple[str, int], int]] = {}
         # producer id -> group -> (topic, partition) -> (offset, log offset of its record)
         self.pending_txn: dict[int, dict[str, dict[tuple[str, int], tuple[rec.OffsetValue, int]]]] = {}
+        # group -> (topic, partition) -> plain offset commits being written (not committed yet)
+        self.pending_commits: dict[str, dict[tuple[str, int], int]] = {}
 
     # --- loading ------------------------------------------------------------------------------
     def _at(self, g: ClassicGroup, now: int, wall: int | None) -> ClassicGroup:
@@ -69,6 +87,9 @@ class GroupShard:
         if key is None:
             raise rec.RecordFormatError("record without a key")
         k = rec.decode_key(key)
+        if isinstance(k, cr.ConsumerKey):
+            self._replay_consumer(k, value)
+            return
         if isinstance(k, rec.OffsetKey):
             tp = (k.topic, k.partition)
             if value is None:
@@ -94,8 +115,27 @@ class GroupShard:
                     wall: int | None = None) -> None:
         self.offsets.setdefault(group_id, {})[tp] = v
         self.positions.setdefault(group_id, {})[tp] = position
-        if group_id not in self.groups:
+        if group_id not in self.groups and group_id not in self.consumer_groups:
             self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
+
+    def _replay_consumer(self, k: cr.ConsumerKey, value: bytes | None) -> None:
+        g = self.consumer_groups.get(k.group)
+        if g is None:
+            if value is None:
+                return
+            g = self.consumer_groups[k.group] = ConsumerGroup(k.group)
+            classic = self.groups.get(k.group)
+            if classic is not None and classic.state == EMPTY and not classic.members:
+                del self.groups[k.group]  # the placeholder of its offsets, or an empty classic group it replaced
+        g.replay(k, value)
+        if g.dead:
+            del self.consumer_groups[k.group]
+
+    def _consumer_write(self, g: ConsumerGroup, records) -> Write | None:
+        """The records a consumer group's change emitted (already applied to it), to append."""
+        if g.dead:
+            self.consumer_groups.pop(g.group_id, None)
+        return Write(list(records)) if records else None
 
     def replay_end_txn(self, producer_id: int, commit: bool, now: int, wall: int | None = None) -> None:
         """The marker of ``producer_id``'s transaction is in the partition (Kafka's
@@ -113,19 +153,27 @@ class GroupShard:
     def has_pending_txn_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
         return any(tp in groups.get(group_id, ()) for groups in self.pending_txn.values())
 
+    def has_pending_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
+        """A commit of the partition is in flight: a plain one being written, or a transaction's."""
+        return tp in self.pending_commits.get(group_id, ()) or self.has_pending_txn_offset(group_id, tp)
+
     def unload(self, now: int) -> Effects:
         fx = Effects()
         for g in self.groups.values():
             fx.add(g.make_dead(now, ErrorCode.NOT_COORDINATOR))
         self.groups.clear()
+        for cg in self.consumer_groups.values():
+            cg.dead = True
+        self.consumer_groups.clear()
         self.offsets.clear()
         self.positions.clear()
         self.pending_txn.clear()
+        self.pending_commits.clear()
         return fx
 
     # --- timers -------------------------------------------------------------------------------
     def next_deadline(self) -> int | None:
-        ds = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
+        ds = [d for g in (*self.groups.values(), *self.consumer_groups.values()) if (d := g.next_deadline()) is not None]
         return min(ds) if ds else None
 
     def tick(self, now: int, wall: int | None = None) -> Effects:
@@ -134,7 +182,57 @@ class GroupShard:
             d = g.next_deadline()
             if d is not None and now >= d:
                 fx.add(self._at(g, now, wall).tick(now))
+        for cg in list(self.consumer_groups.values()):
+            d = cg.next_deadline()
+            if d is not None and now >= d:
+                w = self._consumer_write(cg, cg.tick(now, self.topics()))
+                if w is not None:
+                    fx.writes.append(w)
         return fx
+
+    # --- ConsumerGroupHeartbeat / ConsumerGroupDescribe (KIP-848) --------------------------------
+    def consumer_heartbeat(self, now: int, req: HeartbeatRequest, new_member_id: str,
+                           wall: int | None = None) -> tuple[dict, Write | None]:
+        """A ConsumerGroupHeartbeat: (response fields, the records to write before answering);
+        raises HeartbeatError."""
+        gid = req.group_id
+        g = self.consumer_groups.get(gid)
+        records: list[tuple[bytes, bytes | None]] = []
+        if g is None:
+            classic = self.groups.get(gid)
+            if classic is not None and (classic.members or classic.state != EMPTY):
+                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
+            if req.member_epoch != 0:
+                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {gid} not found.")
+            g = ConsumerGroup(gid)
+            if classic is not None and classic.generation > 0:
+                records.append((rec.group_metadata_key(gid), None))  # the empty classic group it replaces
+        resp, more = g.heartbeat(now, req, self.topics(), self.consumer_config, new_member_id)
+        records += more
+        if gid not in self.consumer_groups and more:
+            self.consumer_groups[gid] = g
+            self.groups.pop(gid, None)
+        return resp, self._consumer_write(g, records)
+
+    def consumer_metadata_changed(self, now: int) -> list[Write]:
+        """The metadata image changed: groups whose subscribed topics changed get a new epoch."""
+        topics = self.topics()
+        out = []
+        for g in list(self.consumer_groups.values()):
+            w = self._consumer_write(g, g.on_metadata(topics, now))
+            if w is not None:
+                out.append(w)
+        return out
+
+    def consumer_describe(self, group_id: str, names, default_assignor: str) -> dict:
+        g = self.consumer_groups.get(group_id)
+        if g is None:
+            code = ErrorCode.GROUP_ID_NOT_FOUND
+            msg = f"Group {group_id} is not a consumer group." if group_id in self.groups else \
+                f"Group {group_id} not found."
+            return {"error_code": int(code), "error_message": msg, "group_id": group_id, "group_state": "Dead",
+                    "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": []}
+        return g.describe(names, default_assignor)
 
     # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
     def join(self, now: int, req: JoinRequest, waiter: Any, wall: int | None = None) -> Effects:
@@ -144,6 +242,10 @@ class GroupShard:
             return fx
         if not (self.config.min_session_timeout_ms <= req.session_timeout_ms <= self.config.max_session_timeout_ms):
             fx.reply(waiter, join_error(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))
+            return fx
+        if req.group_id in self.consumer_groups:
+            # classic members in a consumer group (KIP-848's upgrade path) are not served
+            fx.reply(waiter, join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
             return fx
         g = self.groups.get(req.group_id)
         if g is None:
@@ -198,6 +300,9 @@ class GroupShard:
     # --- offsets ------------------------------------------------------------------------------
     def validate_offset_commit(self, now: int, group_id: str, member_id: str, instance_id: str | None,
                                generation: int, api_version: int, transactional: bool = False) -> int:
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            return cg.validate_offset_commit(member_id, generation, api_version, transactional)
         g = self.groups.get(group_id)
         if g is None:
             if generation < 0:
@@ -205,18 +310,23 @@ class GroupShard:
             if transactional:
                 return ErrorCode.ILLEGAL_GENERATION
             return ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
+        # the order of Kafka's ClassicGroup.validateOffsetCommit
         if g.state == DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and g.state == EMPTY:
             return ErrorCode.NONE
-        if transactional and generation < 0 and not member_id and instance_id is None:
-            return ErrorCode.NONE  # TxnOffsetCommit below v3, or a producer that sends no group metadata
         if generation >= 0 or member_id or instance_id is not None:
             err = g.validate_member(member_id, instance_id)
             if err:
                 return err
-        if generation != g.generation:
-            return ErrorCode.ILLEGAL_GENERATION
+            if generation != g.generation:
+                return ErrorCode.ILLEGAL_GENERATION
+        elif transactional:
+            return ErrorCode.NONE  # TxnOffsetCommit below v3, or a producer that sends no group metadata
+        else:
+            # no member and no generation (an admin's alterConsumerGroupOffsets, a simple
+            # consumer): only into an empty group
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if g.state == COMPLETING_REBALANCE and not transactional:
             return ErrorCode.REBALANCE_IN_PROGRESS
         g.touch(now, member_id)
@@ -240,14 +350,31 @@ class GroupShard:
         if not records:
             return out, None
         w = Write(records)
+        pending = self.pending_commits.setdefault(group_id, {})
+        for tp, _ in applied:
+            pending[tp] = pending.get(tp, 0) + 1
 
-        def on_append() -> None:
-            if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
+        def on_done(code: int, now2: int) -> None:
+            # the offsets are served once committed (the high watermark passed them), not
+            # before: a failed write never showed them (Kafka's pendingOffsetCommits)
+            left = self.pending_commits.get(group_id, {})
+            for tp, _ in applied:
+                if left.get(tp, 0) > 1:
+                    left[tp] -= 1
+                else:
+                    left.pop(tp, None)
+            if not left:
+                self.pending_commits.pop(group_id, None)
+            if code:
+                return
+            if group_id not in self.groups and group_id not in self.consumer_groups:
+                self.groups[group_id] = ClassicGroup(group_id, now2, self.config, wall)
+            positions = self.positions.get(group_id, {})
             for tp, v in applied:
-                self._set_offset(group_id, tp, v, w.base_offset, now, wall)
+                if w.base_offset > positions.get(tp, -1):  # a later commit may have completed first
+                    self._set_offset(group_id, tp, v, w.base_offset, now2, wall)
 
-        w.on_append = on_append
+        w.on_done = on_done
         return out, w
 
     def _offset_records(self, group_id: str, topics, err: int, stamp: int, expire: int, out: list[dict]):
@@ -289,7 +416,7 @@ class GroupShard:
         w = Write(records, producer_id=producer_id, producer_epoch=producer_epoch)
 
         def on_append() -> None:
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer_groups:
                 self.groups[group_id] = ClassicGroup(group_id, now, self.config, wall)
             offs = self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
             for tp, v in applied:
@@ -298,12 +425,19 @@ class GroupShard:
         w.on_append = on_append
         return out, w
 
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """OffsetFetch v9+ from a member of a consumer group: its member epoch must be current."""
+        cg = self.consumer_groups.get(group_id)
+        if cg is None or (member_id is None and member_epoch < 0):
+            return ErrorCode.NONE
+        return cg.validate_offset_fetch(member_id, member_epoch)
+
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
                       require_stable: bool = False) -> list[dict]:
         offs = self.offsets.get(group_id, {})
 
         def entry(t: str, p: int, v: rec.OffsetValue | None) -> dict:
-            if require_stable and self.has_pending_txn_offset(group_id, (t, p)):
+            if require_stable and self.has_pending_offset(group_id, (t, p)):
                 return {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
                         "error_code": int(ErrorCode.UNSTABLE_OFFSET_COMMIT)}
             return _offset_entry(p, v)
@@ -317,14 +451,17 @@ class GroupShard:
 
     def delete_offsets(self, now: int, group_id: str, topics: list[tuple[str, list[int]]]
                        ) -> tuple[int, list[dict], Write | None]:
-        g = self.groups.get(group_id)
+        g = self.groups.get(group_id) or self.consumer_groups.get(group_id)
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, [], None
-        if g is None or g.state == DEAD:
+        if g is None or (isinstance(g, ClassicGroup) and g.state == DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND, [], None
-        if g.protocol_type is not None and g.protocol_type != CONSUMER_PROTOCOL_TYPE and g.members:
+        if isinstance(g, ConsumerGroup):
+            subscribed = g.subscribed_topic_names()  # a consumer group: only its unsubscribed topics
+        elif g.protocol_type is not None and g.protocol_type != CONSUMER_PROTOCOL_TYPE and g.members:
             return ErrorCode.NON_EMPTY_GROUP, [], None
-        subscribed = g.subscribed_topics()
+        else:
+            subscribed = g.subscribed_topics()
         offs = self.offsets.get(group_id, {})
         out = []
         records = []
@@ -358,6 +495,17 @@ class GroupShard:
         records: list[tuple[bytes, bytes | None]] = []
         doomed = []
         for gid in group_ids:
+            cg = self.consumer_groups.get(gid)
+            if cg is not None:
+                if cg.members:
+                    codes[gid] = ErrorCode.NON_EMPTY_GROUP
+                    continue
+                codes[gid] = ErrorCode.NONE
+                records += [(rec.offset_commit_key(gid, t, p), None) for (t, p) in self.offsets.get(gid, {})]
+                records += cg.tombstones()  # applied now: the group is dead
+                self.consumer_groups.pop(gid, None)
+                doomed.append(gid)
+                continue
             g = self.groups.get(gid)
             if g is None or g.state == DEAD:
                 codes[gid] = ErrorCode.GROUP_ID_NOT_FOUND
@@ -407,7 +555,7 @@ class GroupShard:
                 if subscribed is not None:
                     expired = [tp for tp, v in offs.items()
                                if tp[0] not in subscribed and now - v.commit_timestamp >= retention_ms]
-            expired = [tp for tp in expired if not self.has_pending_txn_offset(gid, tp)]
+            expired = [tp for tp in expired if not self.has_pending_offset(gid, tp)]
             for tp in expired:
                 records.append((rec.offset_commit_key(gid, tp[0], tp[1]), None))
                 gone.append((gid, tp))
@@ -415,6 +563,20 @@ class GroupShard:
                     and len(expired) == len(offs)):
                 records.append((rec.group_metadata_key(gid), None))
                 dead.append(gid)
+        for gid, cg in list(self.consumer_groups.items()):
+            # a consumer group's offsets: those of an empty group, or of topics it no longer
+            # subscribes to, retention_ms after their commit; an empty group left without is deleted
+            offs = self.offsets.get(gid, {})
+            subscribed = cg.subscribed_topic_names()
+            expired = [tp for tp, v in offs.items() if tp[0] not in subscribed and not self.has_pending_offset(gid, tp)
+                       and (now >= v.expire_timestamp if v.expire_timestamp >= 0
+                            else now - v.commit_timestamp >= retention_ms)]
+            for tp in expired:
+                records.append((rec.offset_commit_key(gid, tp[0], tp[1]), None))
+                gone.append((gid, tp))
+            if not cg.members and len(expired) == len(offs):
+                records += cg.tombstones()
+                self.consumer_groups.pop(gid, None)
         if not records:
             return None
 
@@ -434,9 +596,15 @@ class GroupShard:
 
     # --- ListGroups / DescribeGroups ------------------------------------------------------------
     def list_groups(self, states: set[str] | None, types: set[str] | None) -> list[dict]:
-        if types and GROUP_TYPE_CLASSIC not in types:
-            return []
         out = []
+        if not types or GROUP_TYPE_CONSUMER in types:
+            for gid, cg in self.consumer_groups.items():
+                state = cg.state()
+                if not states or state.lower() in states:
+                    out.append({"group_id": gid, "protocol_type": CONSUMER_PROTOCOL_TYPE, "group_state": state,
+                                "group_type": GROUP_TYPE_CONSUMER})
+        if types and GROUP_TYPE_CLASSIC not in types:
+            return out
         for gid, g in self.groups.items():
             if g.state == DEAD:
                 continue

@@ -74,13 +74,16 @@ class GroupConfig:
 @dataclasses.dataclass(slots=True)
 class Write:
     """Records to append to the group's ``__consumer_offsets`` partition (acks=all).
-    ``replies`` are sent once they are committed; if the append fails the shell calls
-    ``on_fail(error, now)`` (when set) and answers ``replies`` with the mapped error."""
+    ``replies`` are sent once they are committed; if the write fails (at once, or later: the
+    commit timeout, a lost leadership) the shell calls ``on_fail(error, now)`` (when set) and
+    answers ``replies`` with the mapped error. ``on_done(error, now)`` (when set) runs once the
+    write is over either way (error 0: committed), before ``replies`` are answered."""
 
     records: list[tuple[bytes, bytes | None]]
     replies: list[tuple[Any, dict]] = dataclasses.field(default_factory=list)
     on_fail: Callable[[int, int], Effects] | None = None
     on_append: Callable[[], None] | None = None  # applies the records to the state once appended
+    on_done: Callable[[int, int], Effects | None] | None = None
     # a transactional offset commit (TxnOffsetCommit): the records go in a transactional batch of
     # this producer, appended with the guard of its KIP-890 verification
     producer_id: int = -1
@@ -572,27 +575,11 @@ class ClassicGroup:
             self._heartbeat(m, now)
             self.pending_sync.discard(member_id)
             if member_id == self.leader_id:
-                # the leader's assignment: persist it, then everyone gets theirs
-                for mid, mm in self.members.items():
-                    mm.assignment = bytes(assignments.get(mid, b""))
-                gen = self.generation
-                self.transition(STABLE, now)
-                replies = []
-                for mm in self.members.values():
-                    if mm.sync_waiter is not None:
-                        replies.append((mm.sync_waiter, self._sync_response(mm)))
-                        mm.sync_waiter = None
-                if not self.pending_sync:
-                    self.sync_deadline = None
-
-                def failed(code: int, now2: int) -> Effects:
-                    fx2 = Effects()
-                    if self.generation == gen and self.state == STABLE:
-                        self._reset_assignment_with_error(code, fx2)
-                        fx2.add(self._prepare_rebalance(now2, f"writing the assignment failed: error {code}"))
-                    return fx2
-
-                fx.writes.append(Write([self.metadata_record(now)], replies, on_fail=failed))
+                # the leader's assignment: persist it, and only then (still in CompletingRebalance
+                # meanwhile: a follower's SyncGroup parks) does everyone get theirs together
+                assignment = {mid: bytes(assignments.get(mid, b"")) for mid in self.members}
+                fx.writes.append(Write([self.metadata_record(now, assignment)],
+                                       on_done=self._assignment_stored(generation, assignment)))
             return fx
         # Stable: the assignment is already known
         self._heartbeat(m, now)
@@ -601,6 +588,32 @@ class ClassicGroup:
             self.sync_deadline = None
         fx.reply(waiter, self._sync_response(m))
         return fx
+
+    def _assignment_stored(self, generation: int, assignment: dict[str, bytes]) -> Callable[[int, int], Effects]:
+        """What happens once the leader's assignment is written (Kafka's SyncGroup append
+        callback): nothing if the group moved on meanwhile (a member joined or left: another
+        rebalance); else, stored: Stable, and every parked SyncGroup gets its assignment;
+        failed: every parked SyncGroup gets the error and the group rebalances."""
+
+        def done(code: int, now: int) -> Effects:
+            fx = Effects()
+            if self.state != COMPLETING_REBALANCE or self.generation != generation:
+                return fx
+            if code:
+                self._reset_assignment_with_error(code, fx)
+                return fx.add(self._prepare_rebalance(now, f"writing the assignment failed: error {code}"))
+            for mid, m in self.members.items():
+                m.assignment = assignment.get(mid, b"")
+            self.transition(STABLE, now)
+            for m in self.members.values():
+                if m.sync_waiter is not None:
+                    fx.reply(m.sync_waiter, self._sync_response(m))
+                    m.sync_waiter = None
+            if not self.pending_sync:
+                self.sync_deadline = None
+            return fx
+
+        return done
 
     def _sync_response(self, m: Member) -> dict:
         return {"error_code": 0, "protocol_type": self.protocol_type, "protocol_name": self.protocol_name,
@@ -735,16 +748,19 @@ class ClassicGroup:
         return fx
 
     # --- persistence --------------------------------------------------------------------------
-    def to_value(self, now: int) -> rec.GroupValue:
+    def to_value(self, now: int, assignment: dict[str, bytes] | None = None) -> rec.GroupValue:
+        """The group as its GroupMetadata record says it; ``assignment``: the members'
+        assignments to write instead of those in memory (the leader's, not applied yet)."""
         members = tuple(
             rec.MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-                            m.session_timeout_ms, m.metadata(self.protocol_name), m.assignment)
+                            m.session_timeout_ms, m.metadata(self.protocol_name),
+                            m.assignment if assignment is None else assignment.get(m.member_id, b""))
             for m in self.members.values()) if self.state != EMPTY else ()
         return rec.GroupValue(self.protocol_type or "", self.generation, self.protocol_name, self.leader_id,
                               self.state_timestamp, members)
 
-    def metadata_record(self, now: int) -> tuple[bytes, bytes]:
-        return rec.group_metadata_key(self.group_id), rec.group_metadata_value(self.to_value(now))
+    def metadata_record(self, now: int, assignment: dict[str, bytes] | None = None) -> tuple[bytes, bytes]:
+        return rec.group_metadata_key(self.group_id), rec.group_metadata_value(self.to_value(now, assignment))
 
     @classmethod
     def from_value(cls, group_id: str, v: rec.GroupValue, now: int, config: GroupConfig,

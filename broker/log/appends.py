@@ -164,6 +164,10 @@ class LogAppends:
                 return w
             return await self._write_async(w, executor)
 
+    def append_turn(self) -> asyncio.Lock:
+        """The lock appends to this log take in turn (a replica move swaps logs holding it)."""
+        return self._append_turn()
+
     def _append_turn(self) -> asyncio.Lock:
         if self._turn is None:
             self._turn = asyncio.Lock()  # made on first use: logs are opened before the loop runs

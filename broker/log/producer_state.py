@@ -294,9 +294,18 @@ class ProducerStateManager:
                         staged.completed.append(done)
             else:
                 self._append_data(entry, h, origin, staged)
-            if h.is_transactional:
+            if h.is_transactional and not self._next_v2_transaction_started(h):
                 staged.transactional.add(pid)
         return staged, None
+
+    def _next_v2_transaction_started(self, h: BatchHeader) -> bool:
+        """A marker that leaves the producer's verification in place (Kafka's UnifiedLog): with
+        transaction version 2 the marker carries the bumped epoch, the one the producer's next
+        transaction runs at, so a verification in that epoch is the next transaction's, started
+        while this marker was on its way (its guard stays good); any other transactional batch
+        ends the verification (the transaction is complete, or has its first offset)."""
+        v = self.verification.get(h.producer_id)
+        return v is not None and v.supports_epoch_bump and h.is_control and h.producer_epoch == v.epoch
 
     def _append_data(self, entry: ProducerEntry, h: BatchHeader, origin: str, staged: StagedAppend | None) -> None:
         epoch = h.producer_epoch
@@ -401,7 +410,7 @@ class ProducerStateManager:
                     done = self._end_txn(entry, h, marker, REPLICATION, 0)
             elif h.base_sequence >= 0 or h.is_transactional:
                 self._append_data(entry, h, REPLICATION, None)
-            if h.is_transactional:
+            if h.is_transactional and not self._next_v2_transaction_started(h):
                 self.verification.pop(pid, None)
         self.map_end_offset = h.base_offset + h.last_offset_delta + 1
         return done

@@ -43,7 +43,7 @@ class LogRecovery:
     @classmethod
     def open(cls, dir: str, topic: str, partition: int, config: LogConfig, *, topic_id: uuid.UUID | None = None,
              now_ms: int, recovery_point: int = 0, log_start_offset: int = 0,
-             clean_shutdown: bool = False, defer_sync: bool = False) -> Log:
+             clean_shutdown: bool = False, defer_sync: bool = False, name: str | None = None) -> Log:
         """Open (creating if needed) the log of ``topic``-``partition`` under the log dir ``dir``.
 
         Segments from the one containing ``recovery_point`` on are CRC-checked unless
@@ -56,8 +56,9 @@ class LogRecovery:
         ``defer_sync`` (for logs the metadata creates, possibly thousands at once): a new
         directory and its partition.metadata are made durable by the next ``flush`` rather
         than fsynced here; an empty log lost in a crash is simply created again.
+        ``name``: the directory's name if not ``<topic>-<partition>`` (a future replica's).
         """
-        path = os.path.join(dir, partition_dir_name(topic, partition))
+        path = os.path.join(dir, name or partition_dir_name(topic, partition))
         created = False
         if not os.path.isdir(path):
             fio.makedirs(path, exist_ok=True)

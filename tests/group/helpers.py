@@ -38,6 +38,8 @@ class Harness:
         self.now = now
         self.log: list[tuple[bytes, bytes | None]] = []
         self.fail_writes = fail_writes  # error code for every write, 0 = commit
+        self.hold_writes = False  # appended writes wait for complete_held() (a slow acks=all write)
+        self.held: list = []
         self._ids = itertools.count(1)
         self.all_waiters: list[Waiter] = []
 
@@ -47,16 +49,31 @@ class Harness:
             self._answer(w, resp)
         for wr in fx.writes:
             if self.fail_writes:
-                if wr.on_fail is not None:
-                    self.run(wr.on_fail(self.fail_writes, self.now))
-                for w, resp in wr.replies:
-                    self._answer(w, dict(resp, error_code=self.fail_writes))
+                self._done(wr, self.fail_writes)
                 continue
+            wr.base_offset = len(self.log)  # the log offset of its first record, as the shell sets it
             self.log += wr.records
             if wr.on_append is not None:
                 wr.on_append()
-            for w, resp in wr.replies:
-                self._answer(w, resp)
+            if self.hold_writes:
+                self.held.append(wr)  # appended, not committed yet (the high watermark is behind)
+            else:
+                self._done(wr, 0)
+
+    def _done(self, wr, err: int) -> None:
+        """A write is over (committed, or failed with ``err``): what the shell's write() does."""
+        if err and wr.on_fail is not None:
+            self.run(wr.on_fail(err, self.now))
+        if wr.on_done is not None:
+            self.run(wr.on_done(err, self.now) or Effects())
+        for w, resp in wr.replies:
+            self._answer(w, dict(resp, error_code=err) if err else resp)
+
+    def complete_held(self, err: int = 0) -> None:
+        """The writes held so far commit (``err`` 0) or fail with ``err``, oldest first."""
+        held, self.held = self.held, []
+        for wr in held:
+            self._done(wr, err)
 
     def run_write(self, w) -> None:
         """Commit (or fail) one Write the shard returned directly."""

@@ -94,6 +94,59 @@ def test_follower_sync_waits_for_the_leader_sync():
                          "assignment": b"\x00\x01"}
 
 
+def _assignment_in_flight(h: Harness):
+    """Three members joined (generation 1); the first follower and the leader sent SyncGroup
+    and the leader's assignment is being written (held). Returns (leader, f1, f2, f1's sync,
+    the leader's sync)."""
+    ids = [h.join().result["member_id"] for _ in range(3)]
+    joins = [h.join(member_id=m) for m in ids]
+    h.advance(0)
+    leader = joins[0].result["leader"]
+    f1, f2 = [m for m in ids if m != leader]
+    h.hold_writes = True
+    s1 = h.sync(f1, 1)
+    ls = h.sync(leader, 1, assignments={leader: b"L", f1: b"A", f2: b"B"})
+    return leader, f1, f2, s1, ls
+
+
+def test_a_follower_sync_during_the_assignment_write_waits_for_it_and_everyone_is_answered_together():
+    h = Harness()
+    leader, f1, f2, s1, ls = _assignment_in_flight(h)
+    assert h.held, "the leader's assignment is being written"
+    assert h.group().state == COMPLETING_REBALANCE, "not Stable before the assignment is durable"
+    s2 = h.sync(f2, 1)  # arrives during the write
+    assert not (s1.done() or ls.done() or s2.done()), "nobody is told anything before the write completes"
+    assert h.heartbeat(f2, 1) == 0
+    assert h.commit("g", 1, f1, {("t", 0): 1}) == {("t", 0): ErrorCode.REBALANCE_IN_PROGRESS}
+    assert h.shard.describe("g")["members"][0]["member_assignment"] == b""
+    h.complete_held()
+    assert h.group().state == STABLE
+    assert [w.result["assignment"] for w in (ls, s1, s2)] == [b"L", b"A", b"B"]
+    assert all(w.result["error_code"] == 0 for w in (ls, s1, s2))
+    assert h.sync(f2, 1).result["assignment"] == b"B", "a late SyncGroup in Stable gets the stored assignment"
+
+
+def test_a_failed_assignment_write_answers_every_parked_sync_with_the_error_and_rebalances():
+    h = Harness()
+    leader, f1, f2, s1, ls = _assignment_in_flight(h)
+    s2 = h.sync(f2, 1)
+    h.complete_held(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    assert [w.result["error_code"] for w in (ls, s1, s2)] == [ErrorCode.COORDINATOR_NOT_AVAILABLE] * 3
+    assert h.group().state == PREPARING_REBALANCE
+    assert all(m.assignment == b"" for m in h.group().members.values())
+
+
+def test_a_member_joining_during_the_assignment_write_starts_a_new_rebalance_and_the_write_changes_nothing():
+    h = Harness()
+    leader, f1, f2, s1, ls = _assignment_in_flight(h)
+    h.join_new()  # a new member: a new rebalance
+    assert h.group().state == PREPARING_REBALANCE
+    assert [w.result["error_code"] for w in (ls, s1)] == [ErrorCode.REBALANCE_IN_PROGRESS] * 2
+    h.complete_held()
+    assert h.group().state == PREPARING_REBALANCE and h.group().generation == 1
+    assert all(m.assignment == b"" for m in h.group().members.values())
+
+
 def test_protocol_is_the_one_all_members_support_with_the_most_votes():
     h = Harness()
     both = [("range", b"r"), ("roundrobin", b"rr")]
@@ -310,7 +363,7 @@ def test_commits_from_members_are_checked_against_generation_and_membership():
     assert h.commit("g", gen, a, {("t", 0): 1}) == {("t", 0): 0}
     assert h.commit("g", gen + 1, a, {("t", 0): 2}) == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
     assert h.commit("g", gen, "ghost", {("t", 0): 3}) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
-    assert h.commit("g", -1, "", {("t", 0): 4}) == {("t", 0): ErrorCode.ILLEGAL_GENERATION}, \
+    assert h.commit("g", -1, "", {("t", 0): 4}) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}, \
         "a simple commit into a group with members"
     assert h.commit("nope", 3, "m", {("t", 0): 1}, version=9) == {("t", 0): ErrorCode.GROUP_ID_NOT_FOUND}
     assert h.commit("nope", 3, "m", {("t", 0): 1}, version=8) == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
@@ -321,6 +374,60 @@ def test_commits_from_members_are_checked_against_generation_and_membership():
     assert h.group().state == COMPLETING_REBALANCE
     assert h.commit("g", gen + 1, a, {("t", 0): 5}) == {("t", 0): ErrorCode.REBALANCE_IN_PROGRESS}
     assert h.shard.fetch_offsets("g", [("t", [0])])[0]["partitions"][0]["committed_offset"] == 1
+
+
+def test_offset_commit_errors_come_in_kafkas_order_membership_before_generation():
+    h = Harness()
+    a, b = stable_group(h, 2)
+    gen = h.group().generation
+    # an admin's alterConsumerGroupOffsets (member "", generation -1) into a live group
+    assert h.commit("g", -1, "", {("t", 0): 1}) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert h.commit("g", gen + 5, "ghost", {("t", 0): 1}) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert h.commit("g", -1, a, {("t", 0): 1}) == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
+    h.join_new()  # a rebalance: Stable -> PreparingRebalance
+    assert h.commit("g", -1, "", {("t", 0): 1}) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert h.commit("g", gen, a, {("t", 0): 2}) == {("t", 0): 0}, "the current generation may commit meanwhile"
+    h.leave((a, None), (b, None))
+    h.advance(30_000)  # the new member never rejoins: the group empties
+    assert h.group().state == EMPTY
+    assert h.commit("g", -1, "", {("t", 0): 3}) == {("t", 0): 0}, "an empty group takes admin commits"
+
+
+def test_offset_commit_of_a_static_member_with_another_member_id_is_fenced():
+    h = Harness()
+    w = h.join(instance="i-1")
+    h.advance(0)
+    mid, gen = w.result["member_id"], w.result["generation_id"]
+    assert h.commit("g", gen + 1, "other", {("t", 0): 1}, instance="i-1") == {("t", 0): ErrorCode.FENCED_INSTANCE_ID}
+    assert h.commit("g", gen, mid, {("t", 0): 1}, instance="i-1") == {("t", 0): ErrorCode.REBALANCE_IN_PROGRESS}
+    h.sync(mid, gen, assignments={mid: b"x"}, instance="i-1")
+    ids = [mid]
+    assert h.commit("g", gen, ids[0], {("t", 0): 1}, instance="i-2") == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert h.commit("g", gen, ids[0], {("t", 0): 1}, instance="i-1") == {("t", 0): 0}
+
+
+def _fetched(h: Harness, group: str, require_stable: bool = False) -> tuple[int, int]:
+    p = h.shard.fetch_offsets(group, [("t", [0])], require_stable)[0]["partitions"][0]
+    return p["committed_offset"], p["error_code"]
+
+
+def test_an_offset_commit_being_written_is_not_served_until_it_is_committed():
+    h = Harness()
+    assert h.commit("s", offsets={("t", 0): 5}) == {("t", 0): 0}
+    h.hold_writes = True
+    h.commit("s", offsets={("t", 0): 9})
+    assert _fetched(h, "s") == (5, 0), "the write has not completed: the last committed offset"
+    assert _fetched(h, "s", require_stable=True) == (-1, ErrorCode.UNSTABLE_OFFSET_COMMIT)
+    h.complete_held()
+    assert _fetched(h, "s") == (9, 0) and _fetched(h, "s", require_stable=True) == (9, 0)
+    h.commit("s", offsets={("t", 0): 12})
+    h.complete_held(ErrorCode.NOT_COORDINATOR)
+    assert _fetched(h, "s") == (9, 0), "a failed write was never served"
+    assert h.shard.pending_commits == {}
+    h.commit("new", offsets={("t", 0): 1})
+    assert "new" not in h.shard.groups and _fetched(h, "new") == (-1, 0)
+    h.complete_held()
+    assert _fetched(h, "new") == (1, 0) and "new" in h.shard.groups
 
 
 def test_offset_metadata_over_the_limit_is_refused_per_partition():

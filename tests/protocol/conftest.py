@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 
 import pytest
 
 from broker.protocol import codec
 from common.config import Config
+from common.ports import free_port  # noqa: F401 (re-exported to the tests)
 from krafty.node import Node
 
 TEST_CLUSTER_ID = "a3JhZnR5LXRlc3Qtbm9kZQ"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def start_node(tmp_path, **overrides: str) -> Node:
@@ -49,6 +45,17 @@ async def node(tmp_path):
     n = await start_node(tmp_path)
     yield n
     await n.stop()
+
+
+@pytest.fixture
+async def conn(node):
+    """A connected KafkaConnection to ``node``."""
+    from broker.protocol.client import KafkaConnection
+
+    c = KafkaConnection("127.0.0.1", node.port)
+    await c.connect()
+    yield c
+    c.close()
 
 
 class RawClient:

@@ -20,14 +20,6 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT, LOGGER = 2, 3, 4, 5, 6
 
 
-@pytest.fixture
-async def conn(node):
-    c = KafkaConnection("127.0.0.1", node.port)
-    await c.connect()
-    yield c
-    c.close()
-
-
 async def alter(conn, name: str, *ops, rtype: int = 4, validate_only: bool = False):
     r = await conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [
         {"resource_type": rtype, "resource_name": name,

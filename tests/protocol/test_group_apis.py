@@ -412,3 +412,135 @@ async def test_offsets_expire_after_the_retention_and_stay_expired_after_a_resta
     finally:
         c.close()
         await n.stop()
+
+
+class _HeldWrites:
+    """Holds the commit of the coordinator's writes of GroupMetadata records (key version 2; 1:
+    offset commits): the append happens, the acks=all answer waits for ``release(code)`` — a
+    slow follower."""
+
+    def __init__(self, coord, key_version: int = 2):
+        self.key = struct.pack(">h", key_version)
+        self.runtime = coord.runtime
+        self.real = self.runtime.append
+        self.held: list[tuple[asyncio.Future, asyncio.Future]] = []
+        self.runtime.append = self.append
+
+    def append(self, pid, records, **kw):
+        err, committed = self.real(pid, records, **kw)
+        if committed is None or not any(k[:2] == self.key for k, _ in records):
+            return err, committed
+        held = asyncio.get_running_loop().create_future()
+        self.held.append((committed, held))
+        return err, held
+
+    async def release(self, code: int | None = None) -> None:
+        for committed, held in self.held:
+            err = await committed
+            held.set_result(err if code is None else code)
+        self.held.clear()
+
+    def restore(self) -> None:
+        self.runtime.append = self.real
+
+
+async def _two_members_completing(gnode, group: str):
+    """Member a alone (generation 1), then b joins and a rejoins: generation 2 in
+    CompletingRebalance, a the leader. Returns the two connections and (a, b, generation)."""
+    ca = KafkaConnection("127.0.0.1", gnode.port, client_id="a")
+    cb = KafkaConnection("127.0.0.1", gnode.port, client_id="b")
+    a, _ = await join_and_sync(ca, group)
+    req = {"group_id": group, "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",
+           "group_instance_id": None, "protocol_type": "consumer",
+           "protocols": [{"name": "range", "metadata": subscription("t1")}], "reason": None}
+    r = await cb.request(ApiKey.JOIN_GROUP, 9, req)
+    b_join = asyncio.ensure_future(cb.request(ApiKey.JOIN_GROUP, 9, dict(req, member_id=r.member_id)))
+    ra = await ca.request(ApiKey.JOIN_GROUP, 9, dict(req, member_id=a))
+    rb = await b_join
+    assert int(ra.error_code) == int(rb.error_code) == 0 and ra.leader == a, (ra, rb)
+    return ca, cb, (a, rb.member_id, ra.generation_id)
+
+
+def _sync(conn, group, gen, member, assignments=()):
+    return asyncio.ensure_future(conn.request(ApiKey.SYNC_GROUP, 5, {
+        "group_id": group, "generation_id": gen, "member_id": member, "group_instance_id": None,
+        "protocol_type": "consumer", "protocol_name": "range",
+        "assignments": [{"member_id": m, "assignment": x} for m, x in assignments]}))
+
+
+async def _group_state(conn, group: str) -> str:
+    r = await conn.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False})
+    return r.groups[0].group_state
+
+
+async def test_a_follower_sync_arriving_during_the_assignment_write_is_answered_with_the_leader_after_it(gnode, conn):
+    """aiokafka's test_kip_345_* on a 3-broker cluster: the follower's SyncGroup came in while
+    the leader's assignment was being replicated and was answered at once, before the leader."""
+    ca, cb, (a, b, gen) = await _two_members_completing(gnode, "g-durable")
+    held = _HeldWrites(gnode.broker.apis.group_coordinator)
+    try:
+        leader = _sync(ca, "g-durable", gen, a, [(a, b"\x00\x01A"), (b, b"\x00\x01B")])
+        while not held.held:
+            await asyncio.sleep(0.01)
+        follower = _sync(cb, "g-durable", gen, b)
+        await asyncio.sleep(0.3)
+        assert not leader.done() and not follower.done(), "answered before the assignment is durable"
+        assert await _group_state(conn, "g-durable") == "CompletingRebalance"
+        await held.release()
+        rl, rf = await leader, await follower
+        assert (int(rl.error_code), bytes(rl.assignment)) == (0, b"\x00\x01A")
+        assert (int(rf.error_code), bytes(rf.assignment)) == (0, b"\x00\x01B")
+        assert await _group_state(conn, "g-durable") == "Stable"
+    finally:
+        held.restore()
+        ca.close()
+        cb.close()
+
+
+async def test_a_failed_assignment_write_answers_the_leader_and_the_waiting_follower_with_the_error(gnode, conn):
+    ca, cb, (a, b, gen) = await _two_members_completing(gnode, "g-lost")
+    held = _HeldWrites(gnode.broker.apis.group_coordinator)
+    try:
+        follower = _sync(cb, "g-lost", gen, b)
+        leader = _sync(ca, "g-lost", gen, a, [(a, b"\x00\x01A"), (b, b"\x00\x01B")])
+        while not held.held:
+            await asyncio.sleep(0.01)
+        await held.release(ErrorCode.COORDINATOR_NOT_AVAILABLE)  # e.g. the acks=all write timed out
+        rl, rf = await leader, await follower
+        assert int(rl.error_code) == int(rf.error_code) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert await _group_state(conn, "g-lost") == "PreparingRebalance"
+    finally:
+        held.restore()
+        ca.close()
+        cb.close()
+
+
+async def test_an_admin_offset_commit_into_a_group_with_live_members_is_unknown_member_id(conn):
+    """AdminClient.alterConsumerGroupOffsets sends member "" and generation -1: Kafka checks
+    membership before the generation."""
+    member, gen = await join_and_sync(conn, "g-admin-commit")
+    assert await commit(conn, "g-admin-commit", {("t1", 0): 7}) == {("t1", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert await commit(conn, "g-admin-commit", {("t1", 0): 7}, generation=gen + 1, member="ghost") == {
+        ("t1", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert await commit(conn, "g-admin-commit", {("t1", 0): 7}, generation=gen, member=member) == {("t1", 0): 0}
+
+
+async def test_offset_fetch_does_not_serve_an_offset_commit_until_its_write_is_committed(gnode, conn):
+    await find(conn, "g-pending")
+    assert await commit(conn, "g-pending", {("t1", 0): 5}) == {("t1", 0): 0}
+    held = _HeldWrites(gnode.broker.apis.group_coordinator, key_version=1)
+    other = KafkaConnection("127.0.0.1", gnode.port, client_id="other")
+    try:
+        pending = asyncio.ensure_future(commit(conn, "g-pending", {("t1", 0): 9}))
+        while not held.held:
+            await asyncio.sleep(0.01)
+        assert await _offsets_of(other, "g-pending") == (0, {("t1", 0): 5})
+        r = await other.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": "g-pending", "topics": [
+            {"name": "t1", "partition_indexes": [0]}]}], "require_stable": True})
+        assert int(r.groups[0].topics[0].partitions[0].error_code) == ErrorCode.UNSTABLE_OFFSET_COMMIT
+        await held.release()
+        assert await pending == {("t1", 0): 0}
+        assert await _offsets_of(other, "g-pending") == (0, {("t1", 0): 9})
+    finally:
+        held.restore()
+        other.close()

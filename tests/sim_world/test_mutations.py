@@ -100,15 +100,17 @@ def test_mutation_recovery_below_the_last_valid_batch_is_caught(monkeypatch):
 
 
 def test_partition_log_write_errors_lose_nothing_acknowledged():
-    """EIO and ENOSPC on brokers' partition log writes (a short write first): the append fails
-    with KAFKA_STORAGE_ERROR, the partial bytes are cut off, producers retry, nothing acked is
-    lost and recovery after a power loss still ends at the last valid batch."""
+    """EIO and ENOSPC on brokers' partition log writes (a short write first): the log dir goes
+    offline (KIP-858: the broker's only dir, so the broker stops and the operator restarts it),
+    recovery cuts the partial bytes off, producers retry elsewhere, nothing acked is lost and
+    recovery after a power loss still ends at the last valid batch. A fault armed on a broker
+    that is down fires on its first write after the restart, or not at all when the run ends."""
     import errno
 
     faults = [Fault(0.3 + 0.4 * i, "disk", 4 + i % 3, arg=(errno.EIO, errno.ENOSPC)[i % 2]) for i in range(8)]
     faults.append(Fault(3.5, "power", 4, duration=1.5))
     r = run_seed(3, safety_s=6.0, faults=faults)
-    assert r.acked > 0 and r.disk_failures == 8
+    assert r.acked > 0 and 0 < r.disk_failures <= 8
 
 
 # Found by the world (seed 15 at 4 s, once power losses and disk faults were in the schedule):

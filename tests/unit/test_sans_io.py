@@ -27,6 +27,8 @@ CORES = [
     "controller/acls.py", "controller/scram.py",
     "broker/replica/partition*.py", "broker/replica/follower.py", "broker/replica/selector.py",
     "broker/group/state*.py", "broker/group/shard.py", "broker/group/records.py", "broker/group/lag.py",
+    "broker/group/consumer_group.py", "broker/group/consumer_records.py", "broker/group/assignors.py",
+    "common/group_config.py", "controller/configs.py",
     "broker/txn/state.py", "broker/txn/records.py",
     "broker/fetch_session.py",
     "common/errors.py", "common/topic_names.py",

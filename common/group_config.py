@@ -1,0 +1,59 @@
+"""The configs of one group (Kafka's GroupConfig, KIP-848): ConfigRecords of resource type GROUP
+(32) in the metadata log, set with IncrementalAlterConfigs and read with DescribeConfigs. A key a
+group does not set takes the broker's ``group.consumer.*`` default; a value must lie within the
+broker's ``group.consumer.min/max.*`` bounds, and a group's session timeout must exceed its
+heartbeat interval (checked on the configs the group would have after the change, as Kafka's
+GroupConfig.validate). Pure: no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from common.dynamic_config import DynamicConfigError
+
+# group key -> the broker key that is its default (and whose min/max bound it)
+GROUP_KEYS = {
+    "consumer.session.timeout.ms": "group.consumer.session.timeout.ms",
+    "consumer.heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms",
+}
+CONFIG_TYPE_INT = 3  # DescribeConfigs ConfigType
+
+
+def _bound(broker_key: str, which: str) -> str:
+    return broker_key.replace("group.consumer.", f"group.consumer.{which}.", 1)
+
+
+def group_config(cfg, overrides: Mapping[str, str]) -> dict[str, int]:
+    """Every group key's value for a group with these stored ``overrides`` (broker defaults else)."""
+    return {k: int(overrides[k]) if k in overrides else cfg[b] for k, b in GROUP_KEYS.items()}
+
+
+def validate_names(props: Mapping[str, object]) -> None:
+    unknown = [k for k in props if k not in GROUP_KEYS]
+    if unknown:
+        raise DynamicConfigError("INVALID_CONFIG", f"Unknown group config name: {unknown[0]}")
+
+
+def validate_group_config(cfg, props: Mapping[str, str]) -> None:
+    """The group's stored configs after a change (``props``: key -> value) against this node's
+    ``cfg``; raises DynamicConfigError INVALID_CONFIG with Kafka's message."""
+    validate_names(props)
+    for k, v in props.items():
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            raise DynamicConfigError("INVALID_CONFIG", f"Invalid value {v} for configuration {k}: "
+                                                       "Not a number of type INT") from None
+        if not 1 <= n < 2**31:
+            why = "Value must be at least 1" if n < 1 else "Not a number of type INT"
+            raise DynamicConfigError("INVALID_CONFIG", f"Invalid value {v} for configuration {k}: {why}")
+    values = group_config(cfg, props)
+    for k, broker_key in GROUP_KEYS.items():
+        lo, hi = _bound(broker_key, "min"), _bound(broker_key, "max")
+        if values[k] < cfg[lo]:
+            raise DynamicConfigError("INVALID_CONFIG", f"{k} must be greater than or equal to {lo}")
+        if values[k] > cfg[hi]:
+            raise DynamicConfigError("INVALID_CONFIG", f"{k} must be less than or equal to {hi}")
+    if values["consumer.session.timeout.ms"] <= values["consumer.heartbeat.interval.ms"]:
+        raise DynamicConfigError("INVALID_CONFIG",
+                                 "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms")

@@ -1,0 +1,184 @@
+"""The consumer group protocol (KIP-848, ``group.protocol=consumer``) with confluent-kafka on a real
+krafty node: members join and leave one at a time under a produce stream; nothing produced is
+lost to the group, and each rebalance revokes only the partitions that move (a member keeps the
+others and goes on consuming them); a static member comes back to its partitions."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from krafty_node import KraftyNode
+
+pytestmark = pytest.mark.krafty_only
+
+PARTITIONS = 12
+PROPS = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3",
+         "offsets.topic.replication.factor": "1",
+         # heartbeats every 500 ms so that a rebalance takes a second, not Kafka's 5 s interval
+         "group.consumer.min.heartbeat.interval.ms": "500", "group.consumer.heartbeat.interval.ms": "500"}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    n = KraftyNode(tmp_path_factory.mktemp("kip848"), extra_properties=PROPS, memory_limit_mb=1536)
+    n.start()
+    yield n
+    n.close()
+
+
+class Member:
+    """A consumer polled by its own thread; records what it got and its rebalance callbacks."""
+
+    def __init__(self, node, group, topic, name, events, seen, instance=None):
+        conf = {"bootstrap.servers": node.bootstrap, "group.id": group, "group.protocol": "consumer",
+                "auto.offset.reset": "earliest", "enable.auto.commit": True, "auto.commit.interval.ms": 200}
+        if instance:
+            conf["group.instance.id"] = instance
+        self.name, self.events, self.seen = name, events, seen
+        self.owned: set[int] = set()
+        self.c = Consumer(conf)
+        self.c.subscribe([topic], on_assign=self._assign, on_revoke=self._revoke, on_lost=self._revoke)
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _assign(self, c, ps):
+        got = {p.partition for p in ps}
+        self.owned |= got
+        self.events.append((time.monotonic(), self.name, "assign", got))
+
+    def _revoke(self, c, ps):
+        gone = {p.partition for p in ps}
+        self.owned -= gone
+        self.events.append((time.monotonic(), self.name, "revoke", gone))
+
+    def _run(self):
+        while not self.stop.is_set():
+            m = self.c.poll(0.1)
+            if m is not None and m.error() is None:
+                self.seen.add(int(m.value()))
+
+    def close(self):
+        self.stop.set()
+        self.t.join(10)
+        self.c.close()
+
+
+def _create(node, topic):
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+
+
+def _wait(cond, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out: {what}"
+        time.sleep(0.05)
+
+
+def _balanced(members):
+    owned = [m.owned for m in members]
+    every = set().union(*owned)
+    sizes = sorted(len(o) for o in owned)
+    return (every == set(range(PARTITIONS)) and sum(sizes) == PARTITIONS and sizes[-1] - sizes[0] <= 1)
+
+
+def test_members_join_and_leave_one_at_a_time_under_a_produce_stream(node):
+    topic, group = "k848-" + uuid.uuid4().hex[:6], "g848-" + uuid.uuid4().hex[:6]
+    _create(node, topic)
+    produced: list[int] = []
+    stop = threading.Event()
+
+    def produce():
+        p = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 5})
+        i = 0
+        while not stop.is_set():
+            p.produce(topic, value=b"%d" % i, partition=i % PARTITIONS)
+            produced.append(i)
+            i += 1
+            p.poll(0)
+            time.sleep(0.002)
+        assert p.flush(30) == 0
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    events: list = []
+    seen: set[int] = set()
+    members: list[Member] = []
+    try:
+        for k in range(4):  # join one at a time
+            before = {m.name: set(m.owned) for m in members}
+            mark = len(events)
+            members.append(Member(node, group, topic, f"m{k}", events, seen))
+            _wait(lambda: _balanced(members), f"{len(members)} members balanced")
+            new = members[-1]
+            revoked = set().union(set(), *(e[3] for e in events[mark:] if e[2] == "revoke"))
+            assert revoked <= new.owned, f"only partitions that moved to {new.name} are revoked: {revoked}"
+            for m in members[:-1]:
+                assert m.owned <= before[m.name], f"{m.name} kept only partitions it had"
+                assert len(before[m.name] - m.owned) == len(before[m.name] & new.owned)
+        for _ in range(3):  # leave one at a time
+            gone = members.pop(0)
+            before = {m.name: set(m.owned) for m in members}
+            mark = len(events)
+            gone.close()
+            _wait(lambda: _balanced(members), f"{len(members)} members balanced")
+            assert not any(e[2] == "revoke" and e[1] != gone.name for e in events[mark:]), \
+                "a leaving member makes nobody else give up a partition"
+            for m in members:
+                assert before[m.name] <= m.owned
+        stop.set()
+        producer.join(30)
+        _wait(lambda: set(produced) <= seen, f"every produced record consumed ({len(produced)})", timeout=60)
+    finally:
+        stop.set()
+        for m in members:
+            m.close()
+
+
+def test_a_static_member_gets_its_partitions_back(node):
+    topic, group = "k848s-" + uuid.uuid4().hex[:6], "g848s-" + uuid.uuid4().hex[:6]
+    _create(node, topic)
+    events: list = []
+    seen: set[int] = set()
+    a = Member(node, group, topic, "a", events, seen, instance="ia")
+    b = Member(node, group, topic, "b", events, seen, instance="ib")
+    try:
+        _wait(lambda: _balanced([a, b]), "two static members balanced")
+        mine = set(b.owned)
+        b.close()  # a static member leaves with epoch -2: it keeps its partitions for its session
+        mark = len(events)
+        b = Member(node, group, topic, "b2", events, seen, instance="ib")
+        _wait(lambda: b.owned == mine, "the static member is back on its partitions")
+        assert not any(e[1] == "a" for e in events[mark:]), "the other member was not disturbed"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_regex_subscription_picks_up_a_topic_created_later(node):
+    prefix = "rx" + uuid.uuid4().hex[:6]
+    _create(node, f"{prefix}-a")
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "g-" + prefix, "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000})
+    owned: set[tuple[str, int]] = set()
+    c.subscribe([f"^{prefix}-.*"], on_assign=lambda _c, ps: owned.update((p.topic, p.partition) for p in ps),
+                on_revoke=lambda _c, ps: owned.difference_update((p.topic, p.partition) for p in ps))
+    try:
+        deadline = time.monotonic() + 30
+        while len(owned) < PARTITIONS:
+            assert time.monotonic() < deadline, owned
+            c.poll(0.1)
+        _create(node, f"{prefix}-b")
+        deadline = time.monotonic() + 30
+        while len(owned) < 2 * PARTITIONS:
+            assert time.monotonic() < deadline, f"the new topic was not assigned: {sorted(owned)}"
+            c.poll(0.1)
+        assert {t for t, _ in owned} == {f"{prefix}-a", f"{prefix}-b"}
+    finally:
+        c.close()

@@ -36,8 +36,8 @@ lint: $(BIN)/krafty
 
 sim: $(BIN)/krafty
 	$(BIN)/python -m sim.run_world --seeds $(SEEDS) --safety-s $(SIM_SAFETY_S) --jobs $(SIM_JOBS)
-	$(BIN)/python -m sim.txn_log.run --seeds $(SEEDS)
-	$(BIN)/python -m sim.txn.run --seeds $(SEEDS)
+	$(BIN)/python -m sim.txn_log.run --seeds $(SEEDS) --jobs $(SIM_JOBS)
+	$(BIN)/python -m sim.txn.run --seeds $(SEEDS) --jobs $(SIM_JOBS)
 
 # Long chaos runs, one per nemesis (CHAOS_TIME seconds each; netns needs root, else use
 # CHAOS_CLUSTER=local, where partitions need root too). Output in chaos-out/<nemesis>-<seed>.

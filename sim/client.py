@@ -1,4 +1,4 @@
-"""Simulated clients of a world: an admin, idempotent producers and consumers speaking the
+"""Simulated clients of a world: an admin, idempotent and transactional producers and consumers speaking the
 Kafka protocol over the simulated network, through krafty's own client connection
 (broker/protocol/client.py). They run as processes of their own (``NODE`` = ("client", i)),
 so a cut can isolate them like any node.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from broker.log.batch import Record, build_batch, iter_records, parse_batches
+from broker.log.batch import Record, build_batch, iter_records, parse_batches, read_end_txn_marker
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
 from common.errors import ErrorCode
@@ -65,6 +65,24 @@ class Cluster:
                 if int(p.error_code) == 0 and int(p.leader_id) >= 0:
                     self.leaders[(t.name, int(p.partition_index))] = int(p.leader_id)
         return True
+
+    async def leader_of(self, tp: tuple[str, int]) -> int | None:
+        """The leader of ``tp`` this client knows, asking for metadata once if it knows none."""
+        leader = self.leaders.get(tp)
+        if leader is None:
+            await self.refresh(tp[0])
+            leader = self.leaders.get(tp)
+        return leader
+
+    async def find_coordinator(self, key: str, key_type: int) -> int | None:
+        """FindCoordinator v3 (key type 0: a group, 1: a transactional id) through any broker;
+        None: no answer, or an error."""
+        b = self.rng.choice(self.world.broker_ids)
+        try:
+            r = await self.request(b, ApiKey.FIND_COORDINATOR, 3, {"key": key, "key_type": key_type})
+        except (ConnectionError, TimeoutError, OSError):
+            return None
+        return int(r.node_id) if int(r.error_code) == 0 else None
 
     def close(self) -> None:
         for c in self.conns.values():
@@ -136,13 +154,10 @@ class Producer:
                                   producer_id=self.pid, producer_epoch=self.epoch, base_sequence=self.seq[p]))
         tp = (self.topic, p)
         while True:
-            leader = self.cl.leaders.get(tp)
+            leader = await self.cl.leader_of(tp)
             if leader is None:
-                await self.cl.refresh(self.topic)
-                leader = self.cl.leaders.get(tp)
-                if leader is None:
-                    await asyncio.sleep(0.1)
-                    continue
+                await asyncio.sleep(0.1)
+                continue
             self.sent += 1
             try:
                 r = await self.cl.request(leader, ApiKey.PRODUCE, 9, {
@@ -176,15 +191,11 @@ class Producer:
             return
 
 
-async def read_partition(cl: Cluster, topic: str, p: int, start: int, isolation: int = 0,
-                         max_wait_ms: int = 200) -> tuple[int, list[tuple[int, bytes]]] | None:
-    """One Fetch of ``topic``/``p`` from ``start`` on its leader: (high watermark, [(offset, value)])."""
-    leader = cl.leaders.get((topic, p))
+async def _fetch(cl: Cluster, topic: str, p: int, start: int, isolation: int, max_wait_ms: int):
+    """One Fetch of ``topic``/``p`` from ``start`` on its leader: the partition's answer, or None."""
+    leader = await cl.leader_of((topic, p))
     if leader is None:
-        await cl.refresh(topic)
-        leader = cl.leaders.get((topic, p))
-        if leader is None:
-            return None
+        return None
     try:
         r = await cl.request(leader, ApiKey.FETCH, 12, {
             "replica_id": -1, "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": isolation,
@@ -198,6 +209,15 @@ async def read_partition(cl: Cluster, topic: str, p: int, start: int, isolation:
     if int(pd.error_code) != 0:
         cl.leaders.pop((topic, p), None)
         return None
+    return pd
+
+
+async def read_partition(cl: Cluster, topic: str, p: int, start: int, isolation: int = 0,
+                         max_wait_ms: int = 200) -> tuple[int, list[tuple[int, bytes]]] | None:
+    """One Fetch of ``topic``/``p`` from ``start`` on its leader: (high watermark, [(offset, value)])."""
+    pd = await _fetch(cl, topic, p, start, isolation, max_wait_ms)
+    if pd is None:
+        return None
     out = []
     data = bytes(pd.records or b"")
     for h in parse_batches(data):
@@ -205,6 +225,173 @@ async def read_partition(cl: Cluster, topic: str, p: int, start: int, isolation:
             if rec.offset >= start:
                 out.append((rec.offset, rec.value))
     return int(pd.high_watermark), out
+
+
+async def read_committed(cl: Cluster, topic: str, p: int, start: int
+                         ) -> tuple[int, int, list[tuple[int, bytes]]] | None:
+    """One read_committed Fetch of ``topic``/``p`` from ``start``: (high watermark, last stable
+    offset, [(offset, value)]) with what a Kafka consumer drops dropped: control batches, and the
+    batches of the aborted transactions the broker lists (Kafka's Fetcher: a producer's batches
+    from an aborted transaction's first offset until its ABORT marker)."""
+    pd = await _fetch(cl, topic, p, start, 1, 0)
+    if pd is None:
+        return None
+    pending = sorted((int(a.first_offset), int(a.producer_id)) for a in pd.aborted_transactions or ())
+    aborting: set[int] = set()
+    out = []
+    data = bytes(pd.records or b"")
+    for h in parse_batches(data):
+        batch = memoryview(data)[h.pos:h.pos + h.size]
+        while pending and pending[0][0] <= h.last_offset:
+            aborting.add(pending.pop(0)[1])
+        if h.is_control:
+            marker = read_end_txn_marker(batch)
+            if marker is not None and not marker.commit:
+                aborting.discard(h.producer_id)
+            continue
+        if h.is_transactional and h.producer_id in aborting:
+            continue
+        for rec in iter_records(batch):
+            if rec.offset >= start:
+                out.append((rec.offset, rec.value))
+    return int(pd.high_watermark), int(pd.last_stable_offset), out
+
+
+class TxnProducer:
+    """A transactional producer (its own transactional.id, acks=all, one request in flight):
+    each transaction adds 1-2 partitions (AddPartitionsToTxn v3), writes a batch to each and
+    commits or aborts (EndTxn v3). It records each transaction's values by outcome: committed,
+    aborted, or unknown (an EndTxn whose answer never came, a fence): a read_committed reader
+    must see every committed value exactly once, no aborted one, and each unknown transaction
+    whole or not at all."""
+
+    TIMEOUT_MS = 5000  # transaction.timeout.ms: the coordinator aborts an abandoned transaction then
+
+    def __init__(self, world, name: str, topic: str, partitions: int):
+        self.world, self.name, self.topic, self.partitions = world, name, topic, partitions
+        self.cl = Cluster(world, name)
+        self.coordinator: int | None = None
+        self.pid = self.epoch = -1
+        self.seq = [0] * partitions
+        self.n = 0
+        self.committed: set[bytes] = set()
+        self.aborted: set[bytes] = set()
+        self.unknown: list[set[bytes]] = []  # per transaction
+
+    async def _find(self) -> int | None:
+        if self.coordinator is None:
+            self.coordinator = await self.cl.find_coordinator(self.name, 1)
+        return self.coordinator
+
+    async def _coordinator_call(self, api: int, version: int, data: dict, code_of, until: float):
+        """The answer's error code, retrying what a Kafka producer retries until ``until`` + 30 s
+        (None: no answer in time)."""
+        loop = asyncio.get_running_loop()
+        while loop.time() < until + 30:
+            node = await self._find()
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if node is not None:
+                try:
+                    code = ErrorCode(code_of(await self.cl.request(node, api, version, data)))
+                except (ConnectionError, TimeoutError, OSError):
+                    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                self.coordinator = None
+            elif code not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS,
+                              ErrorCode.REQUEST_TIMED_OUT):
+                return code
+            await asyncio.sleep(0.05 + self.cl.rng.random() * 0.1)
+        return None
+
+    async def init(self, until: float) -> bool:
+        data = {"transactional_id": self.name, "transaction_timeout": self.TIMEOUT_MS,
+                "producer_id": self.pid, "producer_epoch": self.epoch}
+        answer = {}
+
+        def code_of(r):
+            answer["r"] = r
+            return int(r.error_code)
+        code = await self._coordinator_call(ApiKey.INIT_PRODUCER_ID, 4, data, code_of, until)
+        if code != ErrorCode.NONE:
+            self.pid = self.epoch = -1  # start over as a new producer (the old epoch is fenced anyway)
+            return False
+        self.pid, self.epoch = int(answer["r"].producer_id), int(answer["r"].producer_epoch)
+        self.seq = [0] * self.partitions
+        return True
+
+    async def run(self, until: float) -> None:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until + 30 and not await self.init(until):
+            pass
+        while self.pid >= 0:
+            await self.transaction(until)
+            if loop.time() >= until:
+                return
+            await asyncio.sleep(self.cl.rng.random() * 0.6)  # (a transaction costs ~10 requests)
+            while self.pid < 0 and loop.time() < until + 30 and not await self.init(until):
+                pass
+
+    async def transaction(self, until: float) -> None:
+        rng = self.cl.rng
+        self.n += 1
+        parts = sorted(rng.sample(range(self.partitions), rng.randint(1, min(2, self.partitions))))
+        values = {p: [f"{self.name}/{self.pid}.{self.epoch}/t{self.n}/{p}/{i}".encode()
+                      for i in range(rng.randint(1, 3))] for p in parts}
+        every = {v for vs in values.values() for v in vs}
+        commit = rng.random() < 0.7
+        topics = [{"name": self.topic, "partitions": parts}]
+        code = await self._coordinator_call(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+            "v3_and_below_transactional_id": self.name, "v3_and_below_producer_id": self.pid,
+            "v3_and_below_producer_epoch": self.epoch, "v3_and_below_topics": topics},
+            lambda r: max((int(x.partition_error_code) for t in r.results_by_topic_v3_and_below
+                           for x in t.results_by_partition), key=lambda c: c != 0, default=0), until)
+        if code != ErrorCode.NONE:
+            self.unknown.append(set())  # nothing was written under it
+            self.pid = -1
+            return
+        failed = False
+        for p in parts:
+            if not await self._produce(p, values[p], until):
+                commit, failed = False, True
+                break
+        code = await self._coordinator_call(ApiKey.END_TXN, 3, {
+            "transactional_id": self.name, "producer_id": self.pid, "producer_epoch": self.epoch,
+            "committed": commit}, lambda r: int(r.error_code), until)
+        if code == ErrorCode.NONE:
+            (self.committed if commit else self.aborted).update(every)
+            if failed:
+                self.pid = -1  # a batch of unknown fate: a new epoch before the next transaction
+        else:
+            self.unknown.append(every)
+            self.world.note(f"{self.name}: EndTxn {code.name if code is not None else 'unanswered'}")
+            self.pid = -1
+
+    async def _produce(self, p: int, values: list[bytes], until: float) -> bool:
+        loop = asyncio.get_running_loop()
+        ts = self.world.wall_ms()
+        batch = bytes(build_batch([Record(i, ts, None, v, []) for i, v in enumerate(values)], producer_id=self.pid,
+                                  producer_epoch=self.epoch, base_sequence=self.seq[p], transactional=True))
+        tp = (self.topic, p)
+        while loop.time() < until + 30:
+            leader = await self.cl.leader_of(tp)
+            if leader is None:
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                r = await self.cl.request(leader, ApiKey.PRODUCE, 9, {
+                    "transactional_id": self.name, "acks": -1, "timeout": 3000,
+                    "topic_data": [{"name": self.topic, "partition_data": [{"index": p, "records": batch}]}]})
+                code = ErrorCode(int(r.responses[0].partition_responses[0].error_code))
+            except (ConnectionError, TimeoutError, OSError):
+                code = ErrorCode.REQUEST_TIMED_OUT
+            if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+                self.seq[p] += len(values)
+                return True
+            if code not in RETRIABLE:
+                return False
+            self.cl.leaders.pop(tp, None)
+            await asyncio.sleep(0.05 + self.cl.rng.random() * 0.1)
+        return False
 
 
 class Consumer:
@@ -282,13 +469,7 @@ class Committer:
 
     async def _find(self) -> int | None:
         if self.coordinator is None:
-            b = self.cl.rng.choice(self.world.broker_ids)
-            try:
-                r = await self.cl.request(b, ApiKey.FIND_COORDINATOR, 3, {"key": self.group, "key_type": 0})
-            except (ConnectionError, TimeoutError, OSError):
-                return None
-            if int(r.error_code) == 0:
-                self.coordinator = int(r.node_id)
+            self.coordinator = await self.cl.find_coordinator(self.group, 0)
         return self.coordinator
 
     async def _call(self, api: int, version: int, data: dict):

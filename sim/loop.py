@@ -15,7 +15,8 @@ its seed alone:
   death, and nothing of another process is touched.
 
 A coroutine that waits for something nothing will ever do (no timer, nothing ready) is a
-deadlock in simulation: ``run_until`` raises ``SimDeadlock`` instead of hanging.
+deadlock in simulation: ``run_until`` raises ``SimDeadlock`` instead of hanging; so are
+coroutines that keep waking each other without virtual time passing (a livelock).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ NODE: contextvars.ContextVar[object | None] = contextvars.ContextVar("sim_node",
 
 class SimDeadlock(RuntimeError):
     pass
+
+
+# A seed runs ~20,000 callbacks in all; this many at one virtual instant is a livelock (which
+# in real time would be a busy loop), not work
+LIVELOCK_CALLBACKS = 200_000
 
 
 class _VirtualSelector:
@@ -87,6 +93,7 @@ class SimLoop(asyncio.BaseEventLoop):
         self._clock_resolution = 1e-9
         self._timers: list[tuple[float, int, asyncio.TimerHandle]] = []  # heap; asyncio's _scheduled stays empty
         self._seq = 0
+        self._instant, self._at_instant = start, 0  # callbacks run since virtual time last moved
         self.rng = random.Random(f"loop-{seed}")
         self.reorder = reorder
         self.dead: set[object] = set()  # processes killed: their callbacks are dropped
@@ -124,6 +131,11 @@ class SimLoop(asyncio.BaseEventLoop):
                 raise SimDeadlock("nothing is ready and no timer is set: every coroutine waits forever")
             if timers[0][0] > self._now:
                 self._now = timers[0][0]
+        if self._now != self._instant:
+            self._instant, self._at_instant = self._now, 0
+        elif self._at_instant > LIVELOCK_CALLBACKS:
+            raise SimDeadlock(f"livelock: {self._at_instant} callbacks ran at virtual time {self._now:.6f} without "
+                              f"time passing (coroutines waking each other forever)")
         elif self.reorder and len(ready) > 1:
             items = list(ready)
             self.rng.shuffle(items)
@@ -141,6 +153,7 @@ class SimLoop(asyncio.BaseEventLoop):
             if not h._cancelled:
                 h._run()
         self.steps += n
+        self._at_instant += n
         if self.on_step is not None:
             self.on_step()
 

@@ -52,5 +52,13 @@ def recovery_drops_a_torn_segment(mp) -> None:
     mp.setattr(LogSegment, "recover", recover)
 
 
+def aborted_index_skipped(mp) -> None:
+    """read_committed Fetch skips the transaction index (the shortcut for logs that never saw an
+    abort taken for every log): the aborted transactions are not listed, and a consumer keeps
+    their records."""
+    from broker.log.log import Log
+    mp.setattr(Log, "has_aborted_transactions", lambda self, from_offset: False)
+
+
 MUTATIONS = {f.__name__: f for f in (wall_clock_sessions, vote_twice, vote_for_stale_log,
-                                     recovery_drops_a_torn_segment)}
+                                     recovery_drops_a_torn_segment, aborted_index_skipped)}

@@ -1,5 +1,6 @@
 """Whole-cluster seeds: ``python -m sim.run_world --seeds N [--start S]`` runs seeds S..S+N-1
-(sim/scenario.py) and reports seeds per second and simulated seconds per wall second; a
+(sim/scenario.py) through sim/runner.py (``--jobs J``: worker processes) and reports seeds per
+second and simulated seconds per wall second; a
 failing seed prints the one command that replays it, and its fault schedule shrunk to the
 faults it needs (``--only i,j``: replay with only those faults of the seed's schedule).
 
@@ -13,6 +14,7 @@ import logging
 import sys
 import time
 
+from sim.runner import report, run_seeds
 from sim.scenario import run_seed, schedule
 from sim.world import Settings
 
@@ -47,16 +49,6 @@ def shrink(seed: int, safety_s: float, plan) -> list[int]:
     return keep
 
 
-def _one(job: tuple[int, float, list[int] | None]) -> tuple[int, float, str | None, float]:
-    seed, safety_s, only = job
-    cpu = time.process_time()
-    try:
-        r = run_seed(seed, safety_s=safety_s, faults=_faults(seed, safety_s, only))
-    except Exception as e:  # noqa: BLE001 - a failed seed, reported
-        return seed, 0.0, f"{type(e).__name__}: {e}", time.process_time() - cpu
-    return seed, r.sim_s, None, time.process_time() - cpu
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sim.run_world", description=__doc__)
     ap.add_argument("--seeds", type=int, default=1)
@@ -80,59 +72,29 @@ def main(argv: list[str] | None = None) -> int:
         MUTATIONS[args.mutation](pytest.MonkeyPatch())
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     only = [int(x) for x in args.only.split(",") if x] if args.only is not None else None
-    t0 = time.perf_counter()
-    cpu0 = time.process_time()
-    sim_s = 0.0
-    failed = []
-    if args.jobs > 1:
-        import multiprocessing
+    mut = f" --mutation {args.mutation}" if args.mutation else ""
 
-        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
-            outcomes = {o[0]: o for o in pool.imap_unordered(_one, [(s, args.safety_s, only) for s in seeds],
-                                                             chunksize=4)}
-    else:
-        outcomes = None
-    for seed in seeds:
-        plan = _faults(seed, args.safety_s, only)
-        try:
-            if outcomes is not None:
-                _s, sim, err, _cpu = outcomes[seed]
-                if err is not None:
-                    raise RuntimeError(err)
-                sim_s += sim
-                continue
-            r = run_seed(seed, safety_s=args.safety_s, faults=plan, verbose=args.verbose)
-        except Exception as e:  # noqa: BLE001 - a failed seed, reported
-            failed.append(seed)
-            print(f"FAIL seed {seed}: {type(e).__name__}: {e}", flush=True)
-            print(f"replay: python -m sim.run_world --seed {seed} --safety-s {args.safety_s}"
-                  + (f" --mutation {args.mutation}" if args.mutation else "")
-                  + (f" --only {args.only}" if args.only is not None else "") + " --verbose")
-            if not args.no_shrink and only is None and plan:
-                keep = shrink(seed, args.safety_s, plan)
-                print(f"shrunk to {len(keep)} of {len(plan)} faults: "
-                      + "; ".join(str(plan[i]) for i in keep))
-                mut = f" --mutation {args.mutation}" if args.mutation else ""
-                print(f"replay shrunk: python -m sim.run_world --seed {seed} --safety-s {args.safety_s}{mut} "
-                      f"--only {','.join(map(str, keep))} --verbose")
-            continue
-        sim_s += r.sim_s
+    def one(seed: int) -> tuple[float, dict]:
+        r = run_seed(seed, safety_s=args.safety_s, faults=_faults(seed, args.safety_s, only), verbose=args.verbose)
         if args.verbose:
             print(f"seed {seed}: ok, {r.acked} writes acknowledged, {r.consumed} consumed, {r.commits} offset "
-                  f"commits, {r.steps} steps, "
-                  f"faults: {'; '.join(map(str, r.faults))}")
-    wall = time.perf_counter() - t0
-    cpu = time.process_time() - cpu0
-    if outcomes is not None:
-        cpu = sum(o[3] for o in outcomes.values())
-    ok = len(seeds) - len(failed)
-    print(f"{ok}/{len(seeds)} whole-cluster seeds passed in {wall:.1f} s wall ({len(seeds) / wall:.2f} seeds/s); "
-          f"{sim_s:.0f} s simulated ({sim_s / wall:.1f} simulated s per wall s); {cpu:.0f} CPU s "
-          f"({len(seeds) / max(cpu, 1e-9):.2f} seeds per CPU s)")
-    if failed:
-        print("failed seeds:", " ".join(map(str, failed)))
-    return 1 if failed else 0
-
+                  f"commits, {r.steps} steps, faults: {'; '.join(map(str, r.faults))}")
+        return r.sim_s, {"writes acknowledged": r.acked, "offset commits": r.commits,
+                         "partition log writes failed": r.disk_failures}
+    t0 = time.perf_counter()
+    outcomes = run_seeds(seeds, one, args.jobs)
+    status = report("whole-cluster", outcomes, time.perf_counter() - t0,
+                    lambda s: f"python -m sim.run_world --seed {s} --safety-s {args.safety_s}{mut}"
+                              + (f" --only {args.only}" if args.only is not None else "") + " --verbose")
+    for o in outcomes:
+        plan = _faults(o.seed, args.safety_s, only)
+        if o.error is None or args.no_shrink or only is not None or not plan:
+            continue
+        keep = shrink(o.seed, args.safety_s, plan)
+        print(f"seed {o.seed} shrunk to {len(keep)} of {len(plan)} faults: " + "; ".join(str(plan[i]) for i in keep))
+        print(f"replay shrunk: python -m sim.run_world --seed {o.seed} --safety-s {args.safety_s}{mut} "
+              f"--only {','.join(map(str, keep))} --verbose")
+    return status
 
 if __name__ == "__main__":
     sys.exit(main())

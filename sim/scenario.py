@@ -33,10 +33,21 @@ import random
 import time
 
 from raft.core import Role
-from sim.client import Admin, Cluster, Committer, Consumer, Producer, create_topic, read_partition
+from sim.client import (
+    Admin,
+    Cluster,
+    Committer,
+    Consumer,
+    Producer,
+    TxnProducer,
+    create_topic,
+    read_committed,
+    read_partition,
+)
 from sim.world import InvariantViolation, Settings, World
 
 TOPIC = "sim"
+TXN_TOPIC = "sim-txn"  # transactional producers write here (its control batches take offsets)
 PARTITIONS = 3
 LIVENESS_S = 30.0
 
@@ -306,10 +317,11 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
         if p.task.exception() is not None:
             raise w.violation(f"node {p.node_id} failed to start: {p.task.exception()!r}")
     admin = Cluster(w, "admin")
-    task = w.spawn("admin", create_topic(admin, TOPIC, PARTITIONS, min(3, len(w.broker_ids))))
-    if not w.run_for(30, task.done):
-        raise w.violation("CreateTopics did not complete")
-    task.result()
+    for topic in (TOPIC, TXN_TOPIC):
+        task = w.spawn("admin", create_topic(admin, topic, PARTITIONS, min(3, len(w.broker_ids))))
+        if not w.run_for(30, task.done):
+            raise w.violation("CreateTopics did not complete")
+        task.result()
     checker = Checker(w)
     loop.on_step = checker.step
     plan = faults if faults is not None else schedule(seed, w.controller_ids + w.broker_ids, w.controller_ids, safety_s)
@@ -323,6 +335,8 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     admins = [Admin(w, f"admin-{i}") for i in range(2)]
     tasks = [w.spawn(p.name, p.run(until)) for p in producers] + [w.spawn(consumer.name, consumer.run(until))]
     tasks += [w.spawn(a.name, a.run(until)) for a in admins]
+    txn_producers = [TxnProducer(w, f"txn-{i}", TXN_TOPIC, PARTITIONS) for i in range(2)]
+    tasks += [w.spawn(t.name, t.run(until)) for t in txn_producers]
     committer = Committer(w, consumer)
     tasks.append(w.spawn("committer", committer.run(until)))
 
@@ -365,6 +379,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
         raise w.violation("no write acknowledged after healing")
     loop.on_step = None
     _check_history(w, producers + [last], consumer)
+    _check_transactions(w, txn_producers)
     if loop.errors:  # an exception nobody handled (a task that died unseen, a callback that raised)
         e = loop.errors[0]
         raise w.violation(f"unhandled error in the event loop: {e.get('message')} {e.get('exception')!r}")
@@ -424,6 +439,56 @@ def _check_history(w: World, producers: list[Producer], consumer: Consumer) -> N
     for (p, off), v in consumer.seen.items():
         if logs[p].get(off) != v:
             raise w.violation(f"consumer was given {v!r} at {p}/{off}; the log now has {logs[p].get(off)!r}")
+
+
+def _check_transactions(w: World, producers: list[TxnProducer]) -> None:
+    """read_committed, after healing: the last stable offset reaches the high watermark (no
+    transaction hangs), every committed value is read exactly once, no aborted one, and each
+    transaction of unknown outcome whole or not at all."""
+    reader = Cluster(w, "txn-verifier")
+    got: list[bytes] = []
+
+    async def read_all():
+        for p in range(PARTITIONS):
+            pos = 0
+            while True:
+                r = await read_committed(reader, TXN_TOPIC, p, pos)
+                if r is None:
+                    await asyncio.sleep(0.1)
+                    continue
+                hw, lso, recs = r
+                for off, v in recs:
+                    if off >= pos:
+                        got.append(v)
+                        pos = off + 1
+                if not recs:
+                    if lso >= hw and pos >= lso:
+                        break
+                    if pos < lso:  # only control batches or aborted data up to the LSO: ask from there
+                        pos = lso
+                    else:
+                        await asyncio.sleep(0.2)
+    t = w.spawn("txn-verifier", read_all())
+    if not w.run_for(LIVENESS_S, t.done):
+        raise w.violation(f"a transaction still hangs {LIVENESS_S} s after healing (last stable offset below the "
+                          f"high watermark) or {TXN_TOPIC} cannot be read")
+    t.result()
+    seen = set(got)
+    if len(seen) != len(got):
+        dup = next(v for v in got if got.count(v) > 1)
+        raise w.violation(f"read_committed gave {dup!r} twice")
+    for prod in producers:
+        if prod.aborted & seen:
+            raise w.violation(f"read_committed gave aborted {sorted(prod.aborted & seen)[0]!r}")
+        for txn in prod.unknown:
+            if txn & seen and not txn <= seen:
+                raise w.violation(f"a transaction of unknown outcome is read in part: {sorted(txn - seen)[0]!r} "
+                                  f"missing, {sorted(txn & seen)[0]!r} read")
+        if not w.durability_excused() and not prod.committed <= seen:
+            raise w.violation(f"committed {sorted(prod.committed - seen)[0]!r} is not read")
+    w.note(f"transactions: {sum(len(p.committed) for p in producers)} committed values, "
+           f"{sum(len(p.aborted) for p in producers)} aborted, {sum(len(u) for p in producers for u in p.unknown)} "
+           f"of unknown outcome")
 
 
 __all__ = ["Fault", "InvariantViolation", "Result", "run_seed", "schedule"]

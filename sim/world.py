@@ -160,6 +160,8 @@ class World:
                 "offsets.topic.replication.factor": str(rf), "default.replication.factor": str(rf),
                 "min.insync.replicas": str(min(2, rf)), "group.initial.rebalance.delay.ms": "0",
                 "offsets.topic.num.partitions": "3",  # (50 by default: 150 logs made per seed)
+                "transaction.state.log.num.partitions": "3", "transaction.state.log.replication.factor": str(rf),
+                "transaction.state.log.min.isr": str(min(2, rf)),
             })
         props.update({k: str(v) for k, v in s.extra.items()})
         return Config(props, warn_unknown=False)

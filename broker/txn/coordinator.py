@@ -159,7 +159,11 @@ class TransactionCoordinator:
             left = deadline - self.clock.monotonic()
             if res != ErrorCode.CONCURRENT_TRANSACTIONS or left <= 0 or not self._completing(tid):
                 return res
-            await self._state_change(left)
+            # asked again only once tid's state moved: any request wakes _state_change, and two
+            # waiting for the same completing tid woke each other forever without time passing
+            while left > 0 and self._completing(tid):
+                await self._state_change(left)
+                left = deadline - self.clock.monotonic()
 
     def _completing(self, tid: str) -> bool:
         """Is ``tid``'s last transaction decided, its markers still being written?"""

@@ -53,7 +53,7 @@ def test_run_cli_reports_pass(capsys):
 
     assert main(["--seeds", "3", "--start", "500"]) == 0
     out = capsys.readouterr().out
-    assert "3/3 seeds passed" in out
+    assert "3/3 swarm seeds passed" in out
 
 
 DYNAMIC_SEEDS = 200

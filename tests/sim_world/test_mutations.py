@@ -128,3 +128,20 @@ LOST_LEADERSHIP_UNDER_CANCELLED_WRITE = [
 
 def test_a_cancelled_controller_write_that_loses_leadership_logs_no_unhandled_error():
     run_seed(15, safety_s=4.0, faults=LOST_LEADERSHIP_UNDER_CANCELLED_WRITE)
+
+
+# --- transactional producers in the worlds (sim/client.py TxnProducer, a read_committed verifier) ---
+
+def test_mutation_read_committed_without_the_aborted_list_is_caught(monkeypatch):
+    assert "read_committed gave aborted" in _caught(monkeypatch, "aborted_index_skipped", range(3), None, 4.0)
+
+
+# Found by the world (seed 9 at 4 s, once transactional producers were in it): two
+# AddPartitionsToTxn for a transactional id whose last transaction was completing (the client's
+# retry and its original) woke each other in broker/txn/coordinator.py's wait for a state change
+# (any request's effects wake it) and asked again, forever, without time passing: a livelock in
+# simulation, a busy loop until the 0.5 s deadline in real time. Now they ask again only once the
+# id's state moved. (Before the fix: SimDeadlock "livelock".)
+def test_concurrent_add_partitions_for_a_completing_transaction_do_not_livelock():
+    r = run_seed(9, safety_s=4.0)
+    assert r.acked > 0

@@ -67,6 +67,7 @@ class QuorumController:
         # what the first active controller of a new cluster writes (the metadata dir's bootstrap.checkpoint)
         self.bootstrap = bootstrap if bootstrap is not None else bootstrap_feature_records()
         self.cluster = cluster_ops.ClusterState()
+        self._offline_dirs: dict[int, frozenset] = {}  # broker -> the failed log dirs it last reported
         self._applied = asyncio.Event()
         self._active_tasks: list[asyncio.Task] = []
         # The epoch in which the metadata log announced us leader: it does so only once our
@@ -290,6 +291,12 @@ class QuorumController:
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, want_fence: bool,
                         want_shutdown: bool, timeout: float | None = None, offline_log_dirs=(), offline_partitions=()):
         received = self._now_ms()
+        dirs = frozenset(offline_log_dirs)
+        if dirs != self._offline_dirs.get(broker_id, frozenset()):  # said once per change, not every heartbeat
+            self._offline_dirs[broker_id] = dirs
+            if dirs:
+                log.warning("broker %d reports failed log dirs %s (%d partitions): their replicas go offline",
+                            broker_id, ", ".join(sorted(str(d) for d in dirs)), len(offline_partitions))
 
         def op(image: MetadataImage):
             self.cluster.touch(broker_id, max(received, self._now_ms()))

@@ -13,7 +13,8 @@ key.separator), ``Processed a total of N messages`` to stderr at the end. Withou
 tool reads the partitions directly (Fetch at each leader); with --group it is a member of the
 consumer group (JoinGroup/SyncGroup with the range assignor, Heartbeat, commits every
 auto.commit.interval.ms and when it stops, LeaveGroup), starting at the group's committed
-offsets. read_committed leaves out aborted transactions' records; control records are never
+offsets; with ``--consumer-property group.protocol=consumer`` it is a member of a KIP-848 consumer
+group instead (ConsumerGroupHeartbeat brings the assignment, commits carry the member epoch). read_committed leaves out aborted transactions' records; control records are never
 printed.
 """
 
@@ -45,7 +46,8 @@ from krafty.console_producer import (
 from krafty.consumer_groups import GroupAdmin, decode_assignment
 
 VERSIONS = {ApiKey.FETCH: (4, 12), ApiKey.JOIN_GROUP: (4, 9), ApiKey.SYNC_GROUP: (3, 5),
-            ApiKey.HEARTBEAT: (3, 4), ApiKey.LEAVE_GROUP: (3, 5), ApiKey.OFFSET_COMMIT: (7, 8),
+            ApiKey.HEARTBEAT: (3, 4), ApiKey.LEAVE_GROUP: (3, 5), ApiKey.OFFSET_COMMIT: (7, 9),
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: (1, 1),
             ApiKey.OFFSET_FETCH: (7, 8)}
 FORMATTERS = {"kafka.tools.DefaultMessageFormatter": "default",
               "org.apache.kafka.tools.consumer.DefaultMessageFormatter": "default",
@@ -58,7 +60,7 @@ DESERIALIZERS = {"StringDeserializer", "ByteArrayDeserializer", "BytesDeserializ
                  "UUIDDeserializer", "VoidDeserializer"}
 CONSUMER_PROPERTIES = {"bootstrap.servers", "client.id", "group.id", "group.instance.id", "auto.offset.reset",
                        "isolation.level", "enable.auto.commit", "auto.commit.interval.ms", "session.timeout.ms",
-                       "exclude.internal.topics", "request.timeout.ms"}
+                       "exclude.internal.topics", "request.timeout.ms", "group.protocol", "max.poll.interval.ms"}
 _REJOIN = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID,
            ErrorCode.FENCED_INSTANCE_ID}
 _REFRESH = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -308,6 +310,92 @@ class GroupMember:
                 pass
 
 
+class ConsumerProtocolMember(GroupMember):
+    """A member of a consumer group (KIP-848, group.protocol=consumer): ConsumerGroupHeartbeat
+    carries the subscription and brings the assignment; commits carry the member epoch."""
+
+    interval_s = 3.0
+
+    def __init__(self, client: ConsoleClient, group: str, topics: list[str] | None, regex: str | None,
+                 instance_id: str | None, rebalance_ms: int):
+        super().__init__(client, group, None, 0, instance_id)
+        self.topics, self.regex, self.rebalance_ms = topics, regex, rebalance_ms
+        self.member_id = str(client_uuid())
+        self.epoch = 0
+        self.pending: list[TP] | None = None
+        self.epoch_joined = False  # an assignment was taken since the last (re)join
+        self.names: dict[uuid.UUID, str] = {}
+
+    async def _names(self, ids) -> None:
+        if any(i not in self.names for i in ids):
+            r = await self.c.metadata(None)
+            self.names = {t.topic_id: t.name for t in r.topics if t.name is not None}
+
+    async def _heartbeat(self, epoch: int) -> None:
+        ids = {n: i for i, n in self.names.items()}
+        owned = {}
+        for t, p in self.assignment:
+            owned.setdefault(ids.get(t), []).append(p)
+        r = await self.c._send(await self._coord(), ApiKey.CONSUMER_GROUP_HEARTBEAT, {
+            "group_id": self.group, "member_id": self.member_id, "member_epoch": epoch, "instance_id": self.instance_id,
+            "rack_id": None, "rebalance_timeout": self.rebalance_ms, "subscribed_topic_names": self.topics,
+            "subscribed_topic_regex": self.regex, "server_assignor": None,
+            "topic_partitions": [{"topic_id": i, "partitions": sorted(ps)} for i, ps in owned.items() if i]})
+        code = int(r.error_code)
+        log.debug("ConsumerGroupHeartbeat(epoch %d, owned %s) -> %s epoch %s assignment %s", epoch, self.assignment,
+                  err_name(code), r.member_epoch, None if r.assignment is None else
+                  [(str(tp.topic_id), list(tp.partitions)) for tp in r.assignment.topic_partitions])
+        if code in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
+            self.epoch, self.generation, self.assignment, self.rejoin = 0, -1, [], True  # partitions lost
+            self.epoch_joined = False
+            return
+        if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+            self.coordinator = None
+            return
+        if code != 0:
+            raise ToolError(f"ConsumerGroupHeartbeat of group '{self.group}' failed: {err_name(code)}"
+                            f"{': ' + r.error_message if r.error_message else ''}")
+        self.epoch = self.generation = int(r.member_epoch)
+        self.interval_s = max(0.1, int(r.heartbeat_interval) / 1000) if isinstance(r.heartbeat_interval, int) \
+            else max(0.1, r.heartbeat_interval.total_seconds())
+        if r.assignment is not None:
+            await self._names([tp.topic_id for tp in r.assignment.topic_partitions])
+            new = sorted((self.names[tp.topic_id], int(p)) for tp in r.assignment.topic_partitions
+                         for p in tp.partitions if tp.topic_id in self.names)
+            if new != self.assignment or self.epoch_joined is False:  # (the same assignment again: no news)
+                self.pending, self.rejoin = new, True
+
+    async def join(self) -> list[TP]:
+        deadline = SYSTEM.monotonic() + 120
+        while self.pending is None:
+            if self.epoch == 0:
+                await self._heartbeat(0)
+            else:
+                await self._heartbeat(self.epoch)
+            if self.pending is None:
+                if SYSTEM.monotonic() > deadline:
+                    raise ToolError(f"no assignment from group '{self.group}' after 120 s")
+                await asyncio.sleep(min(self.interval_s, 0.5))
+        self.assignment, self.pending, self.rejoin = self.pending, None, False
+        self.epoch_joined = True
+        return self.assignment
+
+    async def heartbeat(self) -> None:
+        await self._heartbeat(self.epoch)
+
+    async def leave(self) -> None:
+        if self.epoch > 0:
+            try:
+                await self._heartbeat(-2 if self.instance_id else -1)
+            except ToolError:
+                pass
+
+
+def client_uuid() -> uuid.UUID:
+    return SYSTEM.uuid4()
+
+
 # ------------------------------------------------------------------------------ the consumer
 class Consumer:
     def __init__(self, args, props: dict[str, str], formatter: Formatter, out):
@@ -322,9 +410,17 @@ class Consumer:
         self.max_messages = args.max_messages if args.max_messages is not None else -1
         self.reset = "earliest" if args.from_beginning else props.get("auto.offset.reset", "latest")
         group = args.group or props.get("group.id")
-        self.member = GroupMember(self.client, group, self.subscribed_topics,
-                                  int_property(props, "session.timeout.ms", 45000),
-                                  props.get("group.instance.id")) if group else None
+        protocol = props.get("group.protocol", "classic").lower()
+        if protocol not in ("classic", "consumer"):
+            raise UsageError(f"group.protocol {props['group.protocol']!r}: expected classic or consumer")
+        if group and protocol == "consumer":
+            self.member = ConsumerProtocolMember(self.client, group, [args.topic] if args.topic else None,
+                                                 args.include, props.get("group.instance.id"),
+                                                 int_property(props, "max.poll.interval.ms", 300000))
+        else:
+            self.member = GroupMember(self.client, group, self.subscribed_topics,
+                                      int_property(props, "session.timeout.ms", 45000),
+                                      props.get("group.instance.id")) if group else None
         self.stopping = False
 
     async def subscribed_topics(self) -> list[str]:
@@ -470,14 +566,16 @@ class Consumer:
                             await self.member.commit(self.positions)
                         tps = await self.member.join()
                         self.positions, self.unresolved = {}, set()
+                        if any(t not in self.leaders for t, _ in tps):
+                            self.leaders = await self.client.partitions(None)
                         await self._start_offsets(tps, {tp: o for tp, o in (await self.member.committed()).items()
                                                         if tp in tps})
                         log.debug("generation %d: assigned %s, starting at %s", self.member.generation, tps,
                                   self.positions)
-                        next_heartbeat = now + 3
+                        next_heartbeat = now + getattr(self.member, "interval_s", 3)
                     elif now >= next_heartbeat:
                         await self.member.heartbeat()
-                        next_heartbeat = now + 3
+                        next_heartbeat = now + getattr(self.member, "interval_s", 3)
                     if auto_commit and now >= next_commit:
                         await self.member.commit(self.positions)
                         next_commit = now + commit_every

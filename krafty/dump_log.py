@@ -180,13 +180,18 @@ def offsets_record(key: bytes | None, value: bytes | None, offset: int) -> tuple
                f"Error at offset {offset}, skipping. {e}", None
     if isinstance(k, group_records.OffsetKey):
         key_json = {"type": str(kind), "data": {"group": k.group, "topic": k.topic, "partition": k.partition}}
-    else:
+    elif isinstance(k, group_records.GroupKey):
         key_json = {"type": str(kind), "data": {"group": k.group}}
+    else:  # a consumer group's (KIP-848) record
+        key_json = {"type": str(kind), "data": {"groupId": k.group, **({} if k.member is None else
+                                                                      {"memberId": k.member})}}
     if value is None:
         return _json(key_json), "<DELETE>"
     try:
         version = struct.unpack_from(">h", value, 0)[0]
-        if isinstance(k, group_records.OffsetKey):
+        if not isinstance(k, (group_records.OffsetKey, group_records.GroupKey)):
+            data = consumer_group_value(kind, value)
+        elif isinstance(k, group_records.OffsetKey):
             v = group_records.decode_offset_value(value)
             data = {"offset": v.offset}
             if version >= 3:
@@ -217,6 +222,35 @@ def offsets_record(key: bytes | None, value: bytes | None, offset: int) -> tuple
     except (group_records.RecordFormatError, struct.error) as e:
         return f"Error at offset {offset}, skipping. {e}", None
     return _json(key_json), _json({"version": str(version), "data": data})
+
+
+def _topic_partitions_json(a) -> list:
+    return [{"topicId": kafka_uuid(tid), "partitions": sorted(ps)} for tid, ps in sorted(a.items(), key=lambda x: x[0].bytes)]
+
+
+def consumer_group_value(kind: int, value: bytes) -> dict:
+    """The value of a consumer group's (KIP-848) record, with Kafka's JSON field names."""
+    from broker.group import consumer_records as cr
+
+    if kind == cr.GROUP_EPOCH_KEY:
+        return {"epoch": cr.decode_int_value(value)}
+    if kind == cr.TARGET_METADATA_KEY:
+        return {"assignmentEpoch": cr.decode_int_value(value)}
+    if kind == cr.PARTITION_METADATA_KEY:
+        return {"topics": [{"topicId": kafka_uuid(tid), "topicName": name, "numPartitions": n}
+                           for name, (tid, n) in cr.decode_partition_metadata(value).items()]}
+    if kind == cr.MEMBER_METADATA_KEY:
+        m = cr.decode_member_metadata(value)
+        return {"instanceId": m.instance_id, "rackId": m.rack_id, "clientId": m.client_id,
+                "clientHost": m.client_host, "subscribedTopicNames": list(m.subscribed_topic_names),
+                "subscribedTopicRegex": m.subscribed_topic_regex, "rebalanceTimeoutMs": m.rebalance_timeout_ms,
+                "serverAssignor": m.server_assignor}
+    if kind == cr.TARGET_MEMBER_KEY:
+        return {"topicPartitions": _topic_partitions_json(cr.decode_target_member(value))}
+    c = cr.decode_current_assignment(value)
+    return {"memberEpoch": c.member_epoch, "previousMemberEpoch": c.previous_member_epoch, "state": c.state,
+            "assignedPartitions": _topic_partitions_json(c.assigned),
+            "partitionsPendingRevocation": _topic_partitions_json(c.pending_revocation)}
 
 
 def transaction_record(key: bytes | None, value: bytes | None, offset: int) -> tuple[str, str | None]:

@@ -248,11 +248,18 @@ class LogManager:
         self.preferred_dirs.pop((topic, partition), None)
         self.remove_future(topic, partition)
         lg = self._logs.pop((topic, partition), None)
-        if lg is not None and (doomed := lg.delete(remove=False)) is not None:
-            try:
-                self._removals.submit(remove_deleted_dir, doomed)
-            except RuntimeError:  # closed: the thread is gone
-                remove_deleted_dir(doomed)
+        if lg is not None:
+            self._delete_later(lg)
+
+    def _delete_later(self, lg: Log) -> None:
+        """Delete a log: renamed ``-delete`` here, its files removed by the removal thread."""
+        doomed = lg.delete(remove=False)
+        if doomed is None:
+            return
+        try:
+            self._removals.submit(remove_deleted_dir, doomed)
+        except RuntimeError:  # closed: the thread is gone
+            remove_deleted_dir(doomed)
 
     # --- future replicas (AlterReplicaLogDirs) ---------------------------------------------------
     def dir_of(self, lg: Log) -> str:
@@ -285,12 +292,7 @@ class LogManager:
         if self.failure_channel.is_offline(self.dir_of(fut)):
             _release_files(fut)
             return
-        doomed = fut.delete(remove=False)
-        if doomed is not None:
-            try:
-                self._removals.submit(remove_deleted_dir, doomed)
-            except RuntimeError:
-                remove_deleted_dir(doomed)
+        self._delete_later(fut)
 
     def replace_current_with_future(self, topic: str, partition: int, *, now_ms: int | None = None) -> Log:
         """Kafka's replaceCurrentWithFutureLog, once the future replica has every offset of the
@@ -319,9 +321,7 @@ class LogManager:
         new = Log.open(dest, topic, partition, self.config_for(topic), topic_id=cur.topic_id, now_ms=now,
                        recovery_point=end, log_start_offset=start, clean_shutdown=True)
         self._logs[tp] = new
-        doomed = cur.delete(remove=False)
-        if doomed is not None:
-            self._removals.submit(remove_deleted_dir, doomed)
+        self._delete_later(cur)
         self.preferred_dirs.pop(tp, None)
         return new
 

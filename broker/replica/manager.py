@@ -370,9 +370,10 @@ class ReplicaManager:
                     buf, headers, self._leader_epoch_of(part), now, self.logs.writer,
                     verification_guard=verification_guard, require_verification=self.verification_enabled)
                 break
-            except LogClosedError:
+            except LogClosedError as e:
                 if part.log is not lg and self.partitions.get((part.state.topic, part.state.partition)) is part:
                     continue  # the replica moved to another log dir while this append waited its turn
+                self.io_error(part, e)  # closed by its dir's failure: KAFKA_STORAGE_ERROR
                 raise
             except (OSError, KafkaError) as e:
                 self.io_error(part, e)

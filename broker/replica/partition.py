@@ -181,8 +181,12 @@ class PartitionState:
 
         A stale or already applied registration is ignored (returns False). A newer one drops
         any ISR proposal: it carries a newer partition epoch, so the controller will refuse
-        the proposal (INVALID_UPDATE_VERSION), and the registration is the committed truth."""
-        if self.is_stale(registration) or (self.is_leader and self.is_current(registration)):
+        the proposal (INVALID_UPDATE_VERSION), and the registration is the committed truth.
+        So does the registration of our own AlterPartition's partition epoch when its replicas
+        differ: that answer carries no replicas, and when it completed a reassignment the
+        removed replicas must go (else their last fetches get them proposed back, refused)."""
+        if self.is_stale(registration) or (self.is_leader and self.is_current(registration)
+                                           and tuple(registration.replicas) == self.replicas):
             return False
         assert registration.leader == self.local_broker, "make_leader for a registration we do not lead"
         new_epoch = registration.leader_epoch != self.leader_epoch or not self.is_leader

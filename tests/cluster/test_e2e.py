@@ -184,7 +184,10 @@ def test_rolling_restart_of_every_broker_under_load_loses_nothing(cluster):
     assert sum(len(v) for v in acked.values()) == sent[0]
     cons = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "verifier", "enable.auto.commit": False})
     for pid in range(6):
-        lo, hi = cons.get_watermark_offsets(TopicPartition(topic, pid), timeout=30)
+        # the rolling restart moves leaders (preferred-leader election brings them back): the
+        # client's cached leader may answer NOT_LEADER_FOR_PARTITION until it refreshes, as with Kafka
+        lo, hi = wait_until(lambda pid=pid: cons.get_watermark_offsets(TopicPartition(topic, pid), timeout=10), 60,
+                            f"partition {pid}'s watermarks")
         cons.assign([TopicPartition(topic, pid, 0)])
         got: list[int] = []
         deadline = time.time() + 60

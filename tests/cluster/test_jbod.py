@@ -174,6 +174,14 @@ def test_a_full_log_dir_takes_only_its_partitions_offline(tmp_path, small_tmpfs)
             stream.close()
         check_nothing_lost(bs, "jbod", stream)
         assert "log dir " + full in c.log_text("broker-2")
+        # the disk is fixed (space freed) and the broker restarted: recovery, its replicas there catch
+        # up and rejoin the ISR
+        os.unlink(os.path.join(small_tmpfs, "filler"))
+        c.stop("broker-2")
+        c.start("broker-2")
+        wait_until(lambda: all(2 in isr for _p, (_ld, isr) in leaders(admin, "jbod").items()), 60,
+                   "broker 2 back in every ISR")
+        assert describe_log_dirs(bs, 2)[full][0] == 0
     finally:
         c.shutdown()
 

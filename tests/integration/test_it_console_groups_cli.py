@@ -40,14 +40,17 @@ def test_console_consumer_group_resumes_at_its_committed_offsets(broker, topic):
     assert all(line.split()[5] == "0" for line in lag.splitlines() if line.startswith(group)), lag
 
 
-def test_two_console_consumers_of_a_group_share_the_partitions(broker, topic):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])  # consumer: KIP-848's ConsumerGroupHeartbeat
+def test_two_console_consumers_of_a_group_share_the_partitions(broker, topic, protocol):
     import time
 
     create_topic(broker, topic, 4)
     Confluent().produce(broker.bootstrap, topic, [Rec(b"k%d" % i, b"v%d" % i) for i in range(40)], partition=-1)
     group = topic + "-g"
     cmd = [krafty_python(), "-m", "krafty", "console-consumer", "--bootstrap-server", broker.bootstrap, "--topic",
-           topic, "--group", group, "--from-beginning", "--timeout-ms", "8000"]
+           topic, "--group", group, "--from-beginning", "--consumer-property", f"group.protocol={protocol}",
+           # (KIP-848 moves partitions at heartbeats, 5 s apart: the members stay long enough to see it)
+           "--timeout-ms", "8000" if protocol == "classic" else "25000"]
     procs = [subprocess.Popen(cmd, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     try:
@@ -57,6 +60,8 @@ def test_two_console_consumers_of_a_group_share_the_partitions(broker, topic):
                       "--members", check=None).stdout
             rows = [line.split() for line in out.splitlines() if line.startswith(group)]
             if len(rows) == 2 and all(r[-1] == "2" for r in rows):
+                # classic member ids are the client id and a uuid; KIP-848 members name themselves (a uuid)
+                assert all(r[1].startswith("console-consumer-") == (protocol == "classic") for r in rows), rows
                 break
             assert time.monotonic() < deadline, out
             time.sleep(0.3)

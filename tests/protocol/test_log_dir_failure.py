@@ -204,3 +204,49 @@ async def test_a_read_error_takes_the_dir_offline_too(tmp_path, monkeypatch):
         c.close()
     finally:
         await node.stop()
+
+
+async def test_below_metadata_version_3_7_iv2_a_failed_dir_stops_the_broker(tmp_path, monkeypatch):
+    import io
+
+    from krafty import storage
+    from krafty.node import Node
+    from metadata import records as r
+    from tests.protocol.conftest import TEST_CLUSTER_ID, node_config
+
+    d1, d2 = f"{tmp_path}/d1", f"{tmp_path}/d2"
+    cfg, port = node_config(tmp_path, log_dirs=f"{d1},{d2}", metadata_log_dir=f"{tmp_path}/meta")
+    storage.format_directories(cfg, TEST_CLUSTER_ID, bootstrap=[r.FeatureLevelRecord("metadata.version", 16)],
+                               out=io.StringIO())  # 3.7-IV1: KRaft before JBOD (KIP-858)
+    node = Node(cfg)
+    await node.start()
+    node.port = port
+    try:
+        await make_topic(node, "t", 2)
+        c = await RawClient.connect(node.port)
+        with failing_dir(monkeypatch, d1):
+            for p in (0, 1):
+                await _produce(c, "t", p, b"x")  # one of them is in d1
+            await _until(lambda: node.failed() is not None)
+        assert "3.7-IV2" in str(node.failed())
+        assert node.loader.image.features["metadata.version"] == 16
+        assert not any(reg.offline for reg in node.loader.image.topics_by_name["t"].partitions.values())
+        c.close()
+    finally:
+        await node.stop()
+
+
+async def test_the_failed_dir_holding_the_metadata_log_stops_the_node(tmp_path, monkeypatch):
+    d1, d2 = f"{tmp_path}/d1", f"{tmp_path}/d2"
+    node = await start_node(tmp_path, log_dirs=f"{d1},{d2}")  # metadata.log.dir: the first log dir
+    try:
+        await make_topic(node, "t", 2)
+        c = await RawClient.connect(node.port)
+        with failing_dir(monkeypatch, d1):
+            for p in (0, 1):
+                await _produce(c, "t", p, b"x")
+            await _until(lambda: node.failed() is not None)
+        assert "metadata log dir" in str(node.failed())
+        c.close()
+    finally:
+        await node.stop()

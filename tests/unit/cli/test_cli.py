@@ -79,8 +79,8 @@ def test_console_tools_say_which_client_properties_they_do_not_use(capsys):
     assert err[0] == "WARN krafty console-producer does not use the property 'buffer.memory'"
     assert err[1].startswith("Error: cannot connect") and len(err) == 2
     assert cli.main(["console-consumer", "--bootstrap-server", bs, "--topic", "t", "--consumer-property",
-                     "group.protocol=consumer"]) == 1
-    assert "WARN krafty console-consumer does not use the property 'group.protocol'" in capsys.readouterr().err
+                     "fetch.min.bytes=1"]) == 1
+    assert "WARN krafty console-consumer does not use the property 'fetch.min.bytes'" in capsys.readouterr().err
     assert cli.main(["console-producer", "--bootstrap-server", bs, "--topic", "t", "--producer-property",
                      "linger.ms=soon"]) == 2
     assert "property linger.ms='soon' is not a number" in capsys.readouterr().err

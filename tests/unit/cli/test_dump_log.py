@@ -183,3 +183,29 @@ def test_offsets_missing_after_compaction_are_reported(tmp_path, capsys):
     seg = os.path.join(log.path, f"{0:020d}.log")
     rc, out, err = dump(capsys, "--files", seg, "--deep-iteration")
     assert rc == 0 and err == f"Non-consecutive offsets in {os.path.abspath(seg)}\n  1 is followed by 5\n", err
+
+
+def test_offsets_decoder_reads_consumer_group_records(tmp_path, capsys):
+    import uuid
+
+    from broker.group import consumer_records as cr
+
+    tid = uuid.UUID(int=1)
+    log = make_log(tmp_path)
+    append(log, [
+        Record(0, 1000, cr.key(cr.GROUP_EPOCH_KEY, "g"), cr.group_epoch_value(4), []),
+        Record(1, 1000, cr.key(cr.TARGET_MEMBER_KEY, "g", "m1"), cr.target_member_value({tid: frozenset({0, 2})}), []),
+        Record(2, 1000, cr.key(cr.CURRENT_ASSIGNMENT_KEY, "g", "m1"), cr.current_assignment_value(
+            cr.CurrentAssignment(4, 3, 0, {tid: frozenset({0})}, {})), []),
+        Record(3, 1000, cr.key(cr.MEMBER_METADATA_KEY, "g", "m1"), None, [])])
+    log.flush()
+    out = dump(capsys, "--files", os.path.join(log.path, f"{0:020d}.log"), "--offsets-decoder")[1]
+    recs = [line.split("headerKeys: [] ")[1] for line in out.splitlines() if line.startswith("|")]
+    assert recs == [
+        'key: {"type":"3","data":{"groupId":"g"}} payload: {"version":"0","data":{"epoch":4}}',
+        'key: {"type":"7","data":{"groupId":"g","memberId":"m1"}} payload: {"version":"0","data":{"topicPartitions":'
+        '[{"topicId":"AAAAAAAAAAAAAAAAAAAAAQ","partitions":[0,2]}]}}',
+        'key: {"type":"8","data":{"groupId":"g","memberId":"m1"}} payload: {"version":"0","data":{"memberEpoch":4,'
+        '"previousMemberEpoch":3,"state":0,"assignedPartitions":[{"topicId":"AAAAAAAAAAAAAAAAAAAAAQ","partitions":'
+        '[0]}],"partitionsPendingRevocation":[]}}',
+        'key: {"type":"5","data":{"groupId":"g","memberId":"m1"}} payload: <DELETE>']

@@ -283,3 +283,24 @@ def test_low_watermark_is_min_log_start_over_live_replicas():
     assert st.low_watermark(6, alive_brokers={1, 2}) == 6  # a dead (fenced) replica does not hold it back
     st.on_follower_fetch(3, 10, 10, 2, log_start_offset=6)
     assert st.low_watermark(6, alive_brokers={1, 2, 3}) == 6
+
+
+def test_completed_reassignment_drops_the_removed_replica_even_when_the_alter_answer_came_first():
+    # replicas (1, 2, 3): 2 being added, 3 being removed. Our expansion adding 2 completes the
+    # reassignment; its AlterPartition answer (which carries no replicas) arrives before the metadata
+    # record of the same partition epoch with replicas (1, 2). That record must still drop replica 3,
+    # else its fetches (until it deletes its log) make us propose it back: the controller refuses
+    # (INVALID_REQUEST, not a replica), the parked expansion keeps 3 in the maximal ISR and the HW
+    # waits for it forever (acks=all produce timed out in tests/cluster/test_jbod.py).
+    st = leader(isr=(1, 3), replicas=(1, 2, 3))
+    st.on_follower_fetch(3, 10, 10, 1)
+    st.on_follower_fetch(2, 10, 10, 1)
+    req = st.take_alter_partition()
+    assert req is not None and set(req.new_isr) == {1, 2, 3}
+    assert st.on_isr_committed(reg(isr=(1, 2), replicas=(), partition_epoch=11), 10, req) is not None
+    assert not st.make_leader(reg(isr=(1, 2), replicas=(1, 2), partition_epoch=11), 10, 2)
+    assert st.replicas == (1, 2) and 3 not in st.progress
+    st.on_follower_fetch(3, 10, 10, 3)  # its last fetches before it deletes its log
+    assert st.take_alter_partition() is None
+    st.on_follower_fetch(2, 12, 12, 3)
+    assert st.high_watermark == 12  # 3 is not waited for

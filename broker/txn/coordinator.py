@@ -131,6 +131,7 @@ class TransactionCoordinator:
             self._run(self.core.on_append_done(a, err, self.now()))
         else:
             committed.add_done_callback(lambda f: self._run(self.core.on_append_done(a, f.result(), self.now())))
+            self._run(self.core.on_appended(a, self.now()))  # in the log: a Complete* is taken as done
 
     async def _call(self, build, needs_pid: bool = True):
         """Run one request through the core: ``build(waiter, new_pid)`` returns its effects."""

@@ -363,6 +363,7 @@ class Append:
     commit: bool = False
     fence: bool = False
     timeout_ms: int = 0
+    applied: bool = False  # COMPLETE: taken as done once in the log (on_appended), before it is committed
 
     def record(self, tv_level: int) -> tuple[bytes, bytes | None]:
         return (rec.transaction_key(self.transactional_id),
@@ -684,9 +685,35 @@ class TxnCoordinatorCore:
         raise IllegalTransition(f"found transactional id {tid} in state {state.kafka_name}")
 
     # --- the result of a write ------------------------------------------------------------------
+    def on_appended(self, a: Append, now: Now) -> Effects:
+        """``a`` is in the partition's log (not committed yet: ``on_appended`` is optional and
+        comes before ``on_append_done``). A CompleteCommit/CompleteAbort is then taken as done:
+        the transaction's markers are all written and its decision committed, and whatever the
+        coordinator writes next goes after it in the same log, so it is committed with or before
+        that (or both are lost with the leadership, and the partition is loaded again). The next
+        transaction's AddPartitionsToTxn so waits for one replicated write less (Kafka waits for
+        the CompleteCommit to be committed)."""
+        fx = Effects()
+        if a.op != Op.COMPLETE:
+            return fx
+        lerr, shard, md = self.lookup(a.transactional_id)
+        if (lerr or md is None or shard.coordinator_epoch != a.coordinator_epoch or md.pending != a.transit.state
+                or md.markers is None or md.markers.complete is not a.transit):
+            return fx
+        md.complete_transition(a.transit, now)
+        md.markers = None
+        a.applied = True
+        return fx
+
     def on_append_done(self, a: Append, err: int, now: Now) -> Effects:
         """``a`` was committed (``err`` NONE) or failed (``err`` mapped as for clients)."""
         fx = Effects()
+        if a.applied:
+            # done already (on_appended); in the log, it is committed later or lost with the leadership
+            if err:
+                fx.log.append(f"{a.transit.state.kafka_name} of {a.transactional_id} not acknowledged "
+                              f"({ErrorCode(err).name}); it is in the log before anything written after it")
+            return fx
         lerr, shard, md = self.lookup(a.transactional_id)
         same = not lerr and shard.coordinator_epoch == a.coordinator_epoch and md is not None
         if err == ErrorCode.NONE:

@@ -452,6 +452,7 @@ class World:
             return
         entry = Pending(b.id, self.leader_epoch, a, a.record(self.p.tv_level))
         self.pending.append(entry)
+        self.run_fx(b, b.core.on_appended(a, self.now_of(b)))  # in the leader's log, not committed yet
         self.last_commit_at = max(self.last_commit_at, self.now + self.rng.randint(1, 40))
         self.at(self.last_commit_at, lambda: self.commit(entry))
 

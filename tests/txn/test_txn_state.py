@@ -15,7 +15,7 @@ from broker.txn.state import (
     TxnState,
 )
 from common.errors import ErrorCode as E
-from tests.txn.helpers import Harness
+from tests.txn.helpers import Harness, Waiter
 
 TP0, TP1, TP2 = ("topic", 0), ("topic", 1), ("other", 0)
 
@@ -232,6 +232,41 @@ def test_commit_writes_prepare_commit_then_markers_then_complete_commit():
     # the next transaction
     assert h.add("t1", pid, epoch, TP2) == 0
     assert h.md().partitions == {TP2}
+
+
+def test_a_complete_commit_in_the_log_frees_the_next_transaction_before_it_is_committed():
+    """on_appended: once CompleteCommit is in the log the next AddPartitionsToTxn goes through (its
+    Ongoing goes after it in the log: committed with or after it); the CompleteCommit's own
+    acknowledgement then changes nothing. Without on_appended it waits for the commit."""
+    h = Harness()
+    pid, epoch = begun(h)
+    assert h.end("t1", pid, epoch, True) == (0, -1, -1)
+    h.hold = True
+    h.ack_markers()
+    (complete,) = h.held
+    assert h.add("t1", pid, epoch, TP2) == E.CONCURRENT_TRANSACTIONS  # only appended, not in the log yet
+    h.run(h.core.on_appended(complete, h.now))
+    md = h.md()
+    assert (md.state, md.pending, md.markers) == (TxnState.COMPLETE_COMMIT, None, None)
+    w = Waiter("add")
+    h.run(h.core.add_partitions(w, "t1", pid, epoch, [TP2], h.now))
+    assert w.result is None and len(h.held) == 2  # the Ongoing goes after the CompleteCommit
+    h.release()
+    assert w.result == 0
+    assert [r.status for r in h.records()][-2:] == [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]
+    assert (h.md().state, h.md().partitions) == (TxnState.ONGOING, {TP2})
+    # a late failure of the CompleteCommit (a timeout) does not undo anything: it is in the log
+    h2 = Harness()
+    pid, epoch = begun(h2)
+    h2.end("t1", pid, epoch, True)
+    h2.hold = True
+    h2.ack_markers()
+    (complete,) = h2.held
+    h2.run(h2.core.on_appended(complete, h2.now))
+    h2.held.clear()
+    h2.run(h2.core.on_append_done(complete, E.COORDINATOR_NOT_AVAILABLE, h2.now))
+    assert (h2.md().state, h2.md().pending, h2.md().markers) == (TxnState.COMPLETE_COMMIT, None, None)
+    assert h2.core.retry_complete().appends == []
 
 
 @pytest.mark.parametrize("state_commit,commit,code", [

@@ -36,7 +36,6 @@ lint: $(BIN)/krafty
 
 sim: $(BIN)/krafty
 	$(BIN)/python -m sim.run_world --seeds $(SEEDS) --safety-s $(SIM_SAFETY_S) --jobs $(SIM_JOBS)
-	$(BIN)/python -m sim.replication.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.txn_log.run --seeds $(SEEDS)
 	$(BIN)/python -m sim.txn.run --seeds $(SEEDS)
 
@@ -53,8 +52,9 @@ chaos: $(BIN)/krafty system-deps
 	  $(BIN)/krafty chaos run --cluster $(CHAOS_CLUSTER) --nemesis $$n --time $(CHAOS_TIME) --seed $(CHAOS_SEED) \
 	    --workload $(CHAOS_WORKLOAD) --out chaos-out/$$n-$(CHAOS_SEED) || fail=1; done; exit $$fail
 
-# End-to-end suites against real 3 controller + 3 broker clusters: clients, admin, rolling
-# restart under load, failover, and a 2-minute chaos run per nemesis.
+# Every multi-process cluster test (tests/cluster/, kept out of the default suite for its time)
+# and the end-to-end suites against real 3 controller + 3 broker clusters: clients, admin,
+# rolling restart under load, failover, and a 2-minute chaos run per nemesis. CI runs it.
 test-cluster: $(BIN)/krafty system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m 'cluster or not slow' tests/cluster tests/chaos
 

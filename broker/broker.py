@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from broker.apis.kafka_apis import KafkaApis
 from broker.dynamic_config import DynamicBrokerConfig
-from broker.log.manager import LogManager
+from broker.log.manager import AllLogDirsFailed, LogManager
 from broker.memory_pool import RequestMemoryPool
 from broker.replica.manager import ReplicaManager
 from broker.security import scram
@@ -26,6 +28,7 @@ from common.config import Config, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from common.net import REAL, Net
 from metadata import records as r
+from metadata.features import jbod_supported, metadata_version_name
 from metadata.loader import MetadataLoader
 
 log = logging.getLogger("krafty.broker")
@@ -44,6 +47,8 @@ class Broker:
             controller.wait_for_offset = self.wait_for_metadata_offset
         self.incarnation_id = clock.uuid4()
         self.logs: LogManager | None = None
+        self.log_dir_ids: dict[str, uuid.UUID] = {}  # log dir (absolute) -> its directory.id (meta.properties)
+        self._storage_failure: BaseException | None = None  # every log dir, or the metadata log's, failed
         self.replicas: ReplicaManager | None = None
         self.apis: KafkaApis | None = None
         self.servers: list[KafkaServer] = []
@@ -56,6 +61,7 @@ class Broker:
         self._want_shutdown = False
         self._shutdown_ok = asyncio.Event()
         self._wake_heartbeat = asyncio.Event()
+        self._last_heartbeat_ok = clock.monotonic()  # when a controller last answered a heartbeat
         # the SCRAM credentials the decoy profiles were computed from, and the profile of each mechanism
         self._decoy_profiles: tuple[dict, dict[str, scram.DecoyProfile]] = ({}, {})
         # TLS/SASL of each listener and of the connections to other brokers, checked now so that a bad
@@ -87,6 +93,8 @@ class Broker:
                                        broker_epoch=lambda: self.broker_epoch, endpoint_of=self._endpoint_of,
                                        clock=self.clock)
         self.loader.add_publisher(self.replicas.on_metadata)
+        self.replicas.on_partitions_offline = self._wake_heartbeat.set  # tell the controller at once
+        self.logs.failure_channel.add_handler(self._on_log_dir_offline)
         self.apis = KafkaApis(self.config, self.node_id, self.loader, self.replicas, self.controller, clock=self.clock)
         self.apis.metrics = self.metrics
         self.replicas.fetchers.security = self.inter_broker_security  # TLS/SASL to other brokers
@@ -95,6 +103,30 @@ class Broker:
         self.loader.add_publisher(self.apis.txn_coordinator.on_metadata, catch_up=False)
         self._add_reconfigurables()
         log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), self.clock.monotonic() - t0)
+
+    def _on_log_dir_offline(self, d: str) -> None:
+        """KIP-858: the broker goes on with its other log dirs; with none left, or when the
+        failed dir holds the metadata log, it stops (Kafka halts it)."""
+        metadata_dir = os.path.abspath(self.config["metadata.log.dir"])
+        if d == metadata_dir:
+            self._storage_failure = AllLogDirsFailed(f"the metadata log dir {d} failed; shutting down")
+        elif not jbod_supported(self.loader.image.features):
+            self._storage_failure = AllLogDirsFailed(
+                f"log dir {d} failed and metadata.version {metadata_version_name(self.loader.image.features.get('metadata.version'))} "
+                f"predates per-dir failure handling (3.7-IV2, KIP-858); shutting down")
+        elif not self.logs.live_log_dirs:
+            self._storage_failure = AllLogDirsFailed(
+                f"all log dirs ({', '.join(self.logs.log_dirs)}) have failed; shutting down")
+        if self._storage_failure is not None:
+            log.error("%s", self._storage_failure)
+
+    def _offline_report(self) -> dict:
+        """What BrokerHeartbeat says of failed log dirs: their directory ids and partitions."""
+        if not self.replicas.offline_partitions:
+            return {}
+        dirs = [self.log_dir_ids[d] for d in self.logs.offline_log_dirs if d in self.log_dir_ids]
+        return {"offline_log_dirs": dirs,
+                "offline_partitions": [(tid, tp[1]) for tp, tid in self.replicas.offline_partitions.items()]}
 
     def _add_reconfigurables(self) -> None:
         """What takes a dynamic broker config without a restart, besides the code that reads the
@@ -110,7 +142,8 @@ class Broker:
         d.add_reconfigurable(lambda k: k.startswith(("listener.name.", "ssl.", "sasl.")), self._reload_security,
                              "listener security")
         d.add_reconfigurable({"background.threads"}, lambda _: self._resize_background(), "background threads")
-        d.add_reconfigurable({"leader.replication.throttled.rate", "follower.replication.throttled.rate"},
+        d.add_reconfigurable({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                              "replica.alter.log.dirs.io.max.bytes.per.second"},
                              lambda _: self._set_replication_rates(), "replication throttles")
 
     def _set_replication_rates(self) -> None:
@@ -118,6 +151,7 @@ class Broker:
         --throttle sets them on every broker): the quotas take the new rates at once."""
         self.replicas.leader_quota.rate = self.config["leader.replication.throttled.rate"]
         self.replicas.follower_quota.rate = self.config["follower.replication.throttled.rate"]
+        self.replicas.alter_log_dirs.quota.rate = self.config["replica.alter.log.dirs.io.max.bytes.per.second"]
 
     def _set_topic_defaults(self) -> None:
         """log.* defaults changed: every topic without its own value takes the new default."""
@@ -184,6 +218,7 @@ class Broker:
         image shows us registered and unfenced: before that a Metadata answer would list no
         brokers and no leaders, and librdkafka clients that bootstrap then stall for ~20 s."""
         assert self.apis is not None
+        self.logs.failure_channel.bind(asyncio.get_running_loop())
         ctrl = set(self.config["controller.listener.names"])
         for lst in self.config["listeners"]:
             if lst.name in ctrl:
@@ -252,7 +287,7 @@ class Broker:
             e = s.failure()
             if e is not None:
                 return e
-        return None
+        return self._storage_failure
 
     def _unfenced_in_image(self) -> bool:
         b = self.loader.image.brokers.get(self.node_id)
@@ -296,12 +331,13 @@ class Broker:
             try:
                 res = await self.controller.heartbeat(self.node_id, self.broker_epoch, self.loader.image.offset,
                                                       False, self._want_shutdown,
-                                                      timeout=max(interval, 1.0))
+                                                      timeout=max(interval, 1.0), **self._offline_report())
                 if res.is_fenced != self.fenced:
                     log.info("broker %d is now %s", self.node_id, "fenced" if res.is_fenced else "unfenced")
                 self.fenced = res.is_fenced
                 if not res.is_fenced:
                     self._unfenced.set()
+                self._last_heartbeat_ok = self.clock.monotonic()
                 if self._want_shutdown and res.should_shut_down:
                     self._shutdown_ok.set()
             except KafkaError as e:
@@ -318,16 +354,31 @@ class Broker:
                 pass
 
     async def controlled_shutdown(self, timeout_s: float = 30.0) -> None:
-        """Asks the controller to move leadership away, and waits until it says we may stop."""
+        """Asks the controller to move leadership away, and waits until it says we may stop, at
+        most ``timeout_s``, and no longer than the broker's session once no controller answers
+        heartbeats: by then the active controller (if any) has fenced this broker and moved its
+        leaderships, so waiting cannot help (a stop during a controller outage took 30 s)."""
         if self.broker_epoch < 0:
             return
         self._want_shutdown = True
         self._wake_heartbeat.set()
-        try:
-            await asyncio.wait_for(self._shutdown_ok.wait(), timeout_s)
-            log.info("controlled shutdown of broker %d complete", self.node_id)
-        except TimeoutError:
-            log.warning("controlled shutdown did not complete in %.0fs; stopping anyway", timeout_s)
+        session_s = self.config["broker.session.timeout.ms"] / 1000
+        deadline = self.clock.monotonic() + timeout_s
+        while not self._shutdown_ok.is_set():
+            now = self.clock.monotonic()
+            if now >= deadline:
+                log.warning("controlled shutdown did not complete in %.0fs; stopping anyway", timeout_s)
+                return
+            if now - self._last_heartbeat_ok >= session_s:
+                log.warning("no controller answered a heartbeat for %.1fs (broker.session.timeout.ms): the controller "
+                            "fences this broker without it; stopping without a controlled shutdown",
+                            now - self._last_heartbeat_ok)
+                return
+            try:
+                await asyncio.wait_for(self._shutdown_ok.wait(), min(deadline, self._last_heartbeat_ok + session_s) - now)
+            except TimeoutError:
+                pass
+        log.info("controlled shutdown of broker %d complete", self.node_id)
 
     def _retention_check(self, now_ms: int) -> None:
         # never delete above the high watermark (a follower may still need it, and it is not committed)

@@ -169,10 +169,14 @@ class ControllerChannel:
         return (await self._call("RegisterBroker", req)).broker_epoch
 
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, want_fence: bool,
-                        want_shutdown: bool, timeout: float | None = None) -> HeartbeatResult:
-        resp = await self._call("BrokerHeartbeat", pb.BrokerHeartbeatRequest(
+                        want_shutdown: bool, timeout: float | None = None, offline_log_dirs=(),
+                        offline_partitions=()) -> HeartbeatResult:
+        req = pb.BrokerHeartbeatRequest(
             broker_id=broker_id, broker_epoch=broker_epoch, current_metadata_offset=metadata_offset,
-            want_fence=want_fence, want_shutdown=want_shutdown), timeout)
+            want_fence=want_fence, want_shutdown=want_shutdown, offline_log_dirs=[d.bytes for d in offline_log_dirs])
+        for tid, pid in offline_partitions:
+            req.offline_partitions.add(topic_id=tid.bytes, partition=pid)
+        resp = await self._call("BrokerHeartbeat", req, timeout)
         return HeartbeatResult(resp.is_caught_up, resp.is_fenced, resp.should_shut_down)
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> tuple[int, int]:

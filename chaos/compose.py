@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 
 from chaos.cluster import ROOT, BaseCluster, Node, sh
+from common.ports import free_port
 
 COMPOSE_FILE = os.path.join(ROOT, "deploy", "docker-compose.yml")
 
@@ -48,12 +48,6 @@ def unavailable(image: str, compose_file: str = COMPOSE_FILE) -> str | None:
     if not shutil.which("nsenter") or not shutil.which("iptables"):
         return "network faults need nsenter and iptables (Debian: util-linux, iptables)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ComposeNode(Node):
@@ -134,7 +128,7 @@ class ComposeCluster(BaseCluster):
             if not name.startswith("broker"):
                 continue
             nid = self._node_id(svc)
-            port = _free_port()
+            port = free_port()
             self.env[f"KRAFTY_PORT_{nid}"] = str(port)
             published[name] = port
         cfg = yaml.safe_load(self._compose("-f", self.file, "config"))  # again, with the ports chosen

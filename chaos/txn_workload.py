@@ -112,13 +112,21 @@ class TxnProducerWorker(Worker):
                 if err.retriable():  # librdkafka: commit_transaction() may be called again
                     continue
                 if err.txn_requires_abort():
+                    # librdkafka raises an abortable error from commit_transaction() only when it
+                    # will not send EndTxn(commit) (failed deliveries, an abortable error earlier in
+                    # the transaction) or the coordinator refused it: the transaction is aborted,
+                    # whether the abort below gets through or the coordinator aborts it at its timeout
+                    self.hist.add("txn", type="commit-fail", process=proc, txn=txn, error=str(err), definite=True)
+                    self.failed += 1
                     try:
                         p.abort_transaction(30)
-                        self.hist.add("txn", type="commit-fail", process=proc, txn=txn, error=str(err), definite=True)
-                        self.failed += 1
                         return True
                     except KafkaException as e2:
-                        err = e2.args[0]
+                        # INVALID_TXN_STATE, as from Kafka: librdkafka sends EndTxn(abort) after an
+                        # AddPartitionsToTxn it got no answer to, and a coordinator that never wrote
+                        # that transaction (still CompleteCommit/CompleteAbort) refuses an abort
+                        self.hist.add("txn", type="abort-fail", process=proc, txn=txn, error=str(e2.args[0]))
+                        return False
                 self.hist.add("txn", type="commit-fail", process=proc, txn=txn, error=str(err))
                 self.failed += 1
                 return False

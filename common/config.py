@@ -338,6 +338,8 @@ KEYS: dict[str, Key] = {
         # to the replicas the topics' leader/follower.replication.throttled.replicas list
         Key("leader.replication.throttled.rate", _int, 2**63 - 1, min=0),
         Key("follower.replication.throttled.rate", _int, 2**63 - 1, min=0),
+        # AlterReplicaLogDirs: the copy of a future replica between this broker's log dirs (bytes/s)
+        Key("replica.alter.log.dirs.io.max.bytes.per.second", _int, 2**63 - 1, min=1),
         Key("replication.quota.window.num", _int, 11, min=1),
         Key("replication.quota.window.size.seconds", _int, 1, min=1),
         # krafty's own

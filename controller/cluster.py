@@ -33,6 +33,7 @@ from controller import replication
 from metadata import records as r
 from metadata.controller_api import HeartbeatResult
 from metadata.delta import MetadataDelta
+from metadata.features import jbod_supported
 from metadata.image import BrokerRegistration, MetadataImage
 
 DEFAULT_SESSION_TIMEOUT_MS = 9000  # broker.session.timeout.ms
@@ -149,6 +150,7 @@ def register_broker(image: MetadataImage, state: ClusterState, broker_id: int, i
                                  f"Another broker is registered with that broker id {broker_id}; retry after "
                                  f"its session expires ({session_timeout_ms} ms after its last heartbeat).")
             recs += replication.handle_broker_fenced(image, broker_id, unclean_default)
+            recs += replication.handle_broker_restarted(image, broker_id)
     offset += len(recs)  # the registration record comes after the partition changes
     if existing is not None:
         offset = max(offset, existing.epoch + 1)  # epochs only go up, whatever the caller passed
@@ -207,7 +209,8 @@ def check_broker_epoch(image: MetadataImage, broker_id: int, broker_epoch: int) 
 def heartbeat(image: MetadataImage, state: ClusterState, broker_id: int, broker_epoch: int, now_ms: int,
               current_metadata_offset: int, want_fence: bool, want_shutdown: bool, *,
               committed_offset: int | None = None, next_offset: int | None = None,
-              unclean_default: bool = False) -> tuple[list[Any], HeartbeatResult]:
+              unclean_default: bool = False, offline_partitions: Sequence[tuple[uuid.UUID, int]] = ()
+              ) -> tuple[list[Any], HeartbeatResult]:
     """BrokerHeartbeat: renews the session and moves the broker through
     fenced -> unfenced -> controlled shutdown -> shut down (fenced).
 
@@ -218,8 +221,14 @@ def heartbeat(image: MetadataImage, state: ClusterState, broker_id: int, broker_
     A shutdown request from an unfenced broker that still leads partitions (or sits in
     ISRs it can leave) starts a controlled shutdown that moves them away; the broker is
     told to shut down once nothing is left to move and every active broker has seen that
-    move, and it is then fenced. A stale epoch is KafkaError(STALE_BROKER_EPOCH)."""
+    move, and it is then fenced. A stale epoch is KafkaError(STALE_BROKER_EPOCH).
+    ``offline_partitions``: the broker's partitions in failed log dirs (KIP-858): they leave
+    the ISR and leadership at once (``replication.handle_replicas_offline``)."""
     b = check_broker_epoch(image, broker_id, broker_epoch)
+    offline_recs = (replication.handle_replicas_offline(image, broker_id, offline_partitions, unclean_default)
+                    if offline_partitions and jbod_supported(image.features) else [])
+    if offline_recs:
+        image = _advance(image, offline_recs)
     s = state.touch(broker_id, now_ms, current_metadata_offset)
     committed = b.epoch if committed_offset is None else committed_offset
     caught_up = current_metadata_offset >= committed
@@ -251,7 +260,7 @@ def heartbeat(image: MetadataImage, state: ClusterState, broker_id: int, broker_
                                                      else None))
         recs += replication.handle_broker_unfenced(image, broker_id, unclean_default)
     elif nxt is _State.CONTROLLED_SHUTDOWN and cur is _State.UNFENCED:
-        s.controlled_shutdown_offset = _next_offset(image, next_offset)
+        s.controlled_shutdown_offset = _next_offset(image, next_offset) + len(offline_recs)
         recs.append(r.BrokerRegistrationChangeRecord(broker_id, b.epoch, in_controlled_shutdown=True))
         recs += replication.handle_controlled_shutdown(image, broker_id, unclean_default)
     elif nxt is _State.CONTROLLED_SHUTDOWN:
@@ -260,6 +269,7 @@ def heartbeat(image: MetadataImage, state: ClusterState, broker_id: int, broker_
     elif nxt in (_State.FENCED, _State.SHUTDOWN_NOW) and cur is not _State.FENCED:
         recs += fence_broker(image, broker_id, unclean_default)
         s.controlled_shutdown_offset = _NO_OFFSET
+    recs = offline_recs + recs
     fenced = nxt in (_State.FENCED, _State.SHUTDOWN_NOW)
     if nxt is _State.SHUTDOWN_NOW:
         state.sessions[broker_id].shut_down = True  # a clean restart may register at once

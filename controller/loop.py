@@ -29,7 +29,7 @@ from controller import scram as scram_ops
 from controller import topics as topic_ops
 from metadata import records as r
 from metadata.delta import MetadataDelta
-from metadata.features import LATEST_METADATA_VERSION
+from metadata.features import bootstrap_feature_records
 from metadata.image import MetadataImage
 from metadata.loader import MetadataLoader
 from raft.api import NotLeaderError
@@ -38,6 +38,11 @@ log = logging.getLogger("krafty.controller")
 
 PRODUCER_ID_BLOCK_SIZE = 1000
 
+
+
+def _outcome_read(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 class QuorumController:
     def __init__(self, node_id: int, metadata_log, loader: MetadataLoader, *, cluster_id: str,
@@ -60,8 +65,7 @@ class QuorumController:
         self.rebalance_interval_s = rebalance_interval_s
         self.colocated_broker_id = colocated_broker_id  # the broker of this process (combined mode), if any
         # what the first active controller of a new cluster writes (the metadata dir's bootstrap.checkpoint)
-        self.bootstrap = bootstrap if bootstrap is not None else [
-            r.FeatureLevelRecord("metadata.version", LATEST_METADATA_VERSION)]
+        self.bootstrap = bootstrap if bootstrap is not None else bootstrap_feature_records()
         self.cluster = cluster_ops.ClusterState()
         self._applied = asyncio.Event()
         self._active_tasks: list[asyncio.Task] = []
@@ -195,6 +199,9 @@ class QuorumController:
                 d.replay(x)
             self._spec = d.apply(last, leader.epoch)
             self._spec_commit = fut
+            # its outcome is read below through a shield: a caller cancelled meanwhile (a request
+            # timing out) leaves nobody to read a NotLeaderError, which asyncio then logs as an error
+            fut.add_done_callback(_outcome_read)
             self.processing_times.record(self.clock.monotonic() - t0)
         elif spec is not None:
             last, fut = spec.offset, self._spec_commit  # answer only once what it saw is committed
@@ -281,14 +288,14 @@ class QuorumController:
             colocated_broker_id=self.colocated_broker_id))
 
     async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, want_fence: bool,
-                        want_shutdown: bool, timeout: float | None = None):
+                        want_shutdown: bool, timeout: float | None = None, offline_log_dirs=(), offline_partitions=()):
         received = self._now_ms()
 
         def op(image: MetadataImage):
             self.cluster.touch(broker_id, max(received, self._now_ms()))
             return cluster_ops.heartbeat(image, self.cluster, broker_id, broker_epoch, self._now_ms(), metadata_offset,
                                          want_fence, want_shutdown, next_offset=self.log.next_offset(),
-                                         unclean_default=self.unclean_default)
+                                         unclean_default=self.unclean_default, offline_partitions=offline_partitions)
         return await self.write(op)
 
     async def alter_partition(self, broker_id: int, broker_epoch: int, items) -> list:

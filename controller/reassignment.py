@@ -56,16 +56,19 @@ def partition_change(topic_id, pid: int, reg: PartitionRegistration, *, leader: 
     if done is not None:
         replicas, isr = done
         adding = removing = ()
-        if leader not in isr or (is_acceptable is not None and not is_acceptable(leader)):
-            ok = is_acceptable or (lambda b: True)
-            leader = next((b for b in replicas if b in isr and ok(b)), NO_LEADER)
-    if (replicas, isr, leader, adding, removing) == (reg.replicas, reg.isr, reg.leader, reg.adding, reg.removing):
+        ok = is_acceptable or (lambda b: True)
+        if leader not in isr or not ok(leader) or leader in reg.offline:
+            leader = next((b for b in replicas if b in isr and ok(b) and b not in reg.offline), NO_LEADER)
+    offline = tuple(b for b in reg.offline if b in replicas)  # a replica that leaves takes its mark along
+    if (replicas, isr, leader, adding, removing, offline) == (reg.replicas, reg.isr, reg.leader, reg.adding,
+                                                              reg.removing, reg.offline):
         return None
     return r.PartitionChangeRecord(
         topic_id, pid, isr=isr if isr != reg.isr else None, leader=leader if leader != reg.leader else None,
         replicas=replicas if replicas != reg.replicas else None,
         adding_replicas=adding if adding != reg.adding else None,
-        removing_replicas=removing if removing != reg.removing else None)
+        removing_replicas=removing if removing != reg.removing else None,
+        offline_replicas=offline if offline != reg.offline else None)
 
 
 def _reassign(image: MetadataImage, topic_id, pid: int, reg: PartitionRegistration, target: Sequence[int],
@@ -88,8 +91,8 @@ def _cancel(topic_id, pid: int, reg: PartitionRegistration, is_acceptable) -> r.
     replicas = tuple(b for b in reg.replicas if b not in reg.adding)
     isr = tuple(b for b in reg.isr if b not in reg.adding) or reg.isr
     leader = reg.leader
-    if leader not in isr or not is_acceptable(leader):
-        leader = next((b for b in replicas if b in isr and is_acceptable(b)), NO_LEADER)
+    if leader not in isr or not is_acceptable(leader) or leader in reg.offline:
+        leader = next((b for b in replicas if b in isr and is_acceptable(b) and b not in reg.offline), NO_LEADER)
     return partition_change(topic_id, pid, reg, leader=leader, isr=isr, replicas=replicas, adding=(), removing=())
 
 

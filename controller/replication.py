@@ -69,8 +69,11 @@ def elect_leader(reg: PartitionRegistration, is_acceptable: IsAcceptable, unclea
                  ) -> tuple[int, tuple[int, ...]]:
     """The leader and ISR ``reg`` should have, given who may lead now.
 
-    ``reg.isr`` is taken as the target ISR (callers remove brokers from it first)."""
+    ``reg.isr`` is taken as the target ISR (callers remove brokers from it first). A replica
+    in a failed log dir (``reg.offline``, KIP-858) never leads."""
     isr = reg.isr
+    if reg.offline:
+        is_acceptable = _online(reg, is_acceptable)
     if reg.leader in isr and is_acceptable(reg.leader):
         return reg.leader, isr  # no needless leadership churn
     for b in reg.replicas:
@@ -82,6 +85,11 @@ def elect_leader(reg: PartitionRegistration, is_acceptable: IsAcceptable, unclea
                 # The new leader's log is all there is now: it is the only in-sync replica.
                 return b, (b,)
     return NO_LEADER, isr
+
+
+def _online(reg: PartitionRegistration, is_acceptable: IsAcceptable) -> IsAcceptable:
+    """``is_acceptable`` restricted to the replicas of ``reg`` whose log dir is online."""
+    return lambda b: b not in reg.offline and is_acceptable(b)
 
 
 def _without(isr: tuple[int, ...], broker: int) -> tuple[int, ...]:
@@ -127,6 +135,34 @@ def handle_broker_fenced(image: MetadataImage, broker_id: int, unclean_default: 
     stays), and a new leader wherever it led. The caller writes the registration change."""
     parts = [(t, pid, p) for t, pid, p in _partitions(image) if broker_id in p.isr or p.leader == broker_id]
     return _reelect(image, parts, broker_id, acceptable_leaders(image, exclude=broker_id), unclean_default)
+
+
+def handle_replicas_offline(image: MetadataImage, broker_id: int, partitions: Iterable[tuple[uuid.UUID, int]],
+                            unclean_default: bool = False) -> list[Any]:
+    """Partition changes for replicas of ``broker_id`` in a log dir that failed (KIP-858, Kafka's
+    ReplicationControlManager.handleDirectoriesOffline): each is marked offline, leaves the ISR
+    (but the last member stays, as for fencing) and gives up leadership; the broker goes on
+    serving its other partitions. Partitions already marked, unknown or not assigned to it are
+    skipped, so a heartbeat may repeat the whole list."""
+    recs: list[Any] = []
+    for tid, pid in partitions:
+        t = image.topics_by_id.get(tid)
+        reg = t.partitions.get(pid) if t is not None else None
+        if reg is None or broker_id not in reg.replicas or broker_id in reg.offline:
+            continue
+        marked = dataclasses.replace(reg, isr=_without(reg.isr, broker_id), offline=reg.offline + (broker_id,))
+        leader, isr = elect_leader(marked, acceptable_leaders(image), unclean_enabled(image, t.name, unclean_default))
+        recs.append(r.PartitionChangeRecord(tid, pid, isr=isr if isr != reg.isr else None,
+                                            leader=leader if leader != reg.leader else None,
+                                            offline_replicas=marked.offline))
+    return recs
+
+
+def handle_broker_restarted(image: MetadataImage, broker_id: int) -> list[Any]:
+    """A new incarnation of ``broker_id`` registers: its replicas marked offline are online again
+    (a dir still failing is reported by its next heartbeat; Kafka: the registration's log dirs)."""
+    return [r.PartitionChangeRecord(t.topic_id, pid, offline_replicas=tuple(b for b in p.offline if b != broker_id))
+            for t, pid, p in _partitions(image) if broker_id in p.offline]
 
 
 def handle_broker_unfenced(image: MetadataImage, broker_id: int, unclean_default: bool = False) -> list[Any]:
@@ -234,11 +270,11 @@ def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int, top
     eligible = acceptable_leaders(image)
     epochs = isr_broker_epochs or {}
     ineligible = [b for b in isr if b not in reg.isr and (
-        not eligible(b) or epochs.get(b, -1) not in (-1, image.brokers[b].epoch))]
+        not eligible(b) or b in reg.offline or epochs.get(b, -1) not in (-1, image.brokers[b].epoch))]
     if ineligible:
         return fail(ErrorCode.INELIGIBLE_REPLICA,
-                    f"brokers {ineligible} are fenced, shutting down, unregistered or restarted (broker epoch "
-                    "mismatch) and cannot join the ISR")
+                    f"brokers {ineligible} are fenced, shutting down, unregistered, restarted (broker epoch "
+                    "mismatch) or have this replica in an offline log dir and cannot join the ISR")
     if set(isr) == set(reg.isr):
         return [], AlterPartitionResult(ErrorCode.NONE, reg.leader, reg.isr, reg.leader_epoch, reg.partition_epoch)
     # the change that brings the last target replica of a reassignment in sync also completes it
@@ -263,7 +299,7 @@ def preferred_leader_elections(image: MetadataImage, is_acceptable: IsAcceptable
         if len(recs) >= max_elections:
             break
         preferred = p.replicas[0] if p.replicas else NO_LEADER
-        if p.leader != preferred and preferred in p.isr and ok(preferred):
+        if p.leader != preferred and preferred in p.isr and ok(preferred) and preferred not in p.offline:
             recs.append(r.PartitionChangeRecord(t.topic_id, pid, leader=preferred))
     return recs
 
@@ -297,6 +333,9 @@ def elect_leader_on_request(image: MetadataImage, topic: str, pid: int, election
     if (election_type == PREFERRED_ELECTION and reg.leader == preferred) or (
             election_type == UNCLEAN_ELECTION and reg.leader != NO_LEADER):
         return None, ElectionResult(topic, pid, ErrorCode.ELECTION_NOT_NEEDED)
+
+    if reg.offline:
+        is_acceptable = _online(reg, is_acceptable)
 
     def valid(b: int) -> bool:
         return b in reg.isr and is_acceptable(b)

@@ -60,8 +60,9 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
 
     async def BrokerHeartbeat(self, req, context):
         async def run():
+            offline = [(uuid.UUID(bytes=p.topic_id), p.partition) for p in req.offline_partitions]
             res = await self.c.heartbeat(req.broker_id, req.broker_epoch, req.current_metadata_offset,
-                                         req.want_fence, req.want_shutdown)
+                                         req.want_fence, req.want_shutdown, offline_partitions=offline)
             return pb.BrokerHeartbeatResponse(error_code=0, is_caught_up=res.is_caught_up, is_fenced=res.is_fenced,
                                               should_shut_down=res.should_shut_down)
         return await self._guard(run, pb.BrokerHeartbeatResponse())

@@ -19,7 +19,7 @@ import sys
 from broker.protocol.apis import ApiKey
 from common.config import ConfigError
 from common.errors import ErrorCode
-from krafty.configs import UsageError, _connect
+from krafty.admin_tool import UsageError, connect_any
 from metadata.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -269,7 +269,7 @@ def main(argv: list[str]) -> int:
 
 
 async def _run(args, fn) -> int:
-    conn = await _connect(args)
+    conn = await connect_any(args, "krafty-acls")
     try:
         return await fn(conn)
     finally:

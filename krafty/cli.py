@@ -12,7 +12,7 @@ from common.config import Config, ConfigError
 
 
 def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
+    logging.basicConfig(level=LOG_LEVELS.get(level.upper(), logging.INFO), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
@@ -66,74 +66,86 @@ def cmd_cluster_up(args) -> int:
     return up(args.controllers, args.brokers, args.base_port, args.dir, racks, args.override)
 
 
+# verb -> (module with main(argv), help); each verb parses its own flags (Kafka's tools' flags)
+VERBS: dict[str, tuple[str, str]] = {
+    "topics": ("krafty.topics", "create, list, describe, alter, delete topics"),
+    "configs": ("krafty.configs", "describe/alter topic and broker configs, broker log levels, users' SCRAM "
+                "credentials and client quotas"),
+    "consumer-groups": ("krafty.consumer_groups", "list, describe, delete consumer groups, reset offsets"),
+    "console-producer": ("krafty.console_producer", "produce lines from stdin (kafka-console-producer.sh)"),
+    "console-consumer": ("krafty.console_consumer", "print records to stdout (kafka-console-consumer.sh)"),
+    "get-offsets": ("krafty.get_offsets", "partitions' offsets at a time (kafka-get-offsets.sh)"),
+    "delete-records": ("krafty.delete_records", "delete records up to an offset"),
+    "leader-election": ("krafty.leader_election", "elect preferred or unclean leaders"),
+    "reassign-partitions": ("krafty.reassign_partitions", "move partition replicas between brokers"),
+    "log-dirs": ("krafty.log_dirs", "describe brokers' log dirs"),
+    "dump-log": ("krafty.dump_log", "print log segments, indexes, snapshots and the metadata log "
+                 "(kafka-dump-log.sh)"),
+    "acls": ("krafty.acls", "add, remove, list ACLs"),
+    "features": ("krafty.features", "describe, upgrade, downgrade, disable feature levels such as metadata.version"),
+    "metadata-quorum": ("krafty.metadata_quorum", "describe the metadata quorum, add and remove controllers"),
+    "transactions": ("krafty.transactions", "list, describe, find hanging and abort transactions"),
+    "storage": ("krafty.storage", "format a node's directories, show their cluster identity, make a cluster id"),
+    "healthcheck": ("krafty.healthcheck", "exit 0 when a broker answers ApiVersions / a controller is in the quorum"),
+    "chaos": ("chaos.runner", "run a cluster under faults and check the history"),
+}
+# modules that come with an extra, not with krafty itself: the extra that brings each
+EXTRAS = {"confluent_kafka": "chaos", "yaml": "chaos"}
+LOG_LEVELS = {"TRACE": 5, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
+              "WARNING": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL,
+              "CRITICAL": logging.CRITICAL, "OFF": logging.CRITICAL + 10}
+
+
+def _leading_log_level(argv: list[str]) -> tuple[str | None, list[str]]:
+    """``--log-level LEVEL`` (or ``--log-level=LEVEL``) before the verb, and the rest."""
+    if argv and argv[0] == "--log-level" and len(argv) > 1:
+        return argv[1], argv[2:]
+    if argv and argv[0].startswith("--log-level="):
+        return argv[0].split("=", 1)[1], argv[1:]
+    return None, argv
+
+
+def run_verb(verb: str, argv: list[str]) -> int:
+    import importlib
+
+    module, _ = VERBS[verb]
+    try:  # (a module of an extra may also be imported late, e.g. chaos --cluster compose's yaml)
+        return importlib.import_module(module).main(argv)
+    except ModuleNotFoundError as e:
+        extra = EXTRAS.get((e.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"krafty {verb} needs the '{extra}' extra ({e.name} is not installed): "
+              f"pip install 'krafty[{extra}]'", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "metadata-quorum":
-        from krafty.metadata_quorum import main as mq_main
-        return mq_main(argv[1:])
-    if argv and argv[0] == "consumer-groups":
-        from krafty.consumer_groups import main as cg_main
-        return cg_main(argv[1:])
-    if argv and argv[0] == "transactions":
-        from krafty.transactions import main as txn_main
-        return txn_main(argv[1:])
-    if argv and argv[0] == "chaos":
-        from chaos.runner import main as chaos_main
-        return chaos_main(argv[1:])
-    if argv and argv[0] == "acls":
-        from krafty.acls import main as acls_main
-        return acls_main(argv[1:])
-    if argv and argv[0] == "configs":
-        from krafty.configs import main as configs_main
-        return configs_main(argv[1:])
-    if argv and argv[0] == "delete-records":
-        from krafty.delete_records import main as dr_main
-        return dr_main(argv[1:])
-    if argv and argv[0] == "leader-election":
-        from krafty.leader_election import main as le_main
-        return le_main(argv[1:])
-    if argv and argv[0] == "reassign-partitions":
-        from krafty.reassign_partitions import main as rp_main
-        return rp_main(argv[1:])
-    if argv and argv[0] == "log-dirs":
-        from krafty.log_dirs import main as ld_main
-        return ld_main(argv[1:])
-    if argv and argv[0] == "features":
-        from krafty.features import main as features_main
-        return features_main(argv[1:])
-    if argv and argv[0] == "storage":
-        from krafty.storage import main as storage_main
-        return storage_main(argv[1:])
-    if argv and argv[0] == "healthcheck":
-        from krafty.healthcheck import main as hc_main
-        return hc_main(argv[1:])
+    level, argv = _leading_log_level(argv)
+    if level is not None and level.upper() not in LOG_LEVELS:
+        print(f"krafty: --log-level {level!r}: expected one of {', '.join(LOG_LEVELS)}", file=sys.stderr)
+        return 2
+    if argv and argv[0] in VERBS:
+        _setup_logging(level or "ERROR")  # tools are quiet unless asked: errors are their one line
+        return run_verb(argv[0], argv[1:])
+    if argv[:2] == ["cluster", "health"]:
+        _setup_logging(level or "ERROR")
+        from krafty.cluster_health import main as health_main
+        return health_main(argv[2:])
+    if level is not None:
+        argv = ["--log-level", level, *argv]
     p = argparse.ArgumentParser(prog="krafty", description="A Kafka-compatible broker cluster")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=list(LOG_LEVELS),
+                   help="the log level of any verb, given before it (default: INFO for node and cluster up, "
+                   "ERROR for the tools)")
     sub = p.add_subparsers(dest="cmd", required=True)
     node = sub.add_parser("node", help="run a node (broker, controller or both)")
     node.add_argument("--config", required=True, help="server.properties file (Kafka key names)")
     node.add_argument("--override", action="append", metavar="KEY=VALUE", help="override a config key")
     node.set_defaults(fn=cmd_node)
-    sub.add_parser("metadata-quorum", help="describe the metadata quorum (see: krafty metadata-quorum --help)")
-    sub.add_parser("consumer-groups", help="list, describe, delete consumer groups, reset offsets "
-                   "(see: krafty consumer-groups --help)")
-    sub.add_parser("transactions", help="list, describe, find hanging and abort transactions "
-                   "(see: krafty transactions --help)")
-    sub.add_parser("healthcheck", help="exit 0 when a broker answers ApiVersions / a controller is in the quorum "
-                   "(see: krafty healthcheck --help)")
-    sub.add_parser("acls", help="add, remove, list ACLs (see: krafty acls --help)")
-    sub.add_parser("configs", help="describe/alter topic and broker configs, broker log levels, users' SCRAM "
-                   "credentials and client quotas (see: krafty configs --help)")
-    sub.add_parser("features", help="describe, upgrade, downgrade, disable feature levels such as metadata.version "
-                   "(see: krafty features --help)")
-    sub.add_parser("storage", help="format a node's directories, show their cluster identity, make a cluster id "
-                   "(see: krafty storage --help)")
-    sub.add_parser("delete-records", help="delete records up to an offset (see: krafty delete-records --help)")
-    sub.add_parser("leader-election", help="elect preferred or unclean leaders (see: krafty leader-election --help)")
-    sub.add_parser("reassign-partitions", help="move partition replicas between brokers "
-                   "(see: krafty reassign-partitions --help)")
-    sub.add_parser("log-dirs", help="describe brokers' log dirs (see: krafty log-dirs --help)")
-    sub.add_parser("chaos", help="run a cluster under faults and check the history (see: krafty chaos run --help)")
+    for verb, (_, text) in VERBS.items():
+        sub.add_parser(verb, help=f"{text} (see: krafty {verb} --help)")
     cluster = sub.add_parser("cluster", help="run a local multi-process cluster")
     csub = cluster.add_subparsers(dest="action", required=True)
     up = csub.add_parser("up", help="start controllers and brokers on loopback; Ctrl-C stops them")
@@ -144,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--dir", default="./cluster-data")
     up.add_argument("--override", action="append", metavar="KEY=VALUE", help="config for every node")
     up.set_defaults(fn=cmd_cluster_up)
+    csub.add_parser("health", help="brokers up, the active controller, leaderless and under-replicated partitions; "
+                    "exit 1 when unhealthy (see: krafty cluster health --help)")
     args = p.parse_args(argv)
     _setup_logging(args.log_level)
     return args.fn(args)

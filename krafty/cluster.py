@@ -9,12 +9,12 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 from common.clock import SYSTEM
+from common.ports import free_base_port  # noqa: F401 (re-exported)
 
 
 def node_configs(controllers: int, brokers: int, base_port: int, directory: str, racks: list[str] | None = None,
@@ -50,28 +50,13 @@ def node_configs(controllers: int, brokers: int, base_port: int, directory: str,
     return out
 
 
-def free_base_port(host: str = "127.0.0.1") -> int:
-    """A base port P with P..P+9 (brokers) and P+100..P+109 (controllers) free on ``host``."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            base = s.getsockname()[1]
-        if base + 110 > 65535:
-            continue
-        ok = True
-        for port in [*range(base, base + 10), *range(base + 100, base + 110)]:
-            with socket.socket() as t:
-                # as the listeners bind (asyncio sets SO_REUSEADDR): a port whose old connections
-                # wait in TIME_WAIT is free for them (a busy machine has thousands of those)
-                t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    t.bind((host, port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port range")
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def write_properties(path: str, props: dict[str, str]) -> None:

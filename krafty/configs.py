@@ -29,18 +29,16 @@ import sys
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
 from broker.security import scram
-from broker.security.sasl import client_security_from_properties
-from common.config import ConfigError, parse_properties
+from common.config import ConfigError
 from common.errors import ErrorCode
 from krafty import resource_configs
+from krafty.admin_tool import UsageError, connect_any
 from metadata.quota import ENFORCED as QUOTA_ENFORCED
 from metadata.quota import KEYS as QUOTA_KEYS
 
 DEFAULT_ITERATIONS = 4096  # kafka-configs.sh's default
 
 
-class UsageError(Exception):
-    pass
 
 
 def parse_add_config(text: str) -> tuple[list[tuple[str, int, str]], dict[str, float]]:
@@ -121,29 +119,6 @@ def _entities(args) -> list[tuple[str, str | None]]:
     if len(names) > len(types):
         raise UsageError("more --entity-name/--entity-default than --entity-type")
     return [(ENTITY_TYPES[t], names[i] if i < len(names) else "") for i, t in enumerate(types)]
-
-
-async def _connect(args) -> KafkaConnection:
-    props = {}
-    if args.command_config:
-        try:
-            with open(args.command_config, encoding="utf-8") as f:
-                props = {k: v for k, v, _ in parse_properties(f.read())}
-        except OSError as e:
-            raise UsageError(f"cannot read --command-config {args.command_config}: {e.strerror}") from None
-    security = client_security_from_properties(props)
-    last = None
-    for server in args.bootstrap_server.split(","):
-        host, _, port = server.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise UsageError(f"--bootstrap-server {server!r} is not host:port")
-        conn = KafkaConnection(host.strip("[]"), int(port), client_id="krafty-configs", security=security)
-        try:
-            await conn.connect()
-            return conn
-        except (OSError, ConnectionError, TimeoutError) as e:
-            last = e
-    raise ConnectionError(f"cannot reach any of {args.bootstrap_server}: {last}")
 
 
 async def describe(conn: KafkaConnection, users: list[str] | None) -> int:
@@ -250,7 +225,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if any(t in resource_configs.TYPES for t in args.entity_type):  # topics, brokers, broker-loggers
         try:
-            return asyncio.run(resource_configs.run(args, lambda: _connect(args)))
+            return asyncio.run(resource_configs.run(args, lambda: connect_any(args, "krafty-configs")))
         except (ValueError, UsageError, ConfigError) as e:
             print(f"Error: {e}", file=sys.stderr)
             return 2
@@ -288,7 +263,7 @@ def main(argv: list[str]) -> int:
 
 
 async def _run(args, entities, scram_user, add, delete, quotas, delete_quotas) -> int:
-    conn = await _connect(args)
+    conn = await connect_any(args, "krafty-configs")
     try:
         if args.describe:
             rc = 0

@@ -23,13 +23,14 @@ import datetime
 import re
 import struct
 import sys
-import uuid
 from dataclasses import dataclass, field
 
 from broker.protocol.apis import ApiKey
-from broker.protocol.client import KafkaConnection
 from common.clock import SYSTEM
 from common.errors import ErrorCode
+from krafty.admin_tool import AdminClient, ToolError, UsageError, command_config_security, parse_bootstrap
+from krafty.admin_tool import err_code as _err
+from krafty.admin_tool import err_name as _err_name
 
 CLIENT_ID = "krafty-consumer-groups"
 EARLIEST, LATEST = -2, -1
@@ -50,22 +51,6 @@ OUR_VERSIONS = {
 
 _COORDINATOR_RETRY = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                       ErrorCode.NOT_COORDINATOR}
-
-
-class ToolError(Exception):
-    """A failure to report to the user (one line, no traceback)."""
-
-
-def _err(code) -> ErrorCode | int:
-    try:
-        return ErrorCode(int(code))
-    except ValueError:
-        return int(code)
-
-
-def _err_name(code) -> str:
-    e = _err(code)
-    return e.name if isinstance(e, ErrorCode) else f"error code {e}"
 
 
 # --------------------------------------------------------------------- consumer protocol
@@ -113,103 +98,11 @@ class GroupDescription:
     error: ErrorCode | int = ErrorCode.NONE
 
 
-def parse_bootstrap(value: str) -> list[tuple[str, int]]:
-    out = []
-    for part in value.split(","):
-        part = part.strip()
-        m = re.fullmatch(r"\[?([^\[\]]+?)\]?:(\d+)", part)
-        if not m or not 0 < int(m.group(2)) < 65536:
-            raise ToolError(f"--bootstrap-server {value!r}: expected HOST:PORT[,HOST:PORT...], got {part!r}")
-        out.append((m.group(1), int(m.group(2))))
-    return out
-
-
-class GroupAdmin:
-    """The requests behind the tool, over KafkaConnection (one connection per broker)."""
+class GroupAdmin(AdminClient):
+    """The group requests behind the tool, over krafty.admin_tool.AdminClient's connections."""
 
     our_versions = OUR_VERSIONS  # what the calling tool speaks (a subclass may widen it)
     client_id = CLIENT_ID
-
-    def __init__(self, bootstrap: list[tuple[str, int]], timeout: float = 5.0, security=None, *,
-                 versions: dict[int, tuple[int, int]] | None = None, client_id: str | None = None):
-        self.bootstrap = bootstrap
-        self.timeout = timeout
-        self.security = security  # broker.security.sasl.ClientSecurity (--command-config); None: PLAINTEXT
-        self.our_versions = {**self.our_versions, **(versions or {})}
-        if client_id is not None:
-            self.client_id = client_id
-        self.brokers: dict[int, tuple[str, int]] = {}
-        self._conns: dict[tuple[str, int], KafkaConnection] = {}
-        self._versions: dict[int, tuple[int, int]] = {}
-        self._any: tuple[str, int] | None = None
-
-    # ---- plumbing
-    def close(self) -> None:
-        for c in self._conns.values():
-            c.close()
-        self._conns.clear()
-
-    def _conn(self, addr: tuple[str, int]) -> KafkaConnection:
-        c = self._conns.get(addr)
-        if c is None:
-            c = self._conns[addr] = KafkaConnection(addr[0], addr[1], client_id=self.client_id,
-                                                    security=self.security)
-        return c
-
-    def version(self, api: int) -> int:
-        lo, hi = self.our_versions[api]
-        blo, bhi = self._versions.get(api, (-1, -1))
-        v = min(hi, bhi)
-        if v < max(lo, blo):
-            raise ToolError(f"the broker does not support {ApiKey(api).name} (it offers versions "
-                            f"{blo}-{bhi}, this tool needs {lo}-{hi})")
-        return v
-
-    async def _send(self, addr: tuple[str, int], api: int, data: dict, version: int | None = None):
-        v = self.version(api) if version is None else version
-        try:
-            return await self._conn(addr).request(api, v, data, timeout=self.timeout)
-        except (ConnectionError, OSError, TimeoutError) as e:
-            raise ToolError(f"{ApiKey(api).name} to {addr[0]}:{addr[1]} failed: {e}") from None
-
-    async def start(self) -> None:
-        errors = []
-        for addr in self.bootstrap:
-            try:
-                c = self._conn(addr)
-                await c.connect(timeout=self.timeout)
-                r = await c.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "krafty-consumer-groups",
-                                                             "client_software_version": "1"},
-                                    timeout=self.timeout)
-                if int(r.error_code) != 0:
-                    raise ConnectionError(f"ApiVersions failed: {_err_name(r.error_code)}")
-                self._versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in r.api_keys}
-                self._any = addr
-                await self.refresh_brokers()
-                return
-            except (ConnectionError, OSError, TimeoutError) as e:
-                self._conns.pop(addr, None)
-                errors.append(f"{addr[0]}:{addr[1]}: {e or type(e).__name__}")
-        raise ToolError("cannot connect to any --bootstrap-server (" + "; ".join(errors) + ")")
-
-    async def metadata(self, topics: list[str] | None = None):
-        req_topics = None if topics is None else [{"name": t, "topic_id": uuid.UUID(int=0)} for t in topics]
-        r = await self._send(self._any, ApiKey.METADATA, {"topics": req_topics, "allow_auto_topic_creation": False,
-                                                           "include_topic_authorized_operations": False})
-        self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in r.brokers}
-        return r
-
-    async def refresh_brokers(self) -> None:
-        await self.metadata([])
-
-    async def partitions(self, topics: list[str] | None) -> dict[str, dict[int, int]]:
-        """{topic: {partition: leader}} for existing topics (all topics when None)."""
-        r = await self.metadata(topics)
-        out: dict[str, dict[int, int]] = {}
-        for t in r.topics:
-            if int(t.error_code) == 0 and t.name is not None:
-                out[t.name] = {int(p.partition_index): int(p.leader_id) for p in t.partitions}
-        return out
 
     async def find_coordinator(self, group: str, deadline: float | None = None, key_type: int = 0,
                                what: str = "group") -> tuple[int, str, int]:
@@ -311,32 +204,6 @@ class GroupAdmin:
             for p in t.partitions:
                 if int(p.error_code) == 0 and int(p.committed_offset) >= 0:
                     out[(t.name, int(p.partition_index))] = int(p.committed_offset)
-        return out
-
-    async def list_offsets(self, tps: list[tuple[str, int]], timestamp: int,
-                           leaders: dict[str, dict[int, int]]) -> dict[tuple[str, int], int]:
-        """{tp: offset} for a ListOffsets spec (EARLIEST, LATEST or a time in ms); -1 = none."""
-        by_leader: dict[int, list[tuple[str, int]]] = {}
-        for t, p in tps:
-            leader = leaders.get(t, {}).get(p, -1)
-            if leader < 0 or leader not in self.brokers:
-                raise ToolError(f"partition {t}-{p} has no leader at the moment; try again")
-            by_leader.setdefault(leader, []).append((t, p))
-        out: dict[tuple[str, int], int] = {}
-        for leader, items in by_leader.items():
-            topics: dict[str, list] = {}
-            for t, p in items:
-                topics.setdefault(t, []).append({"partition_index": p, "timestamp": timestamp,
-                                                 "current_leader_epoch": -1})
-            r = await self._send(self.brokers[leader], ApiKey.LIST_OFFSETS,
-                                 {"replica_id": -1, "isolation_level": 0,
-                                  "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
-            for t in r.topics:
-                for p in t.partitions:
-                    if int(p.error_code) != 0:
-                        raise ToolError(f"ListOffsets for {t.name}-{p.partition_index} failed: "
-                                        f"{_err_name(p.error_code)}")
-                    out[(t.name, int(p.partition_index))] = int(p.offset)
         return out
 
     async def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> dict:
@@ -460,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
                 description="List, describe, delete consumer groups and reset their offsets "
                             "(like Kafka's kafka-consumer-groups.sh).")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help="brokers to connect to (required)")
+    p.add_argument("--command-config", metavar="FILE", help="Kafka client properties for the connection "
+                   "(security.protocol, sasl.*, ssl.*)")
     p.add_argument("--timeout", type=int, default=5000, metavar="MS", help="timeout per request (default 5000)")
     a = p.add_argument_group("actions (exactly one)")
     a.add_argument("--list", action="store_true", help="list all consumer groups")
@@ -560,7 +429,8 @@ class Tool:
         self.args = args
         self.out = out or sys.stdout
         self.err = err or sys.stderr
-        self.admin = GroupAdmin(parse_bootstrap(args.bootstrap_server), args.timeout / 1000)
+        self.admin = GroupAdmin(parse_bootstrap(args.bootstrap_server), args.timeout / 1000,
+                                command_config_security(args.command_config))
         self.rc = 0
 
     def print(self, text: str = "") -> None:
@@ -793,7 +663,7 @@ def main(argv: list[str]) -> int:
     try:
         validate(args)
         tool = Tool(args)
-    except ToolError as e:
+    except (ToolError, UsageError) as e:
         print(f"consumer-groups: error: {e}", file=sys.stderr)
         return 2
     try:

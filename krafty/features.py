@@ -17,11 +17,8 @@ import sys
 
 from broker.protocol.apis import ApiKey
 from common.errors import ErrorCode
+from krafty.admin_tool import UsageError, connect_any
 from metadata.features import level_name, metadata_version_level
-
-
-class UsageError(Exception):
-    pass
 
 
 def _feature_args(args) -> list[tuple[str, int]]:
@@ -85,10 +82,8 @@ async def _update(conn, args, updates: list[tuple[str, int]]) -> int:
 
 
 async def _run(args) -> int:
-    from krafty.configs import _connect
-
     updates = _feature_args(args) if args.verb != "describe" else []
-    conn = await _connect(args)
+    conn = await connect_any(args, "krafty-features")
     try:
         return await (_describe(conn) if args.verb == "describe" else _update(conn, args, updates))
     finally:
@@ -119,7 +114,5 @@ def main(argv: list[str]) -> int:
         print(f"Error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - one clear line (unreachable broker, ...)
-        from krafty.configs import UsageError as ConfigsUsage
-
         print(f"Error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, ConfigsUsage) else 1
+        return 1

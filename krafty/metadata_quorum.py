@@ -21,13 +21,12 @@ from types import SimpleNamespace
 from broker.protocol.apis import ApiKey
 from common.clock import SYSTEM
 from common.errors import ErrorCode
+from krafty.admin_tool import connect_any
 from raft.cli import describe_quorum, format_replication, format_status, parser
 
 
 async def _via_broker(args) -> SimpleNamespace:
-    from krafty.configs import _connect
-
-    conn = await _connect(args)
+    conn = await connect_any(args, "krafty-metadata-quorum")
     try:
         r = await conn.request(ApiKey.DESCRIBE_QUORUM, 2, {"topics": [
             {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]})
@@ -100,11 +99,9 @@ async def _change_via_broker(args, req, done: str) -> int:
     import base64
     import uuid
 
-    from krafty.configs import _connect
-
     def dir_uuid(s: str):
         return None if not s else uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
-    conn = await _connect(args)
+    conn = await connect_any(args, "krafty-metadata-quorum")
     try:
         if args.command == "add-controller":
             cfg_listener = args.new_listener_name

@@ -106,6 +106,8 @@ class Node:
             self.controller.cluster_id, self.controller.bootstrap = self.cluster_id, bootstrap
         if self.channel is not None:
             self.channel.cluster_id = self.cluster_id
+        if self.broker is not None:  # BrokerHeartbeat names failed log dirs by these ids (KIP-858)
+            self.broker.log_dir_ids = storage.directory_ids(cfg["log.dirs"])
 
     def _assemble(self, cfg: Config) -> None:
         self.cluster_id = ""  # known once the directories are checked

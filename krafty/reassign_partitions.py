@@ -9,9 +9,12 @@
     (each with [--command-config FILE])
 
 Files as Kafka's: topics to move ``{"topics": [{"topic": "t"}], "version": 1}``; a reassignment
-``{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [4, 5, 6]}]}``
-(``log_dirs``, if given, must be "any": replicas are not placed on given log dirs). --generate
-places replicas with Kafka's (rack-aware) algorithm; --execute sends AlterPartitionReassignments,
+``{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [4, 5, 6]}]}``, with
+optional ``"log_dirs": ["any", "/data/2", ...]`` (one per replica: the log dir of the replica on
+that broker, "any" for the broker's choice). --generate
+places replicas with Kafka's (rack-aware) algorithm; --execute sends AlterReplicaLogDirs to the
+brokers of replicas with a log dir (a replica not there yet is made in that dir when it comes; the
+tool asks again until each broker has it, up to --timeout), then AlterPartitionReassignments,
 --cancel the same with null replicas, --verify and --list read ListPartitionReassignments and the
 metadata. ``--execute --throttle B`` sets the topics' leader/follower.replication.throttled.replicas
 to the moving replicas and the brokers' leader/follower.replication.throttled.rate (a dynamic broker
@@ -21,6 +24,7 @@ throttles once nothing moves. Output lines are Kafka's tool's.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import sys
@@ -39,7 +43,8 @@ from krafty.admin_tool import (
 )
 
 VERSIONS = {ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0), ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-            ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKey.DESCRIBE_CONFIGS: (1, 4)}
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKey.DESCRIBE_CONFIGS: (1, 4),
+            ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2), ApiKey.DESCRIBE_LOG_DIRS: (1, 4)}
 LEADER_THROTTLED, FOLLOWER_THROTTLED = "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"
 LEADER_RATE, FOLLOWER_RATE = "leader.replication.throttled.rate", "follower.replication.throttled.rate"
 ACTIONS = ("generate", "execute", "verify", "cancel", "list")
@@ -59,9 +64,6 @@ def parse_reassignment(doc) -> dict[TP, list[int]]:
                 or not isinstance(p.get("replicas"), list) or not all(isinstance(b, int) for b in p["replicas"])):
             raise UsageError(f"each partition needs \"topic\", \"partition\" and \"replicas\" (a list of broker "
                              f"ids): {p}")
-        dirs = p.get("log_dirs")
-        if dirs is not None and any(d != "any" for d in dirs):
-            raise UsageError(f"log_dirs other than \"any\" are not supported (moving replicas between log dirs): {p}")
         tp = (p["topic"], p["partition"])
         if tp in out:
             dups.append(f"{tp[0]}-{tp[1]}")
@@ -76,6 +78,25 @@ def parse_reassignment(doc) -> dict[TP, list[int]]:
         raise UsageError("Partition reassignment contains duplicate topic partitions: " + ",".join(dups))
     if not out:
         raise UsageError("Partition reassignment list cannot be empty")
+    return out
+
+
+def parse_log_dirs(doc) -> dict[tuple[str, int, int], str]:
+    """The log dir wanted for each replica, (topic, partition, broker) -> dir, from the ``log_dirs``
+    of a reassignment file already checked by parse_reassignment ("any" entries left out)."""
+    out = {}
+    for p in doc["partitions"]:
+        dirs = p.get("log_dirs")
+        if dirs is None:
+            continue
+        if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+            raise UsageError(f"\"log_dirs\" must be a list of strings: {p}")
+        if len(dirs) != len(p["replicas"]):
+            raise UsageError(f"Size of replicas list {p['replicas']} is different from size of log dirs list "
+                             f"{dirs} for partition {p['topic']}-{p['partition']}")
+        for b, d in zip(p["replicas"], dirs, strict=True):
+            if d != "any":
+                out[(p["topic"], p["partition"], b)] = d
     return out
 
 
@@ -269,6 +290,8 @@ class ReassignTool:
             print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
                   "throttle is removed.")
             await self.set_throttles(current, wanted, a.throttle)
+        dirs = a.log_dirs or {}
+        pending = await self.alter_log_dirs(dirs) if dirs else {}  # before: new replicas are made there
         results = await self.alter(dict(wanted))
         failed = {tp: res for tp, res in results.items() if res[0] != ErrorCode.NONE}
         if failed:
@@ -277,7 +300,64 @@ class ReassignTool:
                 print(f"{t}-{p}: {error_text(code, msg)}", file=sys.stderr)
             return 1
         print("Successfully started partition reassignments for " + ",".join(f"{t}-{p}" for t, p in sorted(wanted)))
+        if dirs:
+            deadline = asyncio.get_running_loop().time() + a.timeout / 1000
+            while pending and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.1)
+                pending = await self.alter_log_dirs(pending)
+            if pending:
+                print("Error: Timeout waiting for replica reassignment of "
+                      + ",".join(f"{t}-{p}-{b}" for t, p, b in sorted(pending)), file=sys.stderr)
+                return 1
+            print("Successfully started log directory move(s) for: "
+                  + ",".join(f"{t}-{p}-{b}" for t, p, b in sorted(dirs)))
         return 0
+
+    async def alter_log_dirs(self, dirs: dict[tuple[str, int, int], str]) -> dict[tuple[str, int, int], str]:
+        """AlterReplicaLogDirs to each broker concerned; returns the replicas it does not have yet
+        (REPLICA_NOT_AVAILABLE: asked again once the reassignment created them). Any other error
+        is fatal (KafkaError), as in Kafka's tool."""
+        await self.admin.refresh_brokers()
+        pending = {}
+        by_broker: dict[int, dict[str, dict[str, list[int]]]] = {}
+        for (t, p, b), d in dirs.items():
+            by_broker.setdefault(b, {}).setdefault(d, {}).setdefault(t, []).append(p)
+        for b, per_dir in sorted(by_broker.items()):
+            addr = self.admin.brokers.get(b)
+            if addr is None:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {b} is not in the cluster")
+            r = await self.admin._send(addr, ApiKey.ALTER_REPLICA_LOG_DIRS, {"dirs": [
+                {"path": d, "topics": [{"name": t, "partitions": ps} for t, ps in ts.items()]}
+                for d, ts in per_dir.items()]})
+            for res in r.results:
+                for pr in res.partitions:
+                    key = (res.topic_name, int(pr.partition_index), b)
+                    if pr.error_code == ErrorCode.REPLICA_NOT_AVAILABLE:
+                        pending[key] = dirs[key]
+                    elif pr.error_code != ErrorCode.NONE:
+                        raise KafkaError(ErrorCode(int(pr.error_code)), f"moving replica {key[0]}-{key[1]} of broker {b} to "
+                                                             f"{dirs[key]}")
+        return pending
+
+    async def replica_log_dirs(self, brokers: set[int]) -> dict[tuple[str, int, int], tuple[str | None, str | None]]:
+        """(topic, partition, broker) -> (its log dir, its future replica's dir), by DescribeLogDirs."""
+        await self.admin.refresh_brokers()
+        out: dict[tuple[str, int, int], tuple[str | None, str | None]] = {}
+        for b in sorted(brokers):
+            addr = self.admin.brokers.get(b)
+            if addr is None:
+                continue
+            r = await self.admin._send(addr, ApiKey.DESCRIBE_LOG_DIRS, {"topics": None})
+            for res in r.results:
+                for t in res.topics:
+                    for p in t.partitions:
+                        cur, fut = out.get((t.name, int(p.partition_index), b), (None, None))
+                        if p.is_future_key:
+                            fut = res.log_dir
+                        else:
+                            cur = res.log_dir
+                        out[(t.name, int(p.partition_index), b)] = (cur, fut)
+        return out
 
     async def do_verify(self) -> int:
         wanted = self.args.plan
@@ -293,6 +373,20 @@ class ReassignTool:
                 have = ",".join(map(str, current.get((t, p), [])))
                 print(f"There is no active reassignment of partition {t}-{p}, but replica set is {have} rather "
                       f"than {','.join(map(str, target))}.")
+        if self.args.log_dirs:  # Kafka's verifyReplicaMoves
+            where = await self.replica_log_dirs({b for _t, _p, b in self.args.log_dirs})
+            print()
+            print("Reassignment of replicas to log dirs:")
+            for (t, p, b), target in sorted(self.args.log_dirs.items()):
+                cur, fut = where.get((t, p, b), (None, None))
+                if cur is None:
+                    print(f"Partition {t}-{p} cannot be found in any live log directory on broker {b}.")
+                elif cur == target and fut is None:
+                    print(f"Reassignment of replica {t}-{p}-{b} completed successfully.")
+                elif fut == target:
+                    print(f"Reassignment of replica {t}-{p}-{b} is still in progress.")
+                else:
+                    print(f"Partition {t}-{p} on broker {b} is not being moved from log dir {cur} to {target}.")
         if not ongoing and not self.args.preserve_throttles:  # as Kafka: throttles go once nothing moves
             print()
             await self.clear_throttles(sorted({t for t, _ in wanted}))
@@ -354,6 +448,9 @@ def build_parser() -> Parser:
     p.add_argument("--throttle", type=int, metavar="BYTES/S",
                    help="with --execute: throttle the moving replicas' replication to this rate")
     p.add_argument("--preserve-throttles", action="store_true", help="--verify/--cancel leave the throttles")
+    p.add_argument("--timeout", type=int, default=10000, metavar="MS",
+                   help="with --execute: how long to wait for new replicas to exist before moving them to their "
+                        "log dirs (default 10000)")
     return p
 
 
@@ -373,8 +470,10 @@ def validate(args) -> None:
     if args.throttle is not None and (action != "execute" or args.throttle < 0):
         raise UsageError("--throttle takes a rate in bytes/s >= 0 and only goes with --execute")
     # the files are read before connecting: a bad file is a usage error whether or not a broker answers
-    args.plan = (parse_reassignment(read_json_file(args.reassignment_json_file, "--reassignment-json-file"))
-                 if action in ("execute", "verify", "cancel") else None)
+    doc = (read_json_file(args.reassignment_json_file, "--reassignment-json-file")
+           if action in ("execute", "verify", "cancel") else None)
+    args.plan = parse_reassignment(doc) if doc is not None else None
+    args.log_dirs = parse_log_dirs(doc) if doc is not None else None
     args.topics_to_move = (parse_topics_to_move(read_json_file(args.topics_to_move_json_file,
                                                                "--topics-to-move-json-file"))
                            if action == "generate" else None)

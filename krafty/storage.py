@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import contextlib
 import os
 import sys
+import uuid
 from collections.abc import Iterable
 
 from common.clock import SYSTEM, Clock
@@ -77,6 +79,18 @@ def read_meta(directory: str) -> dict[str, str] | None:
         k, sep, v = line.strip().partition("=")
         if sep and not k.startswith(("#", "!")):
             out[k.strip()] = v.strip()
+    return out
+
+
+def directory_ids(dirs: Iterable[str]) -> dict[str, uuid.UUID]:
+    """Each formatted directory's ``directory.id`` (Kafka's base64 form) as a UUID, by absolute path."""
+    out = {}
+    for d in dirs:
+        meta = read_meta(d) or {}
+        s = meta.get("directory.id")
+        if s:
+            with contextlib.suppress(ValueError, binascii.Error):
+                out[os.path.abspath(d)] = uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
     return out
 
 
@@ -156,11 +170,32 @@ def check_directories(cfg: Config, clock: Clock = SYSTEM) -> str:
 
 
 # --- the bootstrap checkpoint -------------------------------------------------------------
-def default_bootstrap_records() -> list:
-    from metadata import records as r
-    from metadata.features import LATEST_METADATA_VERSION
+def _feature_levels(items: list[str]) -> dict[str, int]:
+    """``--feature NAME=LEVEL`` of storage format, checked against the supported levels (Kafka's
+    kafka-storage format --feature; metadata.version comes from --release-version)."""
+    from metadata.features import KRAFT_VERSION, SUPPORTED_FEATURES
 
-    return [r.FeatureLevelRecord("metadata.version", LATEST_METADATA_VERSION)]
+    out = {}
+    for item in items:
+        name, sep, level = (x.strip() for x in item.partition("="))
+        if not sep or not level.isdigit():
+            raise StorageError(f"--feature {item!r} is not NAME=LEVEL")
+        if name in ("metadata.version", KRAFT_VERSION):
+            raise StorageError(f"--feature cannot set {name} (use --release-version for metadata.version; "
+                               "kraft.version follows --standalone/--initial-controllers)")
+        if name not in SUPPORTED_FEATURES:
+            raise StorageError(f"unknown feature {name!r} (known: {', '.join(sorted(SUPPORTED_FEATURES))})")
+        lo, hi = SUPPORTED_FEATURES[name]
+        if not lo <= int(level) <= hi:
+            raise StorageError(f"feature {name} supports levels {lo}-{hi}, not {level}")
+        out[name] = int(level)
+    return out
+
+
+def default_bootstrap_records() -> list:
+    from metadata.features import bootstrap_feature_records
+
+    return bootstrap_feature_records()
 
 
 def write_bootstrap(directory: str, records: Iterable) -> None:
@@ -332,6 +367,9 @@ def main(argv: list[str]) -> int:
                    "id@host:port:directory-id,...")
     f.add_argument("--release-version", "-r", help="the metadata.version the cluster starts at (e.g. 3.9 or "
                    "4.0-IV3; default: the latest, 4.0-IV3)")
+    f.add_argument("--feature", "-f", action="append", default=[], metavar="NAME=LEVEL",
+                   help="a feature level the cluster starts at instead of the release's default "
+                        "(e.g. transaction.version=1)")
     f.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     i = sub.add_parser("info", help="show the directories' meta.properties and any problem")
     i.add_argument("--config", "-c", required=True, help="the node's server.properties")
@@ -345,15 +383,20 @@ def main(argv: list[str]) -> int:
         if args.verb == "info":
             return info(cfg)
         bootstrap = None
-        if args.release_version:
-            from metadata import records as r
-            from metadata.features import MIN_METADATA_VERSION, metadata_version_level, metadata_version_name
+        if args.release_version or args.feature:
+            from metadata.features import (
+                LATEST_METADATA_VERSION,
+                MIN_METADATA_VERSION,
+                bootstrap_feature_records,
+                metadata_version_level,
+                metadata_version_name,
+            )
 
-            level = metadata_version_level(args.release_version)
+            level = metadata_version_level(args.release_version) if args.release_version else LATEST_METADATA_VERSION
             if level < MIN_METADATA_VERSION:
                 raise StorageError(f"metadata.version {args.release_version} is too old to be supported (the oldest "
                                    f"is {metadata_version_name(MIN_METADATA_VERSION)})")
-            bootstrap = [r.FeatureLevelRecord("metadata.version", level)]
+            bootstrap = bootstrap_feature_records(level, _feature_levels(args.feature))
         format_directories(cfg, args.cluster_id, ignore_formatted=args.ignore_formatted, bootstrap=bootstrap,
                            standalone=args.standalone, initial_controllers=args.initial_controllers)
         return 0

@@ -123,7 +123,7 @@ class MetadataDelta:
         td = self.topic_delta(rec.topic_id)
         td.changed[rec.partition_id] = PartitionRegistration(
             rec.replicas, rec.isr, rec.leader, rec.leader_epoch, rec.partition_epoch,
-            rec.adding_replicas or (), rec.removing_replicas or ())
+            rec.adding_replicas or (), rec.removing_replicas or (), rec.offline_replicas or ())
 
     def _replay_PartitionChange(self, rec: r.PartitionChangeRecord) -> None:
         td = self.topic_delta(rec.topic_id)

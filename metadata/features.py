@@ -16,6 +16,12 @@ METADATA_VERSIONS: dict[int, tuple[str, bool]] = {
 }
 MIN_METADATA_VERSION = 7  # 3.3-IV3: the oldest Kafka 4.0 runs at
 LATEST_METADATA_VERSION = 25  # 4.0-IV3, Kafka 4.0's
+JBOD_METADATA_VERSION = 17  # 3.7-IV2: a failed log dir takes only its replicas offline (KIP-858); below, the broker stops
+
+
+def jbod_supported(features: dict[str, int]) -> bool:
+    """Whether the finalized metadata.version handles log dir failures per replica (KIP-858)."""
+    return features.get("metadata.version", LATEST_METADATA_VERSION) >= JBOD_METADATA_VERSION
 
 
 def metadata_version_name(level: int | None) -> str:
@@ -38,10 +44,27 @@ def metadata_version_level(name: str) -> int:
 
 # the features this krafty supports and their level ranges (ApiVersions' supported_features)
 KRAFT_VERSION = "kraft.version"
+TRANSACTION_VERSION = "transaction.version"
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     "metadata.version": (MIN_METADATA_VERSION, LATEST_METADATA_VERSION),
     KRAFT_VERSION: (0, 1),  # 0: static quorum (controller.quorum.voters); 1: dynamic voters (KIP-853)
+    # KIP-890: 1 writes flexible __transaction_state values; 2 also tells clients (ApiVersions'
+    # finalized features) to use transaction version 2: an epoch bump on every EndTxn, partitions
+    # added by their leaders (Produce v12), no AddPartitionsToTxn/AddOffsetsToTxn
+    TRANSACTION_VERSION: (0, 2),
 }
+# Kafka's FeatureVersion.bootstrapMetadataVersion: a new cluster formatted at a metadata.version
+# gets the latest level of each feature whose bootstrap metadata.version it reaches (release 4.0:
+# transaction.version 2; 3.9: 0), as `kafka-storage format --release-version` does
+BOOTSTRAP_METADATA_VERSION: dict[str, dict[int, int]] = {
+    TRANSACTION_VERSION: {0: MIN_METADATA_VERSION, 1: 24, 2: 24},  # TV_1, TV_2: 4.0-IV2
+}
+
+
+def default_feature_levels(metadata_level: int) -> dict[str, int]:
+    """The levels a cluster formatted at ``metadata_level`` starts with, metadata.version aside."""
+    return {name: max(lv for lv, mv in levels.items() if mv <= metadata_level)
+            for name, levels in BOOTSTRAP_METADATA_VERSION.items()}
 
 
 def level_name(feature: str, level: int) -> str:
@@ -54,3 +77,15 @@ def metadata_changed_between(a: int, b: int) -> bool:
     the metadata format (a downgrade across it would lose information)?"""
     lo, hi = min(a, b), max(a, b)
     return any(METADATA_VERSIONS.get(level, ("", True))[1] for level in range(lo + 1, hi + 1))
+
+
+def bootstrap_feature_records(metadata_level: int = LATEST_METADATA_VERSION,
+                              levels: dict[str, int] | None = None) -> list:
+    """The FeatureLevelRecords a new cluster starts with: ``metadata_level`` and the default level
+    of every other feature for it, ``levels`` overriding them (``krafty storage format --feature``);
+    a level of 0 is the feature off, not written."""
+    from metadata import records as r
+
+    chosen = default_feature_levels(metadata_level) | (levels or {})
+    return [r.FeatureLevelRecord("metadata.version", metadata_level)] + [
+        r.FeatureLevelRecord(name, level) for name, level in sorted(chosen.items()) if level > 0]

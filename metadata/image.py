@@ -39,6 +39,9 @@ class PartitionRegistration:
     # ones being removed; ``adding`` are targets not yet in sync, ``removing`` leave at the end
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    # replicas in a failed log dir of their broker (KIP-858): they may not lead or join the ISR
+    # until that broker restarts (a new incarnation clears them)
+    offline: tuple[int, ...] = ()
 
     @property
     def is_reassigning(self) -> bool:
@@ -54,6 +57,7 @@ class PartitionRegistration:
             partition_epoch=self.partition_epoch + 1,
             adding=change.adding_replicas if change.adding_replicas is not None else self.adding,
             removing=change.removing_replicas if change.removing_replicas is not None else self.removing,
+            offline=change.offline_replicas if change.offline_replicas is not None else self.offline,
         )
 
 
@@ -102,7 +106,7 @@ class MetadataImage:
             yield r.TopicRecord(t.name, t.topic_id)
             for pid, p in sorted(t.partitions.items()):
                 yield r.PartitionRecord(t.topic_id, pid, p.replicas, p.isr, p.leader, p.leader_epoch,
-                                        p.partition_epoch, p.removing or None, p.adding or None)
+                                        p.partition_epoch, p.removing or None, p.adding or None, p.offline or None)
         for (rtype, rname), kv in self.configs.items():
             for k, v in sorted(kv.items()):
                 yield r.ConfigRecord(rtype, rname, k, v)

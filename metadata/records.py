@@ -79,6 +79,8 @@ class PartitionRecord:
     # while a reassignment runs, so a node that predates them reads every other record as before.
     removing_replicas: tuple[int, ...] | None = None
     adding_replicas: tuple[int, ...] | None = None
+    # brokers whose replica sits in a log dir that failed (KIP-858); written only when some do
+    offline_replicas: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -95,6 +97,9 @@ class PartitionChangeRecord:
     # reassignment sets (KIP-455), None: unchanged; () clears them (the reassignment ended)
     removing_replicas: tuple[int, ...] | None = None
     adding_replicas: tuple[int, ...] | None = None
+    # brokers whose replica is in an offline log dir (KIP-858; Kafka derives it from the
+    # partition's directories): None unchanged, () none any more
+    offline_replicas: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -229,7 +234,7 @@ def _to_json(v: Any) -> Any:
     return v
 
 
-_INT_LISTS = ("replicas", "isr", "removing_replicas", "adding_replicas")
+_INT_LISTS = ("replicas", "isr", "removing_replicas", "adding_replicas", "offline_replicas")
 
 
 def _field_encoder(name: str):

@@ -12,13 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.ports import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def answers_api_versions(host: str, port: int, timeout: float = 1.0) -> bool:
@@ -45,7 +43,7 @@ class LocalKrafty:
     def __init__(self, extra_config: dict | None = None):
         self.extra = extra_config or {}
         self.dir = Path(tempfile.mkdtemp(prefix="krafty-node-"))
-        self.port, self.cport = _free_port(), _free_port()
+        self.port, self.cport = free_port(), free_port()
         self.proc: subprocess.Popen | None = None
 
     @property

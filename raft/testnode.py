@@ -21,6 +21,7 @@ import grpc
 from common.clock import SYSTEM
 from common.config import Config, ConfigError
 from common.errors import ErrorCode
+from common.ports import free_port
 from proto import testkv_pb2 as kvpb
 from proto import testkv_pb2_grpc as kvpb_grpc
 from raft.api import Batch, LeaderAndEpoch, NotLeaderError, Snapshot
@@ -133,16 +134,10 @@ class ProcessQuorum:
         """``program``: "testnode" (this module, with the TestKV service) or "krafty"
         (``krafty node``, process.roles=controller)."""
         import os
-        import socket
 
         self.workdir = workdir
         self.program = program
-        socks = [socket.socket() for _ in range(2 * n_voters)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        ports = [s.getsockname()[1] for s in socks]
-        for s in socks:
-            s.close()
+        ports = [free_port() for _ in range(2 * n_voters)]
         self.ids = list(range(1, n_voters + 1))
         self.ctrl_port = {nid: ports[i] for i, nid in enumerate(self.ids)}
         self.kv_port = {nid: ports[n_voters + i] for i, nid in enumerate(self.ids)}

@@ -85,6 +85,8 @@ class SimLoop(asyncio.BaseEventLoop):
         self._selector = _VirtualSelector(self)
         self._now = start
         self._clock_resolution = 1e-9
+        self._timers: list[tuple[float, int, asyncio.TimerHandle]] = []  # heap; asyncio's _scheduled stays empty
+        self._seq = 0
         self.rng = random.Random(f"loop-{seed}")
         self.reorder = reorder
         self.dead: set[object] = set()  # processes killed: their callbacks are dropped
@@ -107,17 +109,65 @@ class SimLoop(asyncio.BaseEventLoop):
         pass
 
     def _run_once(self) -> None:
+        """asyncio's ``_run_once`` without what a virtual clock does not need (selector, I/O
+        events, debug timing): cancelled timers dropped from the head, time jumped to the next
+        timer when nothing is ready, due timers made ready after the ready callbacks were put in
+        their seeded order, then each run once. Timers are (when, sequence, handle) tuples: the
+        heap compares them in C, and equal deadlines fire in the order they were set."""
         ready = self._ready
-        if self.reorder and len(ready) > 1:
+        timers = self._timers
+        while timers and timers[0][2]._cancelled:
+            heapq.heappop(timers)[2]._scheduled = False
+            self._timer_cancelled_count -= 1
+        if not ready:
+            if not timers:
+                raise SimDeadlock("nothing is ready and no timer is set: every coroutine waits forever")
+            if timers[0][0] > self._now:
+                self._now = timers[0][0]
+        elif self.reorder and len(ready) > 1:
             items = list(ready)
             self.rng.shuffle(items)
             ready.clear()
             ready.extend(items)
+        end = self._now + self._clock_resolution
+        while timers and timers[0][0] < end:
+            h = heapq.heappop(timers)[2]
+            h._scheduled = False
+            ready.append(h)
         n = len(ready)
-        super()._run_once()
+        popleft = ready.popleft
+        for _ in range(n):
+            h = popleft()
+            if not h._cancelled:
+                h._run()
         self.steps += n
         if self.on_step is not None:
             self.on_step()
+
+    def _timer_handle_cancelled(self, handle) -> None:
+        if handle._scheduled:
+            self._timer_cancelled_count += 1
+            if self._timer_cancelled_count > 256 and self._timer_cancelled_count * 2 > len(self._timers):
+                self._drop_cancelled_timers()
+
+    def _drop_cancelled_timers(self) -> None:
+        keep = []
+        for entry in self._timers:
+            if entry[2]._cancelled:
+                entry[2]._scheduled = False
+            else:
+                keep.append(entry)
+        heapq.heapify(keep)
+        self._timers = keep
+        self._timer_cancelled_count = 0
+
+    def next_timer(self) -> float | None:
+        """When the next live timer fires (None: no timer)."""
+        timers = self._timers
+        while timers and timers[0][2]._cancelled:
+            heapq.heappop(timers)[2]._scheduled = False
+            self._timer_cancelled_count -= 1
+        return timers[0][0] if timers else None
 
     # -- callbacks owned by simulated processes ----------------------------------------
     # A callback runs in the context it was scheduled with; NODE in that context names the
@@ -140,7 +190,8 @@ class SimLoop(asyncio.BaseEventLoop):
         if self._dead_context(context):
             timer.cancel()
             return timer
-        heapq.heappush(self._scheduled, timer)
+        self._seq += 1
+        heapq.heappush(self._timers, (when, self._seq, timer))
         timer._scheduled = True
         return timer
 
@@ -171,7 +222,7 @@ class SimLoop(asyncio.BaseEventLoop):
         (never collected: a collected coroutine would run its ``finally`` blocks, which a
         killed process never does)."""
         self.dead.add(owner)
-        for h in [*self._ready, *self._scheduled]:
+        for h in [*self._ready, *(entry[2] for entry in self._timers)]:
             ctx = h._context
             if ctx is not None and ctx.get(NODE) == owner:
                 h.cancel()
@@ -267,7 +318,7 @@ class SimLoop(asyncio.BaseEventLoop):
             while True:
                 if stop is not None and stop():
                     return True
-                nxt = self._scheduled[0]._when if self._scheduled else None
+                nxt = self.next_timer()
                 if not self._ready and (nxt is None or nxt > t):
                     if nxt is None and t == float("inf"):
                         raise SimDeadlock("nothing is ready and no timer is set")
@@ -285,8 +336,3 @@ class SimLoop(asyncio.BaseEventLoop):
             raise TimeoutError(f"{coro!r} did not finish within {timeout} virtual s")
         return task.result()
 
-
-def cancel_heap_items(loop: SimLoop) -> None:
-    """Drops every cancelled timer (asyncio keeps them in the heap until they come up)."""
-    loop._scheduled = [h for h in loop._scheduled if not h._cancelled]
-    heapq.heapify(loop._scheduled)

@@ -31,4 +31,26 @@ def vote_for_stale_log(mp) -> None:
     mp.setattr(RaftCore, "_log_up_to_date", lambda self, last_epoch, log_end: True)
 
 
-MUTATIONS = {f.__name__: f for f in (wall_clock_sessions, vote_twice, vote_for_stale_log)}
+def recovery_drops_a_torn_segment(mp) -> None:
+    """Recovery falls back below the last complete valid batch: a segment whose tail is torn
+    is cut back to its base offset (the fall-back issue 18 removed), not to the last valid
+    batch. Caught by the world's recovery check against an independent scan of the files."""
+    from broker.log import fileio
+    from broker.log.segment import LogSegment
+    orig = LogSegment.recover
+
+    def recover(self, on_batch=None, truncate: bool = True) -> int:
+        cut = orig(self, on_batch, truncate)
+        if cut and truncate and self.size:
+            cut += self.size
+            fileio.ftruncate(self.fd, 0)
+            self.size = 0
+            self.next_offset = self.base_offset
+            self.index.reset()
+            self.time_index.reset()
+        return cut
+    mp.setattr(LogSegment, "recover", recover)
+
+
+MUTATIONS = {f.__name__: f for f in (wall_clock_sessions, vote_twice, vote_for_stale_log,
+                                     recovery_drops_a_torn_segment)}

@@ -6,10 +6,13 @@ Faults (drawn from the seed, ``Schedule``): kill -9 and restart of any node (at 
 controller down at a time, so that the quorum can always recover), partitions isolating a
 node or cutting a broker off the controllers only (fenced, it still serves the other brokers:
 a zombie leader), pauses (SIGSTOP/SIGCONT), one-way cuts, message loss, wall-clock steps of +-60 s on running nodes (controllers
-included: no broker may be fenced for it), and EIO from a node's Raft store (the node's
-metadata log stops; the world restarts the node).
+included: no broker may be fenced for it), EIO from a node's Raft store (the node's
+metadata log stops; the world restarts the node), EIO or ENOSPC on a broker's next partition
+log write (sim/disk.py; a short write first), and power losses (unsynced log data lost, the
+tail torn, sometimes garbled).
 
-Invariants after every event (``Checker.step``): at most one Raft leader per epoch; the
+Invariants after every event (``Checker.step``): recovery ends every log of a restarted broker
+exactly at its last complete valid batch (sim/world.py); at most one Raft leader per epoch; the
 committed metadata log is the same on every node at every offset; no partition's high
 watermark goes back on a leader within its leader epoch. At the end: every acknowledged
 acks=all write is in the log at the offset it was acknowledged with, no value is written
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import os
 import random
 import time
 
@@ -40,7 +44,7 @@ LIVENESS_S = 30.0
 @dataclasses.dataclass(frozen=True)
 class Fault:
     at: float  # virtual seconds after the workload starts
-    kind: str  # kill | partition | cut | loss | clock | eio
+    kind: str  # kill | kill_active | partition | cut | loss | clock | eio | zombie | power | pause | disk
     node: int
     duration: float = 0.0
     arg: int = 0
@@ -56,7 +60,7 @@ def schedule(seed: int, world_nodes: list[int], controllers: list[int], safety_s
     out = []
     for _ in range(n):
         kind = rng.choices(["kill", "kill_active", "partition", "cut", "loss", "clock", "eio", "zombie", "power",
-                            "pause"], [4, 2, 2, 1, 1, 2, 1, 2, 2, 2])[0]
+                            "pause", "disk"], [4, 2, 2, 1, 1, 2, 1, 2, 2, 2, 1])[0]
         node = rng.choice(world_nodes)
         at = rng.random() * safety_s * 0.8
         dur = 0.5 + rng.random() * 6
@@ -65,6 +69,8 @@ def schedule(seed: int, world_nodes: list[int], controllers: list[int], safety_s
             arg = rng.choice([-60_000, 60_000])
         elif kind == "loss":
             arg = rng.randint(1, 20)  # percent
+        elif kind == "disk":
+            arg = rng.choice([errno.EIO, errno.ENOSPC])
         out.append(Fault(at, kind, node, dur, arg))
     return sorted(out, key=lambda f: f.at)
 
@@ -95,6 +101,8 @@ class Checker:
     def step(self) -> None:
         w = self.w
         self.n += 1
+        if w.failure is not None:
+            raise w.failure
         if self.version != w.version:
             self.version = w.version
             self.watch = self._watch_list()
@@ -187,6 +195,7 @@ class Result:
     steps: int
     fenced: set[int]
     commits: int = 0  # offset commits acknowledged
+    disk_failures: int = 0  # partition log writes failed by the simulated disk
 
 
 def _impaired(w: World, nid: int, seconds: float) -> None:
@@ -254,6 +263,12 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
     elif f.kind == "eio":
         w.stores[f.node].fail_next = errno.EIO
         w.note(f"EIO on the next metadata write of {f.node}")
+    elif f.kind == "disk":
+        if f.node in w.broker_ids:
+            dirs = w.log_dirs(f.node)
+            d = dirs[0] if len(dirs) == 1 else w.rng.choice(dirs)  # (one dir: the rng draws as before)
+            w.files.fail_next(d, "write", f.arg)
+            w.note(f"{errno.errorcode[f.arg]} on the next partition log write of {f.node} in {os.path.basename(d)}")
 
 
 def _restart_failed(w: World, down: set[int]) -> None:
@@ -360,7 +375,8 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     if not set(created) <= set(img.topics_by_name):
         raise w.violation(f"acknowledged topics missing: {set(created) - set(img.topics_by_name)}")
     res = Result(seed, loop.time() - 1000, time.perf_counter() - t0, sum(len(p.acked) for p in producers),
-                 len(consumer.seen), plan, w.trace, loop.steps, checker.fenced, committer.commits)
+                 len(consumer.seen), plan, w.trace, loop.steps, checker.fenced, committer.commits,
+                 w.files.failures)
     if verbose:
         print("\n".join(w.trace))
     return res

@@ -2,7 +2,11 @@
 Raft drivers, controller loop, controller channel, replica managers, fetchers, purgatories,
 group coordinators and logs) in one process, on a ``SimLoop`` in virtual time, over the
 simulated network (sim/net.py) and Raft stores (sim/raftstore.py); partition logs live in a
-temporary directory (a process kill keeps what the process wrote, as the page cache does).
+temporary directory, written through the simulated disk's file layer (sim/disk.py: a process
+kill keeps what the process wrote, as the page cache does; a power loss keeps what was fsynced
+and a torn, maybe garbled, part of the rest; writes and fsyncs fail on demand). Every restart
+of a broker checks that recovery ends each log exactly at the end of its last complete valid
+batch, found by an independent scan of the files.
 
 Every process incarnation runs in its own context (``NODE`` = (node id, incarnation)), with
 its own clock (``SimClock``: monotonic = the loop's virtual time, wall = that plus an offset
@@ -23,8 +27,10 @@ import shutil
 import tempfile
 import uuid
 
+from broker.log.log_types import parse_partition_dir_name
 from common.config import Config
 from krafty.node import Node, unlock_data_dirs
+from sim.disk import SimFiles, valid_log_end
 from sim.loop import NODE, SimLoop
 from sim.net import SimNet
 from sim.raftstore import SimRaftStore
@@ -34,59 +40,6 @@ log = logging.getLogger("krafty.sim")
 
 class InvariantViolation(AssertionError):
     pass
-
-
-class SyncTracker:
-    """What the partition logs have made durable: ``os.fsync``/``os.fdatasync`` are wrapped
-    while a world runs, and each records its file's size (by inode, so that a file written,
-    fsynced and renamed into place keeps its due). ``power_loss`` then leaves each file of a
-    node with what was synced plus a random part of what was written after (the page cache
-    lost with the power, the last write torn)."""
-
-    def __init__(self):
-        self.synced: dict[tuple[int, int], int] = {}
-        self._orig: tuple | None = None
-
-    def install(self) -> None:
-        if self._orig is not None:
-            return
-        self._orig = (os.fsync, os.fdatasync)
-        orig_fsync, orig_fdatasync = self._orig
-
-        def note(fd) -> None:
-            st = os.fstat(fd if isinstance(fd, int) else fd.fileno())
-            self.synced[(st.st_dev, st.st_ino)] = st.st_size
-
-        def fsync(fd):
-            orig_fsync(fd)
-            note(fd)
-
-        def fdatasync(fd):
-            orig_fdatasync(fd)
-            note(fd)
-        os.fsync, os.fdatasync = fsync, fdatasync
-
-    def uninstall(self) -> None:
-        if self._orig is not None:
-            os.fsync, os.fdatasync = self._orig
-            self._orig = None
-
-    def power_loss(self, directory: str, rng: random.Random) -> int:
-        """Cuts every file under ``directory`` back as a power cut would; returns bytes lost."""
-        lost = 0
-        for root, _dirs, files in os.walk(directory):
-            for name in files:
-                path = os.path.join(root, name)
-                try:
-                    st = os.stat(path)
-                except FileNotFoundError:
-                    continue
-                synced = self.synced.get((st.st_dev, st.st_ino), 0)
-                if st.st_size > synced:
-                    keep = synced + rng.randint(0, st.st_size - synced)
-                    os.truncate(path, keep)
-                    lost += st.st_size - keep
-        return lost
 
 
 class SimClock:
@@ -127,6 +80,7 @@ class Settings:
     brokers: int = 3
     session_timeout_ms: int = 3000
     heartbeat_ms: int = 500
+    log_dirs: int = 1  # per broker (JBOD): a disk fault then hits one of them (KIP-858)
     extra: dict = dataclasses.field(default_factory=dict)
 
 
@@ -174,18 +128,26 @@ class World:
         self.powered: set[int] = set()  # nodes that lost power at some point
         self.impaired: dict[int, int] = {}  # node -> faults (cut, paused, down) it is under now
         self.power_while_impaired = False  # a broker lost power while another was impaired
-        self.sync = SyncTracker()
-        self.sync.install()
+        self.files = SimFiles()
+        self.files.install()
+        self.failure: InvariantViolation | None = None  # found inside a node's code: raised by the checker
         self.version = 0  # bumped when a process starts, finishes starting or dies (the checker's cue)
         self.replay = f"python -m sim.run_world --seed {seed} --verbose"  # set by the scenario
 
     # -- configuration -------------------------------------------------------------------
+    def log_dirs(self, nid: int) -> list[str]:
+        """A node's log dirs: its directory, or (JBOD) directories in it."""
+        d = os.path.join(self.dir, f"node-{nid}")
+        n = self.settings.log_dirs if nid in self.broker_ids else 1
+        return [d] if n == 1 else [os.path.join(d, f"d{i}") for i in range(n)]
+
     def config(self, nid: int) -> Config:
         s = self.settings
         voters = ",".join(f"{c}@{host_of(c)}:{CONTROLLER_PORT}" for c in self.controller_ids)
         props = {
             "node.id": str(nid), "controller.quorum.voters": voters, "controller.listener.names": "CONTROLLER",
-            "cluster.id": self.cluster_id, "log.dirs": os.path.join(self.dir, f"node-{nid}"),
+            "cluster.id": self.cluster_id, "log.dirs": ",".join(self.log_dirs(nid)),
+            "metadata.log.dir": os.path.join(self.dir, f"node-{nid}"),
             "broker.session.timeout.ms": str(s.session_timeout_ms),
             "broker.heartbeat.interval.ms": str(s.heartbeat_ms),
         }
@@ -214,8 +176,17 @@ class World:
         p = Proc(nid, inc, owner, ctx, clock)
         self.procs[nid] = p
 
+        expected = self._recovery_ends(nid)
+
         async def run() -> None:
             p.node = Node(self.config(nid), clock, self.net, self.stores[nid])
+            if p.node.broker is not None:
+                opened = p.node.broker.open_logs
+
+                def open_logs() -> None:
+                    opened()
+                    self._check_recovery(nid, p.node.broker.logs, expected)
+                p.node.broker.open_logs = open_logs
             self.version += 1
             try:
                 await p.node.start()
@@ -224,6 +195,28 @@ class World:
         p.task = self.loop.create_task(run(), context=ctx)
         self.note(f"start {nid} (incarnation {inc})")
         return p
+
+    def _recovery_ends(self, nid: int) -> dict[str, int]:
+        """Where recovery must end each partition log of ``nid`` (its directory is at rest)."""
+        out = {}
+        for d in self.log_dirs(nid):
+            if nid not in self.broker_ids or not os.path.isdir(d):
+                continue
+            for name in os.listdir(d):
+                path = os.path.join(d, name)
+                if os.path.isdir(path) and parse_partition_dir_name(name) is not None:
+                    end = valid_log_end(path)
+                    if end is not None:
+                        out[name] = end
+        return out
+
+    def _check_recovery(self, nid: int, logs, expected: dict[str, int]) -> None:
+        for lg in logs.all_logs():
+            want = expected.get(os.path.basename(lg.path))
+            if want is not None and lg.log_end_offset != want and self.failure is None:
+                self.failure = self.violation(
+                    f"recovery of {lg.topic}-{lg.partition} on broker {nid} ended the log at {lg.log_end_offset}, "
+                    f"the last complete valid batch ends at {want}")
 
     def kill(self, nid: int) -> None:
         """kill -9: nothing of the process runs again; its sockets reset, its locks go."""
@@ -262,7 +255,7 @@ class World:
         self.powered.add(nid)
         if any(n != nid and self.impaired.get(n, 0) > 0 and n in self.broker_ids for n in self.impaired):
             self.power_while_impaired = True
-        lost = self.sync.power_loss(os.path.join(self.dir, f"node-{nid}"), self.rng)
+        lost = sum(self.files.power_loss(d, self.rng) for d in self.log_dirs(nid))  # each dir's own files kept
         self.note(f"power loss on {nid}: {lost} unsynced bytes lost")
 
     def durability_excused(self) -> bool:
@@ -291,7 +284,7 @@ class World:
             print("\n".join(self.trace))
         for nid in list(self.procs):
             self.kill(nid)
-        self.sync.uninstall()
+        self.files.uninstall()
         # finish the coroutines of dead processes now, while the loop is open (collected later,
         # their finally blocks would schedule callbacks on a closed loop)
         for t in asyncio.all_tasks(self.loop):

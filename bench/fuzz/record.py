@@ -84,6 +84,9 @@ SYNTHETIC: dict[int, dict] = {
                                       "subscribed_topic_names": ["fuzz-plain"], "subscribed_topic_regex": None,
                                       "server_assignor": None, "topic_partitions": []},
     ApiKey.CONSUMER_GROUP_DESCRIBE: {"group_ids": ["fuzz-group-848"], "include_authorized_operations": True},
+    # kafka-reassign-partitions' replica move to a dir the node does not have (LOG_DIR_NOT_FOUND)
+    ApiKey.ALTER_REPLICA_LOG_DIRS: {"dirs": [{"path": "/nonexistent/fuzz-dir", "topics": [
+        {"name": "fuzz-plain", "partitions": [0]}]}]},
 }
 
 

@@ -131,6 +131,7 @@ class FetchApis:
                 r = wire.FetchPartitionResult(p.partition, 0, -1, -1, -1, None)
                 out.append(r)
                 throttled = False
+                part = None
                 try:
                     if name in denied:
                         raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -138,7 +139,9 @@ class FetchApis:
                         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID if ver >= 13 else
                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     part = self.replicas.partitions.get((name, p.partition))
-                    if part is None or not (part.state.is_leader or (
+                    if part is None:
+                        raise self.replicas.missing_error((name, p.partition), ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                    if not (part.state.is_leader or (
                             follower_reads and part.state.leader >= 0 and self.broker_id in part.state.replicas)):
                         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
                     st, lg = part.state, part.log
@@ -204,7 +207,14 @@ class FetchApis:
                                 p.fetch_offset, lg.fetch_upper_bound(sl))]
                         if throttled:
                             self.replicas.leader_quota.record(sl.size, self.clock.monotonic())
-                except KafkaError as e:
+                except (OSError, KafkaError) as e:
+                    if part is not None:
+                        try:
+                            self.replicas.io_error(part, e)  # a failed log dir: KAFKA_STORAGE_ERROR
+                        except KafkaError as storage:
+                            e = storage
+                    if not isinstance(e, KafkaError):
+                        raise
                     r.error = e.code
                     errors = True
                     if e.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH) and timg:

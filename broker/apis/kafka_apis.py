@@ -13,6 +13,7 @@ from broker.apis.consumer_group_apis import ConsumerGroupApis
 from broker.apis.fetch_apis import FetchApis
 from broker.apis.group_apis import GroupApis
 from broker.apis.group_config_apis import GroupConfigApis
+from broker.apis.loopback import LoopbackConnection
 from broker.apis.metadata_apis import MetadataApis
 from broker.apis.offset_apis import OffsetApis
 from broker.apis.ops_apis import PartitionOpsApis
@@ -87,12 +88,17 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller, clock)
         self.handlers.update(GroupApis(self, self.group_coordinator).handlers())
         self.handlers.update(ConsumerGroupApis(self, self.group_coordinator).handlers())  # KIP-848
-        self.handlers.update(TxnDataApis(self, clock).handlers())  # WriteTxnMarkers, DescribeProducers
+        self.txn_data_apis = TxnDataApis(self, clock)
+        self.handlers.update(self.txn_data_apis.handlers())  # WriteTxnMarkers, DescribeProducers
         # the transaction coordinator (broker/txn) and its handlers (broker/apis/txn_apis.py)
         self.txn_coordinator = TransactionCoordinator(config, broker_id, replicas, loader, controller, self.producer_ids,
                                                       clock)
         self.txn_apis = TxnApis(self, self.txn_coordinator)
         self.handlers.update(self.txn_apis.handlers())
+        # WriteTxnMarkers / AddPartitionsToTxn v4+ that this broker sends to itself: in process
+        loopback = LoopbackConnection(self, broker_id)
+        self.txn_coordinator.markers.local = replicas.txn_verifier.local = loopback
+        replicas.txn_verifier.local_broker_id = broker_id
         # authorization (authorizer.class.name; None = every request allowed) and the ACL/quota APIs
         self.authorizer = make_authorizer(config)
         if self.authorizer is not None:

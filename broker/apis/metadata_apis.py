@@ -74,7 +74,7 @@ class MetadataApis:
         parts = []
         for pid in sorted(t.partitions):
             p = t.partitions[pid]
-            offline = [r for r in p.replicas if r not in image.brokers or image.brokers[r].fenced]
+            offline = [r for r in p.replicas if r not in image.brokers or image.brokers[r].fenced or r in p.offline]
             leader_ok = p.leader >= 0 and p.leader in image.brokers and not image.brokers[p.leader].fenced
             parts.append({
                 "error_code": ErrorCode.NONE if leader_ok else ErrorCode.LEADER_NOT_AVAILABLE,

@@ -31,8 +31,12 @@ class OffsetApis:
                         bad = part.state.check_leader_epoch(p.current_leader_epoch)
                         if bad:
                             raise KafkaError(ErrorCode[bad])
-                    await self._list_offset(part, p.timestamp, req.isolation_level if ver >= 2 else 0,
-                                            req.replica_id, res)
+                    try:
+                        await self._list_offset(part, p.timestamp, req.isolation_level if ver >= 2 else 0,
+                                                req.replica_id, res)
+                    except (OSError, KafkaError) as e:
+                        self.replicas.io_error(part, e)  # a failed dir: KAFKA_STORAGE_ERROR
+                        raise
                 except KafkaError as e:
                     res["error_code"] = e.code
             topics.append({"name": t.name, "partitions": parts})
@@ -88,7 +92,7 @@ class OffsetApis:
                         raise KafkaError(auth_error)
                     part = self.replicas.partitions.get((t.topic, p.partition))
                     if part is None:
-                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                        raise self.replicas.missing_error((t.topic, p.partition), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     if replica_id < 0 and not part.state.is_leader:
                         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
                     bad = part.state.check_leader_epoch(p.current_leader_epoch)

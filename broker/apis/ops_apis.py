@@ -28,6 +28,7 @@ class PartitionOpsApis:
                 ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
                 ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
                 ApiKey.DESCRIBE_LOG_DIRS: self.describe_log_dirs, ApiKey.UNREGISTER_BROKER: self.unregister_broker,
+                ApiKey.ALTER_REPLICA_LOG_DIRS: self.alter_replica_log_dirs,
                 ApiKey.DESCRIBE_TOPIC_PARTITIONS: self.describe_topic_partitions}
 
     # --- DeleteRecords -----------------------------------------------------------------------
@@ -177,7 +178,11 @@ class PartitionOpsApis:
             return out
         wanted = None if req.topics is None else {(t.topic, int(p)) for t in req.topics for p in t.partitions}
         rm = apis.replicas
-        for d, logs in rm.logs.logs_by_dir().items():
+        by_dir = rm.logs.logs_by_dir()
+        for fut in rm.logs.future_logs():  # a replica being moved here (AlterReplicaLogDirs): isFuture
+            by_dir.setdefault(rm.logs.dir_of(fut), []).append(fut)
+        futures = set(map(id, rm.logs.future_logs()))
+        for d, logs in by_dir.items():
             topics: dict[str, list] = {}
             for lg in sorted(logs, key=lambda x: (x.topic, x.partition)):
                 tp = (lg.topic, lg.partition)
@@ -185,10 +190,13 @@ class PartitionOpsApis:
                     continue
                 part = rm.partitions.get(tp)
                 leo = lg.log_end_offset
-                hw = part.state.high_watermark if part is not None else leo
+                # a future replica's lag is behind the current log (Kafka: its high watermark)
+                hw = part.log.log_end_offset if id(lg) in futures and part is not None else (
+                    part.state.high_watermark if part is not None else leo)
                 topics.setdefault(lg.topic, []).append({"partition_index": lg.partition,
                                                         "partition_size": lg.size_in_bytes,
-                                                        "offset_lag": max(hw - leo, 0), "is_future_key": False})
+                                                        "offset_lag": max(hw - leo, 0),
+                                                        "is_future_key": id(lg) in futures})
             res = {"error_code": ErrorCode.NONE, "log_dir": d,
                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
             if ver >= 4:
@@ -199,7 +207,61 @@ class PartitionOpsApis:
                     res["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
                     res["total_bytes"] = res["usable_bytes"] = -1
             out["results"].append(res)
+        for d in rm.logs.offline_log_dirs:  # a failed dir (KIP-858): its error, no partitions
+            res = {"error_code": ErrorCode.KAFKA_STORAGE_ERROR, "log_dir": d, "topics": []}
+            if ver >= 4:
+                res["total_bytes"] = res["usable_bytes"] = -1
+            out["results"].append(res)
         return out
+
+    # --- AlterReplicaLogDirs ---------------------------------------------------------------------
+    async def alter_replica_log_dirs(self, ctx, body, ver):
+        """Kafka's ReplicaManager.alterReplicaLogDirs: move each named replica of this broker to the
+        given log dir while it serves (a future log filled in the background, then swapped in;
+        broker/replica/alter_log_dirs.py). A replica not on this broker yet gets REPLICA_NOT_AVAILABLE
+        and is made in that dir when it comes (kafka-reassign-partitions sends this before the
+        reassignment). ALTER on the cluster; LOG_DIR_NOT_FOUND for a dir that is not one of
+        ``log.dirs``, KAFKA_STORAGE_ERROR for an offline dir or partition."""
+        apis = self.apis
+        req = apis.decode(ctx, body, ver)
+        rm = apis.replicas
+        logs = rm.logs
+        allowed = apis.authorize_cluster(ctx, Op.ALTER)
+        results: dict[str, dict[int, int]] = {}
+        for d in req.dirs:
+            for t in d.topics:
+                for p in t.partitions:
+                    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED if not allowed else self._alter_log_dir(
+                        rm, logs, (t.name, int(p)), d.path)
+                    results.setdefault(t.name, {})[int(p)] = code
+        return {"throttle_time": 0, "results": [
+            {"topic_name": t, "partitions": [{"partition_index": p, "error_code": c} for p, c in ps.items()]}
+            for t, ps in results.items()]}
+
+    @staticmethod
+    def _alter_log_dir(rm, logs, tp: tuple[str, int], path: str) -> int:
+        if len(tp[0]) > 249:
+            return ErrorCode.INVALID_TOPIC_EXCEPTION
+        dest = os.path.abspath(path) if os.path.isabs(path) else None
+        if dest not in logs.log_dirs:
+            return ErrorCode.LOG_DIR_NOT_FOUND
+        if logs.failure_channel.is_offline(dest) or rm.is_offline(tp):
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        fut = logs.future(*tp)
+        if fut is not None and logs.dir_of(fut) != dest:
+            rm.alter_log_dirs.cancel(tp)  # moving elsewhere now
+        logs.preferred_dirs[tp] = dest  # where it is made if it is not here yet
+        part = rm.partitions.get(tp)
+        if part is None:
+            return ErrorCode.REPLICA_NOT_AVAILABLE
+        if logs.dir_of(part.log) == dest:
+            logs.preferred_dirs.pop(tp, None)
+            rm.alter_log_dirs.cancel(tp)
+            return ErrorCode.NONE
+        if logs.offline_log_dirs:  # never a future log in two dirs: not while a dir is offline (as Kafka)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        rm.alter_log_dirs.start(tp, dest)
+        return ErrorCode.NONE
 
     # --- UnregisterBroker ----------------------------------------------------------------------
     async def unregister_broker(self, ctx, body, ver):

@@ -137,7 +137,7 @@ class ProduceApis:
             while True:
                 part = self.replicas.partitions.get(tp)
                 if part is None or not part.state.is_leader:
-                    res["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    res["error_code"] = self.replicas.missing_error(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER).code
                     break
                 done = part.state.acks_all_result(last_offset, min_isr)
                 if done is not None:

@@ -67,6 +67,11 @@ class TxnApis:
         if not self.apis.authorize_cluster(ctx, Op.CLUSTER_ACTION):
             return {"throttle_time": 0, "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
                     "results_by_transaction": []}
+        return await self.add_partitions_for_brokers(ctx, req, ver)
+
+    async def add_partitions_for_brokers(self, ctx, req, ver: int) -> dict:
+        """AddPartitionsToTxn v4+ (a decoded request from partition leaders), once authorized;
+        this broker's own leaders call it in process (broker/apis/loopback.py)."""
         out = []
         for txn in req.transactions:
             topics = [(t.name, list(t.partitions)) for t in txn.topics]

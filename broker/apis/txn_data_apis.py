@@ -37,9 +37,14 @@ class TxnDataApis:
         coordinator epoch TRANSACTION_COORDINATOR_FENCED. Markers for ``__consumer_offsets``
         go through the group coordinator, which commits or drops the transaction's pending
         offsets with them. Kafka's KafkaApis.handleWriteTxnMarkersRequest."""
+        req = self.apis.decode(ctx, body, ver)
+        return await self.write_markers(ctx, req, denied=not self.apis.authorize_cluster(ctx, Op.CLUSTER_ACTION))
+
+    async def write_markers(self, ctx, req, denied: bool = False) -> dict:
+        """WriteTxnMarkers on a decoded request (``denied``: every partition gets
+        CLUSTER_AUTHORIZATION_FAILED); this broker's own coordinator calls it in process
+        (broker/apis/loopback.py)."""
         apis = self.apis
-        req = apis.decode(ctx, body, ver)
-        denied = not apis.authorize_cluster(ctx, Op.CLUSTER_ACTION)
         image = apis.image
         timeout_ms = apis.config["request.timeout.ms"]
         appended: list = []  # (tp, last offset, min ISR, result) for the acks=all wait
@@ -60,8 +65,8 @@ class TxnDataApis:
                         continue
                     tp = (t.name, index)
                     part = apis.replicas.partitions.get(tp)
-                    if part is None or t.name not in image.topics_by_name:
-                        res["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    if part is None or t.name not in image.topics_by_name:  # (an offline log dir: KAFKA_STORAGE_ERROR)
+                        res["error_code"] = apis.replicas.missing_error(tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION).code
                         continue
                     if t.name == OFFSETS_TOPIC:
                         groups.append((res, apis.group_coordinator.complete_transaction(
@@ -112,7 +117,8 @@ class TxnDataApis:
                     res["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 elif part is None:
                     known = timg is not None and index in timg.partitions
-                    res["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    res["error_code"] = apis.replicas.missing_error(
+                        (t.name, index), ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION).code
                 else:
                     res["active_producers"] = [
                         {"producer_id": e.producer_id, "producer_epoch": e.epoch, "last_sequence": e.last_seq,

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from common.errors import KafkaError
 
+from . import fileio as fio
 from .batch import (
     DELETE_HORIZON_BIT,
     Record,
@@ -128,7 +129,7 @@ def compact(lg, now_ms: int, *, high_watermark: int | None = None, force: bool =
     with lg.lock:
         if lg.closed:
             return stats
-        dir_fd = os.open(lg.path, os.O_RDONLY | os.O_DIRECTORY)
+        dir_fd = fio.open(lg.path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         decoder = _Decoder(lg, stop)
         try:
@@ -146,7 +147,7 @@ def compact(lg, now_ms: int, *, high_watermark: int | None = None, force: bool =
             if lg.closed:
                 return stats
     finally:
-        os.close(dir_fd)
+        fio.close(dir_fd)
     lg.cleaner_offset = max(lg.cleaner_offset, segs[-1].next_offset)
     if stats.segments:
         log.info("cleaned %s-%d: %d segments, %d -> %d bytes, %d records removed", lg.topic, lg.partition,
@@ -377,16 +378,16 @@ def _clean_segment(lg, seg: LogSegment, latest: dict[bytes, int], horizon: int, 
     if not changed:
         return
     name = os.path.basename(seg.log_path) + CLEANED_SUFFIX
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
+    fd = fio.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
     try:
         _write_all(fd, out, 0)
-        os.fsync(fd)
+        fio.fsync(fd)
     finally:
-        os.close(fd)
+        fio.close(fd)
     with lg.lock:
         if (lg.closed or seg not in lg.segments or seg is lg.segments[-1] or seg.size != size_before
                 or seg.deleted):
-            os.unlink(name, dir_fd=dir_fd)
+            fio.unlink(name, dir_fd=dir_fd)
             return
         _swap(lg, seg, os.path.join(lg.path, name), txns.kept_index)
     stats.segments += 1
@@ -403,10 +404,10 @@ def _swap(lg, seg: LogSegment, cleaned: str, txn_index: list[AbortedTxn]) -> Non
     prefix = os.path.join(lg.path, filename_prefix(seg.base_offset))
     for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
         try:
-            os.unlink(prefix + suffix)  # rebuilt from the new log file, even after a crash
+            fio.unlink(prefix + suffix)  # rebuilt from the new log file, even after a crash
         except FileNotFoundError:
             pass
-    os.replace(cleaned, prefix + LOG_SUFFIX)
+    fio.replace(cleaned, prefix + LOG_SUFFIX)
     fsync_dir(lg.path)
     new, _ = LogSegment.open(lg.path, seg.base_offset, recover=True, index_interval_bytes=seg.index_interval_bytes,
                              index_max_bytes=lg.config.segment_index_bytes, created_ms=seg.created_ms)

@@ -26,6 +26,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
+from . import fileio as fio
+
 _LITTLE = sys.byteorder == "little"
 
 
@@ -36,7 +38,7 @@ class CorruptIndexError(Exception):
 def _write_all(fd: int, data, pos: int) -> None:
     mv = memoryview(data)
     while mv:
-        n = os.pwrite(fd, mv, pos)
+        n = fio.pwrite(fd, mv, pos)
         pos += n
         mv = mv[n:]
 
@@ -44,16 +46,16 @@ def _write_all(fd: int, data, pos: int) -> None:
 def _read_tail(path: str, entry_size: int) -> tuple[int, bytes]:
     """(number of entries, last entry bytes) of an index file; CorruptIndexError if unusable."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = fio.open(path, os.O_RDONLY)
     except FileNotFoundError:
         raise CorruptIndexError(f"{path} is missing") from None
     try:
-        size = os.fstat(fd).st_size
+        size = fio.fstat(fd).st_size
         if size % entry_size:
             raise CorruptIndexError(f"{path} has a partial entry")
-        last = os.pread(fd, entry_size, size - entry_size) if size else b""
+        last = fio.pread(fd, entry_size, size - entry_size) if size else b""
     finally:
-        os.close(fd)
+        fio.close(fd)
     return size // entry_size, last
 
 
@@ -125,7 +127,7 @@ class _LazyIndex:
     def ensure_file(self) -> None:
         """Create the (empty) file of a new segment's index; done by the flush thread, off the loop."""
         if not self._on_disk and not self._detached:
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+            fio.close(fio.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
             self._on_disk = True
 
     def _clear_file(self) -> None:
@@ -135,7 +137,7 @@ class _LazyIndex:
         if self._detached:
             return
         try:
-            os.truncate(self.path, 0)
+            fio.truncate(self.path, 0)
             self._on_disk = True
         except FileNotFoundError:
             self._on_disk = False
@@ -147,12 +149,12 @@ class _LazyIndex:
         if self._written == n:
             return
         data = self._encode(self._written, n)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = fio.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         self._on_disk = True
         try:
             _write_all(fd, data, self._written * self.ENTRY_SIZE)
         finally:
-            os.close(fd)
+            fio.close(fd)
         self._written = n
 
     def _encode(self, start: int, end: int) -> bytes:
@@ -161,7 +163,7 @@ class _LazyIndex:
     def _truncate_file(self, entries: int) -> None:
         self._written = min(self._written, entries)
         if not self._detached and os.path.exists(self.path):
-            os.truncate(self.path, entries * self.ENTRY_SIZE)
+            fio.truncate(self.path, entries * self.ENTRY_SIZE)
 
 
 class OffsetIndex(_LazyIndex):
@@ -349,10 +351,10 @@ class TimeIndex(_LazyIndex):
 
 def _fsync_path(path: str) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = fio.open(path, os.O_RDONLY)
     except FileNotFoundError:  # the segment was deleted meanwhile
         return
     try:
-        os.fsync(fd)
+        fio.fsync(fd)
     finally:
-        os.close(fd)
+        fio.close(fd)

@@ -15,6 +15,8 @@ import threading
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from . import fileio as fio
+
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
@@ -34,8 +36,8 @@ def write_checkpoint_file(path: str, version: int, lines: list[str]) -> None:
         for line in lines:
             f.write(line + "\n")
         f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+        fio.fsync(f.fileno())
+    fio.replace(tmp, path)
     fsync_dir(os.path.dirname(path) or ".")
 
 
@@ -60,15 +62,15 @@ def read_checkpoint_file(path: str, fields: int) -> list[list[str]] | None:
 
 def fsync_dir(path: str) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = fio.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
-        os.fsync(fd)
+        fio.fsync(fd)
     except OSError:
         pass
     finally:
-        os.close(fd)
+        fio.close(fd)
 
 
 class LeaderEpochCache:

@@ -43,6 +43,7 @@ from crc32c import crc32c
 
 from common.errors import ErrorCode, KafkaError
 
+from . import fileio as fio
 from .batch import BatchHeader, EndTxnMarker
 
 log = logging.getLogger("krafty.log")
@@ -293,9 +294,18 @@ class ProducerStateManager:
                         staged.completed.append(done)
             else:
                 self._append_data(entry, h, origin, staged)
-            if h.is_transactional:
+            if h.is_transactional and not self._next_v2_transaction_started(h):
                 staged.transactional.add(pid)
         return staged, None
+
+    def _next_v2_transaction_started(self, h: BatchHeader) -> bool:
+        """A marker that leaves the producer's verification in place (Kafka's UnifiedLog): with
+        transaction version 2 the marker carries the bumped epoch, the one the producer's next
+        transaction runs at, so a verification in that epoch is the next transaction's, started
+        while this marker was on its way (its guard stays good); any other transactional batch
+        ends the verification (the transaction is complete, or has its first offset)."""
+        v = self.verification.get(h.producer_id)
+        return v is not None and v.supports_epoch_bump and h.is_control and h.producer_epoch == v.epoch
 
     def _append_data(self, entry: ProducerEntry, h: BatchHeader, origin: str, staged: StagedAppend | None) -> None:
         epoch = h.producer_epoch
@@ -400,7 +410,7 @@ class ProducerStateManager:
                     done = self._end_txn(entry, h, marker, REPLICATION, 0)
             elif h.base_sequence >= 0 or h.is_transactional:
                 self._append_data(entry, h, REPLICATION, None)
-            if h.is_transactional:
+            if h.is_transactional and not self._next_v2_transaction_started(h):
                 self.verification.pop(pid, None)
         self.map_end_offset = h.base_offset + h.last_offset_delta + 1
         return done
@@ -436,7 +446,7 @@ class ProducerStateManager:
         if not self.dir:
             return []
         out = []
-        for name in os.listdir(self.dir):
+        for name in fio.listdir(self.dir):
             m = _SNAPSHOT_RE.match(name)
             if m:
                 out.append(int(m.group(1)))
@@ -466,10 +476,10 @@ class ProducerStateManager:
             f.write(data)
             if sync:
                 f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+                fio.fsync(f.fileno())
+        fio.replace(tmp, path)
         for off in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
-            os.unlink(self._snapshot_path(off))
+            fio.unlink(self._snapshot_path(off))
 
     def load_latest_snapshot(self, max_offset: int) -> int:
         """Load the newest valid snapshot at or below ``max_offset`` (deleting corrupt ones);
@@ -479,7 +489,7 @@ class ProducerStateManager:
                 continue
             producers = self._read_snapshot(self._snapshot_path(off))
             if producers is None:
-                os.unlink(self._snapshot_path(off))
+                fio.unlink(self._snapshot_path(off))
                 continue
             self.reset()
             self.producers = producers
@@ -503,14 +513,14 @@ class ProducerStateManager:
     def delete_snapshots_after(self, offset: int) -> None:
         for off in self.snapshot_offsets():
             if off > offset:
-                os.unlink(self._snapshot_path(off))
+                fio.unlink(self._snapshot_path(off))
 
     def delete_snapshots_before(self, offset: int) -> None:
         """Delete snapshots below ``offset`` but always keep the newest one."""
         offs = self.snapshot_offsets()
         for off in offs[:-1]:
             if off < offset:
-                os.unlink(self._snapshot_path(off))
+                fio.unlink(self._snapshot_path(off))
 
 
 def parse_snapshot(data: bytes) -> dict[int, ProducerEntry] | None:

@@ -23,6 +23,7 @@ from crc32c import crc32c
 from common.clock import SYSTEM
 from common.errors import ErrorCode, KafkaError
 
+from . import fileio as fio
 from .batch import (
     ATTRIBUTES_OFFSET,
     HEADER_SIZE,
@@ -68,7 +69,7 @@ def write_at(file: SegmentFile, data: memoryview, pos: int) -> None:
         _write_all(file.fd, data, pos)
     except OSError:
         try:
-            os.ftruncate(file.fd, pos)
+            fio.ftruncate(file.fd, pos)
         except OSError:
             pass
         raise
@@ -153,7 +154,7 @@ class SegmentFile:
     def close(self) -> None:
         fd, self.fd = self.fd, -1
         if fd >= 0:
-            os.close(fd)
+            fio.close(fd)
 
     def __del__(self):
         try:
@@ -204,7 +205,7 @@ class LogSegment:
                created_ms: int) -> LogSegment:
         seg = cls(dir, base_offset, index_interval_bytes=index_interval_bytes,
                   index_max_bytes=index_max_bytes, created_ms=created_ms)
-        seg._file = SegmentFile(os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
+        seg._file = SegmentFile(fio.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
         seg.index.reset()
         seg.time_index.reset()
         seg.txn_index.delete()  # a leftover of an earlier segment with this base
@@ -225,7 +226,7 @@ class LogSegment:
         Returns the segment and the number of bytes truncated."""
         seg = cls(dir, base_offset, index_interval_bytes=index_interval_bytes,
                   index_max_bytes=index_max_bytes, created_ms=created_ms)
-        seg._file = SegmentFile(os.open(seg.log_path, os.O_RDWR))
+        seg._file = SegmentFile(fio.open(seg.log_path, os.O_RDWR))
         if txn_index and not recover:
             try:
                 seg.txn_index.load()
@@ -233,9 +234,9 @@ class LogSegment:
                 log.warning("%s; rebuilding it from the log", e)
                 seg.txn_index.reset()
                 seg.txn_stale = True
-        seg.size = os.fstat(seg.fd).st_size
+        seg.size = fio.fstat(seg.fd).st_size
         try:
-            seg.created_ms = int(os.stat(seg.log_path).st_mtime * 1000) if seg.size else created_ms
+            seg.created_ms = int(fio.stat(seg.log_path).st_mtime * 1000) if seg.size else created_ms
         except OSError:
             pass
         if recover:
@@ -259,7 +260,7 @@ class LogSegment:
                 if f is None:
                     if self.deleted:
                         raise SegmentDeletedError(f"segment {self.log_path} was deleted or replaced")
-                    f = self._file = SegmentFile(os.open(self.log_path, os.O_RDWR))
+                    f = self._file = SegmentFile(fio.open(self.log_path, os.O_RDWR))
         return f
 
     @property
@@ -296,7 +297,7 @@ class LogSegment:
         """fsync the log file (through its descriptor: safe while the segment is deleted)."""
         f = self._file
         if f is not None and not self.deleted:
-            os.fsync(f.fd)
+            fio.fsync(f.fd)
 
     def flush_indexes(self) -> None:
         """Write out and fsync the index files (by path: the caller keeps deletion out)."""
@@ -333,7 +334,7 @@ class LogSegment:
         self.detach()
         for p in (self.log_path, self.index.path, self.time_index.path):
             try:
-                os.unlink(p)
+                fio.unlink(p)
             except FileNotFoundError:
                 pass
         self.txn_index.delete()
@@ -417,7 +418,7 @@ class LogSegment:
         while pos < end:
             if pos + HEADER_SIZE > size:
                 raise self._corrupt(pos, expected, f"the last {size - pos} bytes are not a whole batch header")
-            chunk = os.pread(fd, min(_SCAN_CHUNK, size - pos), pos)
+            chunk = fio.pread(fd, min(_SCAN_CHUNK, size - pos), pos)
             n = len(chunk)
             if n < HEADER_SIZE:
                 raise self._corrupt(pos, expected, f"the file ends before the segment's {size} bytes")
@@ -440,7 +441,7 @@ class LogSegment:
 
     def verify_batch(self, h: BatchHeader) -> None:
         """CRC32C-check one batch (whose framing was checked); CorruptBatchError if it fails."""
-        data = os.pread(self.fd, h.size, h.pos)
+        data = fio.pread(self.fd, h.size, h.pos)
         if len(data) != h.size or crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]) != h.crc:
             raise self._corrupt(h.pos, h.base_offset, "CRC32C mismatch")
 
@@ -455,7 +456,7 @@ class LogSegment:
         nxt = h.pos + h.size
         if nxt >= self.size:
             return
-        buf = os.pread(self.fd, HEADER_SIZE, nxt)
+        buf = fio.pread(self.fd, HEADER_SIZE, nxt)
         problem = "the file ends" if len(buf) < HEADER_SIZE else None
         if problem is None:
             n = unpack_header(buf, 0)
@@ -555,7 +556,7 @@ class LogSegment:
             raise CorruptIndexError(f"byte {e.position}: {e.reason}") from e
         self._bytes_since_index = since
         if self.first_batch_timestamp is None and self.size >= HEADER_SIZE:
-            self.first_batch_timestamp = unpack_header(os.pread(self.fd, HEADER_SIZE, 0), 0).max_timestamp
+            self.first_batch_timestamp = unpack_header(fio.pread(self.fd, HEADER_SIZE, 0), 0).max_timestamp
         if self.size and self.next_offset == self.base_offset and pos == 0:
             raise CorruptIndexError("no batch found in a non-empty segment")
 
@@ -589,7 +590,7 @@ class LogSegment:
             rel = valid - chunk_pos
             if rel + HEADER_SIZE > len(chunk):
                 chunk_pos = valid
-                chunk = os.pread(fd, max(_RECOVER_CHUNK, HEADER_SIZE), valid)
+                chunk = fio.pread(fd, max(_RECOVER_CHUNK, HEADER_SIZE), valid)
                 rel = 0
                 if len(chunk) < HEADER_SIZE:
                     problem = f"the last {file_size - valid} bytes are not a whole batch header"
@@ -602,7 +603,7 @@ class LogSegment:
             size = h.batch_length + LOG_OVERHEAD
             if rel + size > len(chunk):
                 chunk_pos = valid
-                chunk = os.pread(fd, max(_RECOVER_CHUNK, size), valid)
+                chunk = fio.pread(fd, max(_RECOVER_CHUNK, size), valid)
                 rel = 0
                 if len(chunk) < size:
                     problem = "the file ends inside the batch"
@@ -630,7 +631,7 @@ class LogSegment:
         if truncated and truncate:
             log.warning("%s: truncating %d bytes from byte %d (offset %d on): %s", self.log_path, truncated, valid,
                         expected, problem)
-            os.ftruncate(fd, valid)
+            fio.ftruncate(fd, valid)
             self.size = valid
         elif truncated:
             self.damage = self._corrupt(valid, expected, problem or "unreadable")
@@ -682,8 +683,8 @@ class LogSegment:
         if pos is None:
             return 0
         removed = self.size - pos
-        os.ftruncate(self.fd, pos)
-        os.fsync(self.fd)  # divergent data must not come back after a crash
+        fio.ftruncate(self.fd, pos)
+        fio.fsync(self.fd)  # divergent data must not come back after a crash
         self.size = pos
         self.writeback_pos = min(self.writeback_pos, pos)
         self.index.truncate_to(offset)
@@ -699,4 +700,4 @@ class LogSegment:
         return removed
 
     def read_batch(self, pos: int, size: int) -> bytes:
-        return os.pread(self.fd, size, pos)
+        return fio.pread(self.fd, size, pos)

@@ -22,6 +22,7 @@ import dataclasses
 import os
 import struct
 
+from . import fileio as fio
 from .index import _fsync_path, _write_all
 
 TXNINDEX_SUFFIX = ".txnindex"
@@ -108,11 +109,11 @@ class TransactionIndex:
             return
         data = b"".join(_ENTRY.pack(CURRENT_VERSION, t.producer_id, t.first_offset, t.last_offset,
                                     t.last_stable_offset) for t in self.entries[self._written:])
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = fio.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             _write_all(fd, data, self._written * ENTRY_SIZE)
         finally:
-            os.close(fd)
+            fio.close(fd)
         self._exists = True
         self._written = len(self.entries)
 
@@ -141,7 +142,7 @@ class TransactionIndex:
         if not self._exists or self._detached:
             return
         try:
-            os.truncate(self.path, n * ENTRY_SIZE)
+            fio.truncate(self.path, n * ENTRY_SIZE)
         except FileNotFoundError:
             self._exists = False
 
@@ -154,7 +155,7 @@ class TransactionIndex:
         self._exists = False
         self._written = 0
         try:
-            os.unlink(self.path)
+            fio.unlink(self.path)
         except FileNotFoundError:
             pass
 

@@ -48,6 +48,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_LOG_DIRS = 35
+    ALTER_REPLICA_LOG_DIRS = 34
     ELECT_LEADERS = 43
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
@@ -76,6 +77,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.UNREGISTER_BROKER: (0, 0),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
@@ -130,7 +132,7 @@ FIRST_FLEXIBLE: dict[int, int] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3,
     17: 10**6, 18: 3, 19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 29: 2, 30: 2, 31: 2, 32: 4, 33: 2, 35: 2, 37: 2, 42: 2, 43: 2, 44: 1, 45: 0, 46: 0, 64: 0, 75: 0,
     47: 10**6, 48: 1, 49: 1, 60: 0, 61: 0, 36: 2, 50: 0, 51: 0, 57: 0, 55: 0, 80: 0, 81: 0,
-    24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 65: 0, 66: 0,
+    24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 65: 0, 66: 0, 34: 2,
     68: 0, 69: 0,
 }
 

@@ -65,19 +65,36 @@ class KafkaConnection:
                 await self.connect()
             return await self._roundtrip(api_key, version, data, timeout)
 
-    async def _roundtrip(self, api_key: int, version: int, data: dict, timeout: float = 30.0):
+    async def send_only(self, api_key: int, version: int, data: dict) -> None:
+        """A request the broker does not answer (Produce with acks=0)."""
+        async with self._lock:
+            if not self.connected:
+                await self.connect()
+            try:
+                self._w.write(self._frame(api_key, version, data))
+                await self._w.drain()
+            except OSError as e:
+                self.close()
+                raise ConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None
+
+    def _frame(self, api_key: int, version: int, data: dict) -> bytes:
         self._cid += 1
-        cid = self._cid
         body = codec.encode(codec.build_request(api_key, version, data))
         cb = self.client_id.encode()
-        header = struct.pack(">hhih", api_key, version, cid, len(cb)) + cb
+        header = struct.pack(">hhih", api_key, version, self._cid, len(cb)) + cb
         if is_flexible(api_key, version):
             header += b"\x00"
+        return _I32.pack(len(header) + len(body)) + header + body
+
+    async def _roundtrip(self, api_key: int, version: int, data: dict, timeout: float = 30.0):
+        frame = self._frame(api_key, version, data)
+        cid = self._cid
         try:
-            self._w.write(_I32.pack(len(header) + len(body)) + header + body)
+            self._w.write(frame)
             await self._w.drain()
-            size = _I32.unpack(await asyncio.wait_for(self._r.readexactly(4), timeout))[0]
-            raw = await asyncio.wait_for(self._r.readexactly(size), timeout)
+            async with asyncio.timeout(timeout):  # (not wait_for: it made a task per read)
+                size = _I32.unpack(await self._r.readexactly(4))[0]
+                raw = await self._r.readexactly(size)
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
             self.close()
             raise ConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None

@@ -288,12 +288,21 @@ class ReplicaFetcherManager:
                 raise r
 
     async def apply(self, tp: TopicPartition, part, fs: FollowerFetchState, effects, fetched, why=None) -> None:
-        """Applies a follower state machine's effects to the local log, in order."""
+        """Applies a follower state machine's effects to the local log, in order. An I/O error
+        takes the log's dir offline (the partition stops following)."""
+        try:
+            await self._apply(tp, part, fs, effects, fetched, why)
+        except (OSError, KafkaError) as e:
+            if not self.rm.logs.report_io_error(part.log, e):
+                raise
+            log.error("%s-%d: stopped following: %s", tp[0], tp[1], e)
+
+    async def _apply(self, tp: TopicPartition, part, fs: FollowerFetchState, effects, fetched, why) -> None:
 
         def current() -> bool:
             th = self.threads.get(self.following.get(tp, -1))
             return (th is not None and th.states.get(tp) is fs and not part.state.is_leader
-                    and self.rm.partitions.get(tp) is part)
+                    and self.rm.partitions.get(tp) is part and part.log is lg)  # not moved to another dir
 
         lg = part.log
         for e in effects:
@@ -315,6 +324,8 @@ class ReplicaFetcherManager:
                 except AppendAborted:
                     return
                 except KafkaError as err:
+                    if self.rm.logs.report_io_error(lg, err):
+                        raise
                     log.warning("%s-%d: replicated batches rejected (%s); reconciling again", tp[0], tp[1], err)
                     fs.on_append_failed()
                     return

@@ -15,9 +15,10 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 
-from broker.log.log import Log
+from broker.log.log import Log, LogClosedError
 from broker.log.manager import LogManager
 from broker.log.producer_state import COORDINATOR
+from broker.replica.alter_log_dirs import ReplicaAlterLogDirsManager
 from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.partition import PartitionState
 from broker.replica.throttle import ReplicationQuota
@@ -40,6 +41,11 @@ class Partition:
     log: Log
 
 
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class _Waiters:
     def __init__(self) -> None:
         self._by_tp: dict[TopicPartition, list[asyncio.Future]] = {}
@@ -50,15 +56,18 @@ class _Waiters:
                 fut.set_result(None)
 
     async def wait(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         keys = list(tps)
         for tp in keys:
             self._by_tp.setdefault(tp, []).append(fut)
+        # the timeout resolves the future like a wake does (most long polls end so): a plain
+        # timer, none of wait_for's waiter future, callbacks and cancellation
+        timer = loop.call_later(timeout_s, _expire, fut)
         try:
-            await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            pass
+            await fut
         finally:
+            timer.cancel()
             for tp in keys:
                 lst = self._by_tp.get(tp)
                 if lst:
@@ -87,12 +96,22 @@ class ReplicaManager:
         self.channel = channel
         self.broker_epoch = broker_epoch
         self.partitions: dict[TopicPartition, Partition] = {}
+        # partitions stopped because their log dir failed, or whose log could not be made while a dir
+        # is offline (KIP-858): KAFKA_STORAGE_ERROR to clients, reported to the controller -> topic id
+        self.offline_partitions: dict[TopicPartition, uuid.UUID] = {}
+        self.on_partitions_offline: Callable[[], None] = lambda: None  # the broker tells the controller
+        log_manager.failure_channel.add_handler(self._on_dir_offline)
         self._defaults = topic_defaults(config)
         self._lag_ms = config["replica.lag.time.max.ms"]
         self._hw_waiters = _Waiters()
         self._leo_waiters = _Waiters()
         self._low_watermark_waiters = _Waiters()  # DeleteRecords waiting for followers' log starts
         self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of, clock)
+        # AlterReplicaLogDirs: replicas moving between this broker's log dirs
+        self.alter_log_dirs = ReplicaAlterLogDirsManager(
+            self, chunk_bytes=config["replica.fetch.max.bytes"],
+            rate=config["replica.alter.log.dirs.io.max.bytes.per.second"], window_num=config["replication.quota.window.num"],
+            window_s=config["replication.quota.window.size.seconds"], clock=clock)
         # KIP-890: transactional appends checked with the transaction coordinator first
         self.txn_verifier = TxnVerifier(lambda: self._image, endpoint_of, lambda: self.fetchers.security,
                                         timeout_s=config["request.timeout.ms"] / 1000, clock=clock)
@@ -101,6 +120,7 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task] = []
         # partitions of a large delta whose logs are still to be made: tp -> (topic id, registration, leader?)
         self._pending: dict[TopicPartition, tuple[uuid.UUID, PartitionRegistration, bool]] = {}
+        self._pending_new: set[TopicPartition] = set()  # of those, the replicas just assigned (is_new)
         self._creating: asyncio.Task | None = None
         self._image: MetadataImage | None = None
         self.isr_shrinks = self.isr_expands = 0  # ISR changes committed for partitions we lead (metrics)
@@ -151,11 +171,22 @@ class ReplicaManager:
                and not r[0][0].startswith("__") and self.logs.get(*r[0]) is None]
         defer = set(new) if len(new) > CREATE_SLICE else set()
         now = self.clock.monotonic_ms()
+        # a replica assigned by records after our registration is new: its log may be made while a
+        # log dir is offline (one replayed from before may have its log in the failed dir)
+        epoch = self.broker_epoch()
+        after_registration = 0 <= epoch <= delta.image.offset
         for tp, tid, reg, leader in roles:
+            if tp in self.offline_partitions:
+                if self.offline_partitions[tp] == tid:
+                    continue  # stays offline until a restart with the dir healthy
+                del self.offline_partitions[tp]  # a new topic of the same name
+            is_new = after_registration and self._newly_assigned(delta, tp, tid)
             if tp in self._pending or tp in defer:
                 self._pending[tp] = (tid, reg, leader)  # the latest role wins when its log is made
+                if is_new:
+                    self._pending_new.add(tp)
             else:
-                self._become(tp, tid, reg, leader, image, now)
+                self._become(tp, tid, reg, leader, image, now, is_new=is_new)
         if defer:
             log.info("creating %d new logs in slices of %d", len(defer), CREATE_SLICE)
         if self._pending and (self._creating is None or self._creating.done()):
@@ -174,9 +205,22 @@ class ReplicaManager:
         if self._alter_wake is not None:
             self._alter_wake.set()
 
+    def _newly_assigned(self, delta: MetadataDelta, tp: TopicPartition, tid: uuid.UUID) -> bool:
+        base = delta.image.topics_by_id.get(tid)
+        old = base.partitions.get(tp[1]) if base is not None else None
+        return old is None or self.broker_id not in old.replicas
+
     def _become(self, tp: TopicPartition, tid: uuid.UUID, reg: PartitionRegistration, leader: bool,
-                image: MetadataImage, now: int) -> None:
-        part = self._partition(image, tp, tid)
+                image: MetadataImage, now: int, is_new: bool = True) -> None:
+        try:
+            part = self._partition(image, tp, tid, is_new)
+        except KafkaError as e:
+            if e.code != ErrorCode.KAFKA_STORAGE_ERROR:
+                raise
+            log.error("%s-%d: offline: %s", tp[0], tp[1], e.message)
+            self.offline_partitions[tp] = tid
+            self.on_partitions_offline()
+            return
         lg, st = part.log, part.state
         if leader:
             isr_before = len(st.isr) if st.is_leader else None
@@ -193,6 +237,9 @@ class ReplicaManager:
             log.info("%s-%d: following %d in epoch %d", tp[0], tp[1], reg.leader, reg.leader_epoch,
                      extra={"topic": tp[0], "partition": tp[1]})
             self.fetchers.follow(tp, reg.leader, reg.leader_epoch, st.high_watermark)
+        dest = self.logs.interrupted_moves.pop(tp, None)
+        if dest is not None and dest != self.logs.dir_of(lg) and not self.logs.failure_channel.is_offline(dest):
+            self.alter_log_dirs.start(tp, dest)  # a move a restart interrupted starts again
         self._wake(tp)
 
     async def _create_pending(self) -> None:
@@ -206,25 +253,29 @@ class ReplicaManager:
             for _ in range(min(CREATE_SLICE, len(self._pending))):
                 tp, (tid, reg, leader) = next(iter(self._pending.items()))
                 del self._pending[tp]
-                self._become(tp, tid, reg, leader, self._image, self.clock.monotonic_ms())
+                is_new = tp in self._pending_new
+                self._pending_new.discard(tp)
+                self._become(tp, tid, reg, leader, self._image, self.clock.monotonic_ms(), is_new=is_new)
                 made += 1
             if self._alter_wake is not None:
                 self._alter_wake.set()
             await asyncio.sleep(0)
         log.info("created %d logs in %.2f s", made, self.clock.monotonic() - t0)
 
-    def _partition(self, image: MetadataImage, tp: TopicPartition, tid: uuid.UUID) -> Partition:
+    def _partition(self, image: MetadataImage, tp: TopicPartition, tid: uuid.UUID, is_new: bool = True) -> Partition:
         part = self.partitions.get(tp)
         if part is not None and part.state.topic_id != tid:
             self._delete(tp)  # recreated with the same name
             part = None
         if part is None:
-            lg = self.logs.get_or_create(tp[0], tp[1], tid, self.topic_config(image, tp[0]))
+            lg = self.logs.get_or_create(tp[0], tp[1], tid, self.topic_config(image, tp[0]), is_new=is_new)
             st = PartitionState(tp[0], tp[1], tid, self.broker_id, replica_lag_time_max_ms=self._lag_ms)
             part = self.partitions[tp] = Partition(st, lg)
         return part
 
     def _delete(self, tp: TopicPartition) -> None:
+        self.offline_partitions.pop(tp, None)
+        self.alter_log_dirs.cancel(tp)
         self.fetchers.unfollow(tp)
         part = self.partitions.pop(tp, None)
         if part is not None:
@@ -232,11 +283,52 @@ class ReplicaManager:
             log.info("%s-%d: deleted", tp[0], tp[1])
         self._wake(tp)
 
+    # --- log dir failures (KIP-858) -------------------------------------------------------------
+    def _on_dir_offline(self, d: str) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure: the partitions of the failed dir stop (no
+        fetching, no serving: KAFKA_STORAGE_ERROR), waiters are woken, and the broker tells the
+        controller, which moves leadership and ISR membership away from them."""
+        stopped = [tp for tp in self.offline_partitions if self.logs.offline_dir_of(*tp) == d]
+        for tp, part in list(self.partitions.items()):
+            if part.log.closed and self.logs.offline_dir_of(*tp) == d:
+                self.fetchers.unfollow(tp)
+                del self.partitions[tp]
+                self.offline_partitions[tp] = part.state.topic_id
+                self._wake(tp)
+                stopped.append(tp)
+        for tp in [tp for tp in self._pending if self.logs.offline_dir_of(*tp) == d]:
+            self.offline_partitions[tp] = self._pending.pop(tp)[0]
+        log.error("log dir %s failed: %d partitions offline on this broker", d, len(stopped))
+        self.on_partitions_offline()
+
+    def log_replaced(self, part: Partition) -> None:
+        """A replica move swapped in the partition's new log: waiters look again."""
+        self._wake((part.state.topic, part.state.partition))
+
+    def is_offline(self, tp: TopicPartition) -> bool:
+        return tp in self.offline_partitions
+
+    def io_error(self, part: Partition | None, e: BaseException, tp: TopicPartition | None = None) -> None:
+        """Called with any exception of an operation on a partition's log: a storage failure
+        takes its dir offline and becomes KAFKA_STORAGE_ERROR (raised); so does any error of a
+        partition already offline. Else returns (the caller re-raises ``e``)."""
+        tp = tp or (part.state.topic, part.state.partition)
+        if (part is not None and self.logs.report_io_error(part.log, e)) or tp in self.offline_partitions or (
+                self.logs.offline_dir_of(*tp) is not None):
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"the log dir of {tp[0]}-{tp[1]} is offline: {e}") from e
+
+    def missing_error(self, tp: TopicPartition, default: ErrorCode) -> KafkaError:
+        """The error for a partition this broker does not serve: KAFKA_STORAGE_ERROR if its log
+        dir failed, else ``default``."""
+        if tp in self.offline_partitions:
+            return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{tp[0]}-{tp[1]} is in an offline log dir")
+        return KafkaError(default)
+
     # --- leader: produce and follower fetches ---------------------------------------------------
     def leader_partition(self, tp: TopicPartition) -> Partition:
         part = self.partitions.get(tp)
         if part is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            raise self.missing_error(tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if not part.state.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return part
@@ -245,8 +337,12 @@ class ReplicaManager:
         """Append in the calling thread (the group coordinator's small writes to its own
         internal partitions, which must be in the log before it goes on). ``producer_checks``:
         see ``Log.append_as_leader``."""
-        info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, self.clock.wall_ms(),
-                                         **producer_checks)
+        try:
+            info = part.log.append_as_leader(buf, headers, part.state.leader_epoch, self.clock.wall_ms(),
+                                             **producer_checks)
+        except (OSError, KafkaError) as e:
+            self.io_error(part, e)
+            raise
         self._appended(part)
         return info
 
@@ -267,18 +363,33 @@ class ReplicaManager:
         that starts a transaction must bring the guard of its verification (KIP-890)."""
         now = self.clock.wall_ms()  # record timestamps: the wall clock
         buf, headers = await part.log.validate_client_batches(buf, headers, now)
-        info = await part.log.append_as_leader_async(
-            buf, headers, self._leader_epoch_of(part), now, self.logs.writer, verification_guard=verification_guard,
-            require_verification=self.verification_enabled)
+        while True:
+            lg = part.log
+            try:
+                info = await lg.append_as_leader_async(
+                    buf, headers, self._leader_epoch_of(part), now, self.logs.writer,
+                    verification_guard=verification_guard, require_verification=self.verification_enabled)
+                break
+            except LogClosedError:
+                if part.log is not lg and self.partitions.get((part.state.topic, part.state.partition)) is part:
+                    continue  # the replica moved to another log dir while this append waited its turn
+                raise
+            except (OSError, KafkaError) as e:
+                self.io_error(part, e)
+                raise
         self._appended(part)
         return info
 
     async def append_marker(self, part: Partition, buf, headers, transaction_version: int):
         """Append a transaction marker (a control batch the WriteTxnMarkers handler built), in
         turn with the other appends of the partition."""
-        info = await part.log.append_as_leader_async(
-            buf, headers, self._leader_epoch_of(part), self.clock.wall_ms(), self.logs.writer, origin=COORDINATOR,
-            transaction_version=transaction_version)
+        try:
+            info = await part.log.append_as_leader_async(
+                buf, headers, self._leader_epoch_of(part), self.clock.wall_ms(), self.logs.writer, origin=COORDINATOR,
+                transaction_version=transaction_version)
+        except (OSError, KafkaError) as e:
+            self.io_error(part, e)
+            raise
         self._appended(part)
         return info
 
@@ -339,7 +450,11 @@ class ReplicaManager:
         leader's log start learnt by a follower); segments wholly below it are deleted."""
         lg = part.log
         before = lg.log_start_offset
-        start = lg.delete_records_before(offset)
+        try:
+            start = lg.delete_records_before(offset)
+        except (OSError, KafkaError) as e:
+            self.io_error(part, e)
+            raise
         if start != before:
             self.logs.log_start_moved()
             tp = (part.state.topic, part.state.partition)
@@ -460,6 +575,7 @@ class ReplicaManager:
     async def close(self) -> None:
         for t in self._tasks + ([self._creating] if self._creating else []):
             t.cancel()
+        await self.alter_log_dirs.close()
         await self.fetchers.close()
         await self.txn_verifier.close()
         self._hw_waiters.wake_all()

@@ -54,6 +54,9 @@ class TxnVerifier:
         self._queued: dict[Endpoint, dict[str, _Pending]] = {}
         self._senders: dict[Endpoint, asyncio.Task] = {}
         self._conns: dict[Endpoint, KafkaConnection] = {}
+        # this broker's own coordinator, asked in process (broker/apis/loopback.py); set by KafkaApis
+        self.local = None
+        self.local_broker_id: int | None = None
 
     def locate(self, txn_id: str) -> tuple[int, Endpoint | None]:
         """(error, endpoint) of the coordinator of ``txn_id``: COORDINATOR_NOT_AVAILABLE when the
@@ -116,8 +119,11 @@ class TxnVerifier:
                          "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
         conn = self._conns.get(ep)
         if conn is None:
-            conn = self._conns[ep] = KafkaConnection(ep[0], ep[1], client_id="broker-txn-verification",
-                                                     security=self.security(), clock=self.clock)
+            if self.local is not None and ep == self.endpoint_of(self.local_broker_id):
+                conn = self._conns[ep] = self.local
+            else:
+                conn = self._conns[ep] = KafkaConnection(ep[0], ep[1], client_id="broker-txn-verification",
+                                                         security=self.security(), clock=self.clock)
         try:
             resp = await conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION,
                                       {"transactions": txns}, timeout=self.timeout_s)

@@ -1,6 +1,6 @@
 """The transaction marker sender (Kafka's TransactionMarkerChannelManager): writes the COMMIT
 or ABORT markers the core asks for (``TxnCoordinatorCore.outstanding_markers``) with
-WriteTxnMarkers v1 to each partition's leader over the inter-broker listener, using the
+WriteTxnMarkers v2 to each partition's leader over the inter-broker listener, using the
 replica fetchers' endpoints and security (broker/protocol/client.py connections), and hands
 each partition's answer back to the core.
 
@@ -25,7 +25,7 @@ from common.clock import SYSTEM, Clock
 
 log = logging.getLogger("krafty.txn.markers")
 
-WRITE_TXN_MARKERS_VERSION = 1
+WRITE_TXN_MARKERS_VERSION = 2  # v2 (KIP-890) carries each transaction's transaction version
 BACKOFF_S = 0.1  # before a marker is sent again after a retriable answer
 MAX_BACKOFF_S = 1.0  # a leader that keeps failing (down, unreachable) is tried ever less often, up to this
 
@@ -48,6 +48,7 @@ class TxnMarkerSender:
         self.sending: dict[int, asyncio.Task] = {}
         self.failing: dict[int, float] = {}  # leaders whose last request failed -> their backoff (s)
         self.sent = 0  # requests sent (for tests)
+        self.local = None  # markers for this broker's own partitions, written in process (broker/apis/loopback.py)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
@@ -127,6 +128,8 @@ class TxnMarkerSender:
         return min(max(next_retry - now, 0.005), 1.0)
 
     def _conn(self, leader: int) -> KafkaConnection | None:
+        if leader == self.broker_id and self.local is not None:
+            return self.local
         ep = self.fetchers.endpoint_of(leader)
         if ep is None:
             return None
@@ -146,7 +149,8 @@ class TxnMarkerSender:
                 by_topic.setdefault(t, []).append(p)
             markers.append({"producer_id": job.producer_id, "producer_epoch": job.producer_epoch,
                             "transaction_result": job.commit, "coordinator_epoch": job.coordinator_epoch,
-                            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]})
+                            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],
+                            "transaction_version": job.transaction_version})
         answers: dict[tuple[int, str, int], int] = {}
         try:
             conn = self._conn(leader)

@@ -394,13 +394,16 @@ class Effects:
 @dataclasses.dataclass(frozen=True, slots=True)
 class MarkerJob:
     """Markers to write: ``result`` for ``producer_id``/``producer_epoch`` on ``partitions``, from
-    the coordinator of ``transactional_id`` in ``coordinator_epoch``."""
+    the coordinator of ``transactional_id`` in ``coordinator_epoch``; ``transaction_version``: the
+    transaction's (with 2 the leaders refuse a marker whose epoch is not newer than the producer's:
+    a stale copy cannot end the next transaction, which runs at the bumped epoch)."""
     transactional_id: str
     coordinator_epoch: int
     producer_id: int
     producer_epoch: int
     commit: bool
     partitions: frozenset[TopicPartition]
+    transaction_version: int = TV_0
 
 
 MARKER_RETRIABLE = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -795,7 +798,7 @@ class TxnCoordinatorCore:
                 pc = md.markers
                 if pc is not None and not pc.cancelled and not pc.appending and md.partitions:
                     out.append(MarkerJob(md.transactional_id, pc.coordinator_epoch, pc.producer_id, pc.producer_epoch,
-                                         pc.commit, frozenset(md.partitions)))
+                                         pc.commit, frozenset(md.partitions), pc.complete.client_tv))
         return out
 
     def marker_wanted(self, tid: str, coordinator_epoch: int, tp: TopicPartition) -> bool:

@@ -15,6 +15,16 @@ import pytest
 from krafty.cluster import free_base_port, node_configs, write_properties
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test here starts a multi-process cluster (3+3 nodes, ~10-30 s each): they run in
+    `make test-cluster` (CI runs it after `make test`), not in the default suite."""
+    for item in items:
+        if str(item.path).startswith(HERE + os.sep):
+            item.add_marker(pytest.mark.cluster)
 
 
 class Cluster:

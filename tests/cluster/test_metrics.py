@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,17 +17,12 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.ports import free_port
 from tests.cluster import conftest as cluster_conftest
 from tests.cluster.conftest import FAST, Cluster, running_cluster, wait_until
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "krafty.json"
 TARGET_LABELS = {"instance", "job", "role"}  # added by Prometheus from the scrape config
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http(port: int, path: str) -> tuple[int, bytes]:
@@ -94,9 +88,9 @@ class MetricsCluster(Cluster):
         # a scrape once reached a controller's gRPC listener)
         taken = {*range(self.base, self.base + 10), *range(self.base + 100, self.base + 110)}
         for props in self.configs.values():
-            port = _free_port()
+            port = free_port()
             while port in taken:
-                port = _free_port()
+                port = free_port()
             taken.add(port)
             props["krafty.metrics.port"] = str(port)
         self.configs["broker-4"]["krafty.log.format"] = "json"

@@ -69,6 +69,8 @@ def tcluster(tmp_path, request):
 def test_kill_9_of_the_transaction_coordinator(tcluster):
     c = tcluster
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    # every broker registered first (a loaded machine starts them late: RF 3 > 2 available brokers)
+    wait_until(lambda: len(admin.list_topics(timeout=5).brokers) == c.n_brokers, 60, "all brokers registered")
     admin.create_topics([NewTopic(TOPIC, 3, 3)])[TOPIC].result(30)
 
     # 1. mid-transaction: the new coordinator has the open transaction and commits it
@@ -119,6 +121,7 @@ def test_kill_9_of_a_partition_leader_mid_transaction(tcluster):
     c = tcluster
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     topic = TOPIC + "-lk"
+    wait_until(lambda: len(admin.list_topics(timeout=5).brokers) == c.n_brokers, 60, "all brokers registered")
     admin.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
     wait_until(lambda: all(p.leader >= 0 and len(p.isrs) == 3 for p in
                            admin.list_topics(topic, timeout=5).topics[topic].partitions.values()), 60, "ISR")

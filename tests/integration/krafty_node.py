@@ -25,9 +25,10 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+from common.ports import free_port  # noqa: F401 (re-exported to the tests)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,21 +42,6 @@ def krafty_python() -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
-_port_lock = threading.Lock()
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (never the same one twice per process)."""
-    with _port_lock:
-        for _ in range(100):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            if port not in _handed_out:
-                _handed_out.add(port)
-                return port
-    raise RuntimeError("could not find a free port")
 
 
 def api_versions_ok(host: str, port: int, timeout: float = 2.0) -> bool:

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 
 import pytest
 
 from broker.protocol import codec
 from common.config import Config
+from common.ports import free_port  # noqa: F401 (re-exported to the tests)
 from krafty.node import Node
 
 TEST_CLUSTER_ID = "a3JhZnR5LXRlc3Qtbm9kZQ"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def start_node(tmp_path, **overrides: str) -> Node:

@@ -1,5 +1,5 @@
 """A fake partition leader for the transaction coordinator's tests: a Kafka-protocol server
-that answers WriteTxnMarkers v1 (and nothing else), records every marker it gets, and answers
+that answers WriteTxnMarkers v2 (and nothing else), records every marker it gets, and answers
 each partition with NONE or with an error a test scripts (``errors``: a list per partition,
 consumed one answer at a time). ``hold`` makes it stop answering (the connection stays open)."""
 
@@ -30,6 +30,7 @@ class FakeLeader:
         self.hold = False
         self.drop_next = 0  # close the connection instead of answering this many requests
         self.requests = 0
+        self.versions: list[int] = []  # the transaction_version of every marker received
         self._server: asyncio.AbstractServer | None = None
         self.port = 0
 
@@ -48,9 +49,10 @@ class FakeLeader:
                 size = struct.unpack(">i", await r.readexactly(4))[0]
                 frame = await r.readexactly(size)
                 h = codec.parse_request_header(frame)
-                assert (h.api_key, h.api_version) == (ApiKey.WRITE_TXN_MARKERS, 1), h
+                assert (h.api_key, h.api_version) == (ApiKey.WRITE_TXN_MARKERS, 2), h
                 req = codec.decode_request(h.api_key, h.api_version, frame, h.size)
                 self.requests += 1
+                self.versions += [int(m.transaction_version) for m in req.markers]
                 got = [[[Marker(int(m.producer_id), int(m.producer_epoch), bool(m.transaction_result),
                                 int(m.coordinator_epoch), (t.name, int(p))) for p in t.partition_indexes]
                         for t in m.topics] for m in req.markers]
@@ -74,8 +76,8 @@ class FakeLeader:
                             parts.append({"partition_index": p, "error_code": err})
                         topics.append({"name": t.name, "partitions": parts})
                     out.append({"producer_id": m.producer_id, "topics": topics})
-                body = codec.encode(codec.build_response(ApiKey.WRITE_TXN_MARKERS, 1, {"markers": out}))
-                header = codec.response_header(ApiKey.WRITE_TXN_MARKERS, 1, h.correlation_id)
+                body = codec.encode(codec.build_response(ApiKey.WRITE_TXN_MARKERS, 2, {"markers": out}))
+                header = codec.response_header(ApiKey.WRITE_TXN_MARKERS, 2, h.correlation_id)
                 w.write(codec.frame(header, body))
                 await w.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
@@ -93,3 +95,4 @@ def route_markers_to(node, fake: FakeLeader) -> None:
     def endpoint_of(broker_id: int):
         return ("127.0.0.1", fake.port) if broker_id == node.broker.node_id else own(broker_id)
     fetchers.endpoint_of = endpoint_of
+    node.broker.apis.txn_coordinator.markers.local = None  # not written in process either

@@ -77,6 +77,19 @@ class Env:
         if self.fake is not None:
             await self.fake.stop()
 
+    async def set_tv_level(self, level: int) -> None:
+        """Finalize transaction.version ``level`` (UpdateFeatures) and wait for the coordinator."""
+        r = await self.conn.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+        current = {f.name: f.max_version_level for f in r.finalized_features}.get("transaction.version", 0)
+        if level != current:
+            r = await self.conn.request(ApiKey.UPDATE_FEATURES, 1, {"timeout": 60_000, "validate_only": False,
+                                                                    "feature_updates": [{
+                "feature": "transaction.version", "max_version_level": level,
+                "upgrade_type": 1 if level > current else 2}]})  # UPGRADE, SAFE_DOWNGRADE
+            assert r.error_code == 0, r
+        core = self.node.broker.apis.txn_coordinator.core
+        await until(lambda: _ready(core.config.tv_level == level), f"the coordinator at transaction.version {level}")
+
     # --- requests ------------------------------------------------------------------------------
     async def find(self, tid: str) -> None:
         async def go():
@@ -120,6 +133,10 @@ class Env:
 
     def txn_log_values(self, tid: str) -> list:
         """Every value written for ``tid`` in its __transaction_state partition, decoded."""
+        return [None if v is None else rec.decode_value(v) for v in self.txn_log_raw_values(tid)]
+
+    def txn_log_raw_values(self, tid: str) -> list:
+        """Every value written for ``tid`` in its __transaction_state partition, as bytes."""
         from broker.log.batch import CONTROL_BIT, decode_records, parse_batches
         pid = self.node.broker.apis.txn_coordinator.partition_for(tid)
         lg = self.node.broker.replicas.partitions[("__transaction_state", pid)].log
@@ -132,7 +149,7 @@ class Env:
                     continue
                 for r in decode_records(data[h.pos:h.pos + h.batch_length + 12]):
                     if bytes(r.key) == key:
-                        out.append(None if r.value is None else rec.decode_value(bytes(r.value)))
+                        out.append(None if r.value is None else bytes(r.value))
         return out
 
     def leader_epoch(self, topic: str, p: int) -> int:
@@ -325,30 +342,36 @@ async def test_markers_are_retried_until_the_leader_takes_them(env):
     assert [m.partition for m in fake.markers].count(("t1", 0)) >= 3
 
 
-async def test_a_new_producer_fences_the_open_transaction_of_its_predecessor(env):
+@pytest.mark.parametrize("level", [0, 2])
+async def test_a_new_producer_fences_the_open_transaction_of_its_predecessor(env, level):
+    await env.set_tv_level(level)
+    tv2 = 1 if level == 2 else 0  # the coordinator's abort bumps the epoch once more (Kafka: the server's TV)
     await env.find("tx-z")
     _, pid, epoch = await env.init("tx-z")
     await env.add("tx-z", pid, epoch, {"t1": [0]})
     assert await env.init("tx-z") == (E.CONCURRENT_TRANSACTIONS, -1, -1)  # the open transaction is aborted first
     (m,) = await wait_written(env.fake, 1)
-    assert (m.commit, m.producer_epoch) == (False, epoch + 1)
-    assert await env.init("tx-z", busy_ok=True) == (0, pid, epoch + 2)
+    assert (m.commit, m.producer_epoch) == (False, epoch + 1 + tv2)
+    assert await env.init("tx-z", busy_ok=True) == (0, pid, epoch + 2 + tv2)
     # the zombie is fenced
     assert await env.add("tx-z", pid, epoch, {"t1": [1]}) == {("t1", 1): E.PRODUCER_FENCED}
     assert await env.end("tx-z", pid, epoch, True) == (E.PRODUCER_FENCED, -1, -1)
     assert await env.end("tx-z", pid, epoch, True, ver=1) == (E.INVALID_PRODUCER_EPOCH, -1, -1)
 
 
-async def test_a_transaction_open_past_its_timeout_is_aborted_by_the_coordinator(env):
+@pytest.mark.parametrize("level", [0, 2])
+async def test_a_transaction_open_past_its_timeout_is_aborted_by_the_coordinator(env, level):
+    await env.set_tv_level(level)
+    tv2 = 1 if level == 2 else 0  # the coordinator's abort bumps the epoch once more (Kafka: the server's TV)
     await env.find("tx-t")
     _, pid, epoch = await env.init("tx-t", timeout_ms=500)
     await env.add("tx-t", pid, epoch, {"t1": [2]})
     t0 = time.monotonic()
     (m,) = await wait_written(env.fake, 1, "the coordinator's abort")
     assert time.monotonic() - t0 >= 0.3
-    assert (m.commit, m.producer_epoch, m.partition) == (False, epoch + 1, ("t1", 2))
+    assert (m.commit, m.producer_epoch, m.partition) == (False, epoch + 1 + tv2, ("t1", 2))
     d = await env.state("tx-t", "CompleteAbort")
-    assert d.producer_epoch == epoch + 1
+    assert d.producer_epoch == epoch + 1 + tv2
     assert await env.end("tx-t", pid, epoch, True) == (E.PRODUCER_FENCED, -1, -1)
 
 
@@ -407,3 +430,18 @@ async def test_describe_and_list_transactions(env):
     assert await lst(pids=[pb]) == ([], [("l-b", pb, "Empty")])
     assert await lst(states=["Ongoing"], duration=3_600_000) == ([], [])
     assert await lst(states=["Ongoing"], duration=0) == ([], [("l-a", pa, "Ongoing")])
+
+
+@pytest.mark.parametrize("end_version, tv", [(5, 2), (3, 0)])
+async def test_markers_carry_the_transaction_version_of_their_transaction(env, end_version, tv):
+    """WriteTxnMarkers v2 (KIP-890): a transaction ended with EndTxn v5 (transaction version 2)
+    has markers of version 2, which leaders check strictly (a stale copy cannot end the next
+    transaction, which runs at the bumped epoch); a version 0 one, version 0."""
+    tid = f"tx-mv{end_version}"
+    await env.find(tid)
+    _, pid, epoch = await env.init(tid)
+    assert await env.add(tid, pid, epoch, {"t1": [0]}) == {("t1", 0): 0}
+    assert (await env.end(tid, pid, epoch, True, ver=end_version))[0] == 0
+    (m,) = await wait_written(env.fake, 1)
+    assert m.producer_epoch == epoch + (1 if tv == 2 else 0)
+    assert env.fake.versions == [tv]

@@ -173,3 +173,38 @@ async def _offset_fetch(env: Env, group: str, require_stable: bool) -> tuple[int
                                                        "topics": [{"name": "t1", "partition_indexes": [0]}]})
     p = r.topics[0].partitions[0]
     return int(p.error_code) or int(r.error_code), int(p.committed_offset)
+
+
+async def test_a_broker_writes_its_own_markers_and_answers_its_own_verification_in_process(env):
+    """Coordinator and leader on one broker: the markers and the KIP-890 check go through the
+    loopback (broker/apis/loopback.py), not a connection to the broker's own listener."""
+    from broker.apis.loopback import LoopbackConnection
+    apis = env.node.broker.apis
+    loopback = apis.txn_coordinator.markers.local
+    assert isinstance(loopback, LoopbackConnection)
+    tid = "e2e-loop"
+    pid, epoch = await begin(env, tid, {"t1": [0]})
+    r = await produce(env.port, "t1", txn_batch(pid, epoch, 0, [b"x"]), txn_id=tid)
+    assert r.error_code == 0, r
+    assert (await env.end(tid, pid, epoch, True))[0] == 0
+    await settled(env, tid, "CompleteCommit", [("t1", 0)])
+    assert loopback.sent == 2  # one AddPartitionsToTxn verifyOnly, one WriteTxnMarkers
+    assert apis.txn_coordinator.markers.conns == {}
+    assert all(c is loopback for c in env.node.broker.replicas.txn_verifier._conns.values())
+    # the late batch of a finished transaction is still refused, as over the wire
+    r = await produce(env.port, "t1", txn_batch(pid, epoch, 1, [b"late"]), txn_id=tid)
+    assert r.error_code == E.INVALID_TXN_STATE
+    assert loopback.sent == 3
+
+
+async def test_a_failing_loopback_request_is_a_lost_connection_to_its_caller(env, monkeypatch):
+    """The marker sender and the verifier retry what a lost connection would make them retry."""
+    loopback = env.node.broker.apis.txn_coordinator.markers.local
+
+    async def broken(ctx, req, denied=False):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(env.node.broker.apis.txn_data_apis, "write_markers", broken)
+    with pytest.raises(ConnectionError, match="boom"):
+        await loopback.request(ApiKey.WRITE_TXN_MARKERS, 2, {"markers": []})
+    with pytest.raises(ValueError, match="no loopback"):
+        await loopback.request(ApiKey.PRODUCE, 9, {})

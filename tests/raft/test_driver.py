@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 
 import pytest
 
 from common.config import Config
+from common.ports import free_port
 from raft.api import NotLeaderError
 from raft.core import Timeouts
 from raft.driver import RaftMetadataLog
@@ -20,13 +20,7 @@ FAST = Timeouts(election_ms=300, fetch_ms=600, election_backoff_max_ms=300, requ
 
 
 def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    return [free_port() for _ in range(n)]
 
 
 class Cluster:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.local_node import _free_port, answers_api_versions
+from common.ports import free_port
+from pipeline.local_node import answers_api_versions
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -44,10 +45,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "krafty_only" in item.keywords and str(item.path).startswith(str(Path(__file__).parent)):
             item.add_marker(skip)
-
-
-def free_port() -> int:
-    return _free_port()
 
 
 def api_versions_ok(host: str, port: int, timeout: float = 1.0) -> bool:

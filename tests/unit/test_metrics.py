@@ -171,7 +171,8 @@ def test_request_times_split_as_kafkas_request_metrics():
 def _fake_broker(parts):
     from broker.metrics_state import _replicas
     rm = types.SimpleNamespace(partitions=parts, isr_shrinks=0, isr_expands=0, min_insync_replicas=lambda i, t: 2,
-                               fetchers=types.SimpleNamespace(leader_hw={}, following={}))
+                               fetchers=types.SimpleNamespace(leader_hw={}, following={}),
+                               offline_partitions={}, logs=types.SimpleNamespace(offline_log_dirs=[]))
     b = types.SimpleNamespace(replicas=rm, loader=types.SimpleNamespace(image=None), servers=[])
     return b, rm, _replicas
 

@@ -43,7 +43,8 @@ def test_format_writes_meta_properties_and_bootstrap(tmp_path):
     assert len({m["directory.id"] for m in metas}) == 3
     assert f"Formatting metadata directory {tmp_path}/meta with metadata.version 4.0-IV3." in out.getvalue()
     assert f"Formatting data directory {tmp_path}/a with metadata.version 4.0-IV3." in out.getvalue()
-    assert storage.read_bootstrap(f"{tmp_path}/meta") == [r.FeatureLevelRecord("metadata.version", 25)]
+    assert storage.read_bootstrap(f"{tmp_path}/meta") == [r.FeatureLevelRecord("metadata.version", 25),
+                                                          r.FeatureLevelRecord("transaction.version", 2)]
     with pytest.raises(storage.StorageError, match="already formatted. Use --ignore-formatted"):
         storage.format_directories(c, CID, out=out)
     out = io.StringIO()
@@ -89,3 +90,41 @@ def test_info_reports_problems(tmp_path):
     assert storage.info(cfg(tmp_path), out=out) == 0
     assert out.getvalue().startswith("Found log directories:\n")
     assert f"cluster.id={CID}" in out.getvalue() and "node.id=1" in out.getvalue()
+
+
+def server_properties(tmp_path):
+    props = tmp_path / "server.properties"
+    props.write_text(f"node.id=1\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://127.0.0.1:9092,"
+                     f"CONTROLLER://127.0.0.1:9093\ncontroller.quorum.voters=1@127.0.0.1:9093\n"
+                     f"log.dirs={tmp_path}/a\nmetadata.log.dir={tmp_path}/meta\n")
+    return props
+
+
+@pytest.mark.parametrize("args, expected", [
+    ([], {"metadata.version": 25, "transaction.version": 2}),  # release 4.0: transaction.version 2, as Kafka's
+    (["--release-version", "3.9"], {"metadata.version": 21}),  # before 4.0-IV2: transaction.version 0
+    (["--release-version", "4.0-IV1"], {"metadata.version": 23}),
+    (["--release-version", "4.0-IV2"], {"metadata.version": 24, "transaction.version": 2}),
+    (["--feature", "transaction.version=1"], {"metadata.version": 25, "transaction.version": 1}),
+    (["--feature", "transaction.version=0"], {"metadata.version": 25}),
+    (["--release-version", "3.9", "--feature", "transaction.version=2"], {"metadata.version": 21,
+                                                                         "transaction.version": 2}),
+])
+def test_format_finalizes_the_release_default_feature_levels(tmp_path, args, expected):
+    props = server_properties(tmp_path)
+    assert storage.main(["format", "--config", str(props), "--cluster-id", CID, *args]) == 0
+    got = {rec.name: rec.feature_level for rec in storage.read_bootstrap(f"{tmp_path}/meta")}
+    assert got == expected
+
+
+@pytest.mark.parametrize("feature, message", [
+    ("transaction.version=3", "supports levels 0-2, not 3"),
+    ("group.version=1", "unknown feature 'group.version'"),
+    ("metadata.version=25", "use --release-version"),
+    ("transaction.version", "is not NAME=LEVEL"),
+])
+def test_format_refuses_a_bad_feature_level(tmp_path, capsys, feature, message):
+    props = server_properties(tmp_path)
+    assert storage.main(["format", "--config", str(props), "--cluster-id", CID, "--feature", feature]) == 1
+    assert message in capsys.readouterr().err
+    assert not os.path.exists(f"{tmp_path}/meta/meta.properties")

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from batch_builder import make_batch
 
-import broker.log.log as log_module
+import broker.log.appends as log_module
 from broker.log import Log, LogConfig, parse_batches, validate_produce_batches
 from broker.log.batch import decode_records
 from broker.log.log import AppendAborted

@@ -153,7 +153,7 @@ def test_walkers_accept_valid_sections_and_report_what_they_hold(sec, keys):
     assert timestamp_deltas(data, len(rs)) == [r["ts"] for r in rs]
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated(), st.booleans())
 def test_compiled_and_python_walkers_agree_on_mutated_sections(case, keys):
     data, count = case

@@ -12,7 +12,7 @@ import pytest
 from batch_builder import make_batch
 from log_helpers import MAX, all_values, cfg, crash, open_log, produce
 
-from broker.log import LogManager, parse_batches, validate_produce_batches
+from broker.log import LogManager, fileio, parse_batches, validate_produce_batches
 from broker.log.manager import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
 from common.errors import ErrorCode, KafkaError
 
@@ -119,7 +119,7 @@ def test_clean_shutdown_marker_is_written_after_everything_is_flushed(tmp_path, 
         synced.append(name)
         real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(fileio, "fsync", fsync)  # the log's file layer
     m.close()
     for lg in logs:
         for f in (lg.active_segment.log_path, lg.active_segment.index.path, lg.active_segment.time_index.path):
@@ -302,7 +302,7 @@ def test_an_io_error_on_read_is_kafka_storage_error(tmp_path, monkeypatch):
     def pread(*a):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(fileio, "pread", pread)
     assert read_error(log, 3).code == ErrorCode.KAFKA_STORAGE_ERROR
 
 

@@ -145,6 +145,43 @@ def test_marker_between_verification_and_append_fails_the_append(tmp_path):
     assert log.last_stable_offset(log.log_end_offset) == log.log_end_offset  # nothing left hanging
 
 
+def test_a_v2_marker_leaves_the_next_transactions_verification_in_place(tmp_path):
+    """Transaction version 2 (Kafka's UnifiedLog, isV2NextTransactionStarted): the producer's next
+    transaction runs at the epoch its previous one's marker carries, and may reach the leader (and
+    be verified: the coordinator adds the partition once the marker is written) while that marker
+    is on its way; the marker in that epoch does not end the new verification."""
+    log = open_log(tmp_path)
+    ps = log.producer_state
+    g0 = ps.maybe_start_verification(A, 0, 3, 0, supports_epoch_bump=True)
+    buf = make_batch([b"t1"], producer_id=A, producer_epoch=3, base_sequence=0, transactional=True)
+    log.append_as_leader(buf, validate_produce_batches(buf, MAX), 0, 0, verification_guard=g0, require_verification=True)
+    # the commit bumps the epoch to 4; the next transaction's first batch (epoch 4) is verified first
+    guard = ps.maybe_start_verification(A, 0, 4, 0, supports_epoch_bump=True)
+    marker(log, A, True, epoch=4, tv=2)
+    assert ps.verification_guard(A) is guard
+    buf = make_batch([b"t2"], producer_id=A, producer_epoch=4, base_sequence=0, transactional=True)
+    log.append_as_leader(buf, validate_produce_batches(buf, MAX), 0, 0, verification_guard=guard,
+                         require_verification=True)
+    assert ps.verification == {}  # the data ended it
+    assert log.last_stable_offset(log.log_end_offset) == 2  # the new transaction is open from offset 2
+
+
+def test_a_v2_marker_ends_a_verification_of_the_transaction_it_ends(tmp_path):
+    """A late batch of the transaction the marker ends (its epoch, not the bumped one) is refused."""
+    log = open_log(tmp_path)
+    ps = log.producer_state
+    g0 = ps.maybe_start_verification(A, 0, 3, 0, supports_epoch_bump=True)
+    buf = make_batch([b"t1"], producer_id=A, producer_epoch=3, base_sequence=0, transactional=True)
+    log.append_as_leader(buf, validate_produce_batches(buf, MAX), 0, 0, verification_guard=g0, require_verification=True)
+    marker(log, A, False, epoch=4, tv=2)
+    late = ps.maybe_start_verification(A, 1, 3, 0, supports_epoch_bump=True)
+    marker(log, A, False, epoch=4, tv=2)  # a retried copy of the abort
+    assert ps.verification_guard(A) is None
+    buf = make_batch([b"late"], producer_id=A, producer_epoch=3, base_sequence=1, transactional=True)
+    assert error(log.append_as_leader, buf, validate_produce_batches(buf, MAX), 0, 0, verification_guard=late,
+                 require_verification=True) in (ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_EPOCH)
+
+
 def test_verification_with_stale_epoch_is_invalid_producer_epoch(tmp_path):
     log = open_log(tmp_path)
     txn(log, A, 0, epoch=5)

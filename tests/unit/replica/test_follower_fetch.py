@@ -1,9 +1,12 @@
 """The follower's fetch state machine (KIP-101/279 truncation, KIP-320 diverging epochs,
-out-of-range resets). One behaviour per test. Logs are the simulator's in-memory model,
-which has the same operations as ``Log`` (append, truncate, leader epoch cache)."""
+out-of-range resets). One behaviour per test, over real ``Log``s in a temporary directory."""
 
 from __future__ import annotations
 
+import pytest
+
+from broker.log import Log, LogConfig
+from broker.log.batch import Record, build_batch
 from broker.replica.follower import (
     AppendRecords,
     FetchAnswer,
@@ -17,31 +20,43 @@ from broker.replica.follower import (
     TruncateFullyAndStartAt,
 )
 from common.errors import ErrorCode
-from sim.replication.simlog import SimLog
+
+_where: dict = {}
 
 
-def make_log(*epochs_and_counts: tuple[int, int], start: int = 0) -> SimLog:
+@pytest.fixture(autouse=True)
+def _log_dir(tmp_path):
+    _where["dir"], _where["n"] = str(tmp_path), 0
+    yield
+    for log in _where.pop("logs", []):
+        log.close()
+
+
+def make_log(*epochs_and_counts: tuple[int, int], start: int = 0) -> Log:
     """A log holding ``count`` records for each ``epoch`` in order."""
-    log = SimLog()
+    _where["n"] += 1
+    log = Log.open(_where["dir"], "t", _where["n"], LogConfig(), now_ms=0)
+    _where.setdefault("logs", []).append(log)
     if start:
         log.truncate_fully_and_start_at(start)
     value = 1000
     for epoch, count in epochs_and_counts:
         for _ in range(count):
-            log.append_as_follower(log.log_end_offset, [(epoch, value)])
+            rec = Record(log.log_end_offset, 0, None, str(value).encode(), [])
+            log.append_as_follower(build_batch([rec], partition_leader_epoch=epoch))
             value += 1
     return log
 
 
-def apply(log: SimLog, effects, records=()) -> None:
+def apply(log: Log, effects, records=()) -> None:
     """What the shell does with the effects (the records are what the fetch returned)."""
     for e in effects:
         if isinstance(e, Truncate):
             log.truncate_to(e.offset)
         elif isinstance(e, TruncateFullyAndStartAt):
             log.truncate_fully_and_start_at(e.offset)
-        elif isinstance(e, AppendRecords):
-            log.append_as_follower(e.first_offset, list(records))
+        elif isinstance(e, AppendRecords) and records:
+            raise AssertionError("no test appends fetched records")
 
 
 def follower(leader=1, epoch=7, hw=0, ofle=True) -> FollowerFetchState:

@@ -383,3 +383,39 @@ def test_regex_refreshes_after_metadata_changes_are_batched_as_kafka_does():
     assert cl.group.epoch == epoch + 1, "both new topics in one new epoch"
     a.heartbeat()
     assert set(a.owned) == {uuid.UUID(int=3), uuid.UUID(int=10), uuid.UUID(int=11)}
+
+
+def test_an_empty_group_switches_protocols_both_ways_and_a_full_consumer_group_refuses_more():
+    from broker.group.records import decode_key as dk
+    from broker.group.shard import GroupShard
+    from broker.group.state import GroupConfig
+    from tests.group.helpers import Harness
+
+    h = Harness(GroupConfig(initial_rebalance_delay_ms=0))
+    h.shard = GroupShard(0, h.config, topics=lambda: TOPICS,
+                         consumer_config=ConsumerGroupConfig(max_size=1))
+    shard = h.shard
+
+    def hb(member, epoch):
+        req = HeartbeatRequest("g", member, epoch, None, None, 30_000 if epoch == 0 else -1,
+                               ["t1"] if epoch == 0 else None, None, None, [] if epoch == 0 else None, "c", "/h")
+        resp, w = shard.consumer_heartbeat(h.now, req, member)
+        if w is not None:
+            h.run_write(w)
+        return resp
+
+    hb("a", 0)
+    with pytest.raises(HeartbeatError) as ei:
+        hb("b", 0)
+    assert ei.value.code == ErrorCode.GROUP_MAX_SIZE_REACHED
+    refused = h.join("g")
+    assert refused.result["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "no classic member in it"
+    hb("a", LEAVE_GROUP_EPOCH)
+    w = h.join_new("g")  # the consumer group is empty: it becomes a classic group
+    h.advance(0)
+    assert w.result["error_code"] == 0 and "g" not in shard.consumer_groups and shard.groups["g"].members
+    assert any(isinstance(dk(k), cr.ConsumerKey) and dk(k).kind == cr.GROUP_EPOCH_KEY and v is None
+               for k, v in h.log), "the consumer group's tombstones were written"
+    with pytest.raises(HeartbeatError) as ei:
+        hb("c", 0)
+    assert ei.value.code == ErrorCode.GROUP_ID_NOT_FOUND, "a live classic group is not upgraded online"

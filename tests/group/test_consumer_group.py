@@ -419,3 +419,27 @@ def test_an_empty_group_switches_protocols_both_ways_and_a_full_consumer_group_r
     with pytest.raises(HeartbeatError) as ei:
         hb("c", 0)
     assert ei.value.code == ErrorCode.GROUP_ID_NOT_FOUND, "a live classic group is not upgraded online"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(assignors.ASSIGNORS),
+       st.dictionaries(st.sampled_from([f"m{i}" for i in range(8)]),
+                       st.sets(st.sampled_from([T1, T2]), min_size=1), min_size=1),
+       st.integers(1, 20), st.integers(1, 7), st.randoms(use_true_random=False))
+def test_assignors_assign_each_subscribed_partition_once_to_a_subscriber(name, subs, n1, n2, rnd):
+    parts = {T1: n1, T2: n2}
+    current = {m: {t: frozenset(p for p in range(parts[t]) if rnd.random() < 0.3) for t in parts}
+               for m in subs if rnd.random() < 0.5}
+    out = assignors.assign(name, subs, parts, current)
+    assert set(out) == set(subs)
+    owners: dict = {}
+    for m, a in out.items():
+        for t, ps in a.items():
+            assert t in subs[m], f"{m} got a topic it does not subscribe to"
+            for p in ps:
+                assert (t, p) not in owners and 0 <= p < parts[t]
+                owners[(t, p)] = m
+    assert set(owners) == {(t, p) for t in parts for p in range(parts[t]) if any(t in s for s in subs.values())}
+    if name == assignors.UNIFORM and len({frozenset(s) for s in subs.values()}) == 1:
+        counts = [sum(len(ps) for ps in a.values()) for a in out.values()]
+        assert max(counts) - min(counts) <= 1, "same subscriptions: balanced"

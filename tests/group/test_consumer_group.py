@@ -443,3 +443,12 @@ def test_assignors_assign_each_subscribed_partition_once_to_a_subscriber(name, s
     if name == assignors.UNIFORM and len({frozenset(s) for s in subs.values()}) == 1:
         counts = [sum(len(ps) for ps in a.values()) for a in out.values()]
         assert max(counts) - min(counts) <= 1, "same subscriptions: balanced"
+
+
+def test_a_regex_too_large_for_re2s_budget_is_refused_not_compiled():
+    from broker.group.consumer_group import compile_regex
+
+    with pytest.raises(HeartbeatError) as ei:
+        compile_regex("[a-z]{1000}" * 100)  # ~100,000 states: past the 1 MiB budget
+    assert ei.value.code == ErrorCode.INVALID_REGULAR_EXPRESSION and "too large" in ei.value.message
+    assert compile_regex("orders-[a-z]{1,30}").fullmatch("orders-eu")

@@ -74,6 +74,10 @@ class ConsumerGroupApis:
                                                               "(group.coordinator.rebalance.protocols).")
         if not self.apis.authorize(ctx, Op.READ, RT.GROUP, req.group_id):
             return self._error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        names = set(req.subscribed_topic_names or ())
+        if names and not all(self.apis.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t) for t in sorted(names)):
+            # clients may not learn about topics they cannot describe (Kafka's KafkaApis)
+            return self._error(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         msg = _invalid(req, ver)
         if msg is not None:
             log.info("ConsumerGroupHeartbeat of member %r of group %r refused: %s", req.member_id, req.group_id, msg)

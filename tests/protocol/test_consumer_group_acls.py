@@ -40,3 +40,16 @@ async def test_heartbeat_needs_read_on_the_group_and_describe_on_the_topics(acl_
     d = await admin.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": ["cg"],
                                                               "include_authorized_operations": False})
     assert [m.subscribed_topic_names for m in d.groups[0].members] == [("t1",)]
+    # ConsumerGroupDescribe: DESCRIBE on the group, and on every topic its assignments show (m2 has t2)
+    r = await admin.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, dict(_hb(["t2"]), member_id="m2"))
+    assert int(r.error_code) == 0
+
+    async def described():
+        d = await anon.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": ["cg"],
+                                                                  "include_authorized_operations": False})
+        return int(d.groups[0].error_code) != E.GROUP_AUTHORIZATION_FAILED
+    await tx.allow(admin, anon, RT.GROUP, "cg", Op.DESCRIBE, described)
+    d = await anon.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": ["cg"],
+                                                              "include_authorized_operations": False})
+    g = d.groups[0]
+    assert (int(g.error_code), list(g.members)) == (E.TOPIC_AUTHORIZATION_FAILED, []), g

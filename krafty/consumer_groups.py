@@ -39,7 +39,7 @@ EARLIEST, LATEST = -2, -1
 OUR_VERSIONS = {
     ApiKey.METADATA: (1, 12),
     ApiKey.FIND_COORDINATOR: (1, 4),
-    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.OFFSET_FETCH: (2, 8),
     ApiKey.OFFSET_COMMIT: (2, 8),
@@ -139,12 +139,16 @@ class GroupAdmin(AdminClient):
         if not self.brokers:
             await self.refresh_brokers()
         seen: dict[str, tuple[str, str, str]] = {}
+        self.group_types: dict[str, str] = {}  # group -> classic | consumer (ListGroups v5)
+        v = self.version(ApiKey.LIST_GROUPS)
         for node, addr in sorted(self.brokers.items()):
-            r = await self._send(addr, ApiKey.LIST_GROUPS, {"states_filter": []})
+            r = await self._send(addr, ApiKey.LIST_GROUPS, {"states_filter": [], **({"types_filter": []} if v >= 5
+                                                                                   else {})}, version=v)
             if int(r.error_code) != 0:
                 raise ToolError(f"ListGroups on broker {node} failed: {_err_name(r.error_code)}")
             for g in r.groups:
                 seen[g.group_id] = (g.group_id, g.protocol_type, getattr(g, "group_state", ""))
+                self.group_types[g.group_id] = getattr(g, "group_type", "") or "classic"
         return sorted(seen.values())
 
     async def describe_group(self, group: str) -> GroupDescription:
@@ -343,6 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true", help="with --describe --members: each member's assignment")
     p.add_argument("--state", nargs="?", const="", default=None, metavar="STATE,...",
                    help="with --describe: the group state; with --list: show (or filter by) states")
+    p.add_argument("--type", nargs="?", const="", default=None, metavar="TYPE,...",
+                   help="with --list: show (or filter by) group types: classic, consumer")
     p.add_argument("--topic", action="append", metavar="TOPIC[:P,P]", help="reset/delete-offsets scope (repeatable)")
     p.add_argument("--all-topics", action="store_true", help="reset-offsets scope: every topic the group committed")
     s = p.add_argument_group("reset-offsets target (exactly one)")
@@ -393,6 +399,8 @@ def validate(args) -> None:
         raise ToolError(f"--state {args.state!r}: with --describe, --state takes no value")
     if action not in ("list", "describe") and args.state is not None:
         raise ToolError("--state only goes with --list or --describe")
+    if action != "list" and args.type is not None:
+        raise ToolError("--type only goes with --list")
     if action != "reset_offsets":
         if targets:
             raise ToolError(f"{_opt(targets[0])} only goes with --reset-offsets")
@@ -465,14 +473,23 @@ class Tool:
 
     async def do_list(self) -> None:
         groups = await self.admin.list_groups()
-        state = self.args.state
-        if state is None:
+        state, gtype = self.args.state, self.args.type
+        if state is None and gtype is None:
             for g, _, _ in groups:
                 self.print(g)
             return
-        wanted = {s.strip().lower() for s in state.split(",") if s.strip()}
-        rows = [(g, st) for g, _, st in groups if not wanted or st.lower() in wanted]
-        self.print(table(("GROUP", "STATE"), rows))
+        wanted = {s.strip().lower() for s in (state or "").split(",") if s.strip()}
+        types = {s.strip().lower() for s in (gtype or "").split(",") if s.strip()}
+        types_of = self.admin.group_types
+        rows = [(g, types_of.get(g, "classic"), st) for g, _, st in groups
+                if (not wanted or st.lower() in wanted) and (not types or types_of.get(g, "classic") in types)]
+        # Kafka 4's columns: GROUP TYPE STATE, GROUP TYPE, or GROUP STATE
+        if gtype is not None and state is not None:
+            self.print(table(("GROUP", "TYPE", "STATE"), rows))
+        elif gtype is not None:
+            self.print(table(("GROUP", "TYPE"), [(g, t) for g, t, _ in rows]))
+        else:
+            self.print(table(("GROUP", "STATE"), [(g, st) for g, _, st in rows]))
 
     async def do_describe(self) -> None:
         for i, group in enumerate(await self.groups()):

@@ -74,6 +74,10 @@ class ConsumerGroupApis:
                                                               "(group.coordinator.rebalance.protocols).")
         if not self.apis.authorize(ctx, Op.READ, RT.GROUP, req.group_id):
             return self._error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        names = set(req.subscribed_topic_names or ())
+        if names and not all(self.apis.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t) for t in sorted(names)):
+            # clients may not learn about topics they cannot describe (Kafka's KafkaApis)
+            return self._error(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         msg = _invalid(req, ver)
         if msg is not None:
             log.info("ConsumerGroupHeartbeat of member %r of group %r refused: %s", req.member_id, req.group_id, msg)
@@ -111,6 +115,14 @@ class ConsumerGroupApis:
                     {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(a.items(), key=lambda kv: kv[0].bytes)
                     if ps]}}
 
+    def _topics_describable(self, ctx, d: dict) -> bool:
+        """Clients may not see topics they cannot describe (Kafka's handleConsumerGroupDescribe)."""
+        if self.apis.authorizer is None:
+            return True
+        topics = {tp["topic_name"] for m in d["members"] for a in (m["assignment"], m["target_assignment"])
+                  for tp in a["topic_partitions"]}
+        return all(self.apis.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t) for t in sorted(topics))
+
     async def describe(self, ctx, body, ver):
         req = self.apis.decode(ctx, body, ver)
         names = {t.topic_id: name for name, t in self.apis.image.topics_by_name.items()}
@@ -127,6 +139,11 @@ class ConsumerGroupApis:
                 except KafkaError as e:
                     d = {"error_code": int(e.code), "error_message": None, "group_id": gid, "group_state": "",
                          "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": []}
+                if not self._topics_describable(ctx, d):
+                    d = {"error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), "group_id": gid,
+                         "error_message": "The group has described topic(s) that the client is not authorized "
+                                          "to describe.", "group_state": "", "group_epoch": -1,
+                         "assignment_epoch": -1, "assignor_name": "", "members": []}
             d["authorized_operations"] = (self.apis.authorized_operations(ctx, RT.GROUP, gid)
                                           if req.include_authorized_operations and not d["error_code"]
                                           else -2147483648)

@@ -121,9 +121,12 @@ class Member:
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
+# a topic-name pattern needs little: a hostile one that would need more (RE2's budget for its
+# automata) does not compile, and few compiled ones are kept, so memory stays bounded
+_RE2_OPTIONS.max_mem = 1 << 20
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=128)
 def compile_regex(pattern: str):
     """A subscription's regular expression in RE2 syntax (KIP-848: Kafka uses RE2/J); raises
     HeartbeatError INVALID_REGULAR_EXPRESSION when it does not compile."""

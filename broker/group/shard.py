@@ -243,10 +243,15 @@ class GroupShard:
         if not (self.config.min_session_timeout_ms <= req.session_timeout_ms <= self.config.max_session_timeout_ms):
             fx.reply(waiter, join_error(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))
             return fx
-        if req.group_id in self.consumer_groups:
-            # classic members in a consumer group (KIP-848's upgrade path) are not served
-            fx.reply(waiter, join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
-            return fx
+        cg = self.consumer_groups.get(req.group_id)
+        if cg is not None:
+            if cg.members:
+                # classic members in a consumer group (KIP-848's online downgrade) are not served
+                fx.reply(waiter, join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+                return fx
+            # an empty consumer group becomes a classic group (its offsets stay), as in Kafka
+            fx.writes.append(Write(cg.tombstones()))
+            del self.consumer_groups[req.group_id]
         g = self.groups.get(req.group_id)
         if g is None:
             if req.member_id != "":

@@ -383,3 +383,72 @@ def test_regex_refreshes_after_metadata_changes_are_batched_as_kafka_does():
     assert cl.group.epoch == epoch + 1, "both new topics in one new epoch"
     a.heartbeat()
     assert set(a.owned) == {uuid.UUID(int=3), uuid.UUID(int=10), uuid.UUID(int=11)}
+
+
+def test_an_empty_group_switches_protocols_both_ways_and_a_full_consumer_group_refuses_more():
+    from broker.group.records import decode_key as dk
+    from broker.group.shard import GroupShard
+    from broker.group.state import GroupConfig
+    from tests.group.helpers import Harness
+
+    h = Harness(GroupConfig(initial_rebalance_delay_ms=0))
+    h.shard = GroupShard(0, h.config, topics=lambda: TOPICS,
+                         consumer_config=ConsumerGroupConfig(max_size=1))
+    shard = h.shard
+
+    def hb(member, epoch):
+        req = HeartbeatRequest("g", member, epoch, None, None, 30_000 if epoch == 0 else -1,
+                               ["t1"] if epoch == 0 else None, None, None, [] if epoch == 0 else None, "c", "/h")
+        resp, w = shard.consumer_heartbeat(h.now, req, member)
+        if w is not None:
+            h.run_write(w)
+        return resp
+
+    hb("a", 0)
+    with pytest.raises(HeartbeatError) as ei:
+        hb("b", 0)
+    assert ei.value.code == ErrorCode.GROUP_MAX_SIZE_REACHED
+    refused = h.join("g")
+    assert refused.result["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "no classic member in it"
+    hb("a", LEAVE_GROUP_EPOCH)
+    w = h.join_new("g")  # the consumer group is empty: it becomes a classic group
+    h.advance(0)
+    assert w.result["error_code"] == 0 and "g" not in shard.consumer_groups and shard.groups["g"].members
+    assert any(isinstance(dk(k), cr.ConsumerKey) and dk(k).kind == cr.GROUP_EPOCH_KEY and v is None
+               for k, v in h.log), "the consumer group's tombstones were written"
+    with pytest.raises(HeartbeatError) as ei:
+        hb("c", 0)
+    assert ei.value.code == ErrorCode.GROUP_ID_NOT_FOUND, "a live classic group is not upgraded online"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(assignors.ASSIGNORS),
+       st.dictionaries(st.sampled_from([f"m{i}" for i in range(8)]),
+                       st.sets(st.sampled_from([T1, T2]), min_size=1), min_size=1),
+       st.integers(1, 20), st.integers(1, 7), st.randoms(use_true_random=False))
+def test_assignors_assign_each_subscribed_partition_once_to_a_subscriber(name, subs, n1, n2, rnd):
+    parts = {T1: n1, T2: n2}
+    current = {m: {t: frozenset(p for p in range(parts[t]) if rnd.random() < 0.3) for t in parts}
+               for m in subs if rnd.random() < 0.5}
+    out = assignors.assign(name, subs, parts, current)
+    assert set(out) == set(subs)
+    owners: dict = {}
+    for m, a in out.items():
+        for t, ps in a.items():
+            assert t in subs[m], f"{m} got a topic it does not subscribe to"
+            for p in ps:
+                assert (t, p) not in owners and 0 <= p < parts[t]
+                owners[(t, p)] = m
+    assert set(owners) == {(t, p) for t in parts for p in range(parts[t]) if any(t in s for s in subs.values())}
+    if name == assignors.UNIFORM and len({frozenset(s) for s in subs.values()}) == 1:
+        counts = [sum(len(ps) for ps in a.values()) for a in out.values()]
+        assert max(counts) - min(counts) <= 1, "same subscriptions: balanced"
+
+
+def test_a_regex_too_large_for_re2s_budget_is_refused_not_compiled():
+    from broker.group.consumer_group import compile_regex
+
+    with pytest.raises(HeartbeatError) as ei:
+        compile_regex("[a-z]{1000}" * 100)  # ~100,000 states: past the 1 MiB budget
+    assert ei.value.code == ErrorCode.INVALID_REGULAR_EXPRESSION and "too large" in ei.value.message
+    assert compile_regex("orders-[a-z]{1,30}").fullmatch("orders-eu")

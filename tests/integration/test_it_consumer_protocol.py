@@ -182,3 +182,34 @@ def test_a_regex_subscription_picks_up_a_topic_created_later(node):
         assert {t for t, _ in owned} == {f"{prefix}-a", f"{prefix}-b"}
     finally:
         c.close()
+
+
+def test_an_application_switches_protocols_by_restarting_its_consumers(node):
+    """classic -> consumer -> classic on one group id: each time the group is empty, the next
+    member's protocol wins and it resumes from the committed offsets."""
+    topic, group = "k848sw-" + uuid.uuid4().hex[:6], "g848sw-" + uuid.uuid4().hex[:6]
+    _create(node, topic)
+    p = Producer({"bootstrap.servers": node.bootstrap})
+    for i in range(3 * PARTITIONS * 10):
+        p.produce(topic, value=b"%d" % i, partition=i % PARTITIONS)
+    assert p.flush(30) == 0
+    seen: set[int] = set()
+    for protocol in ("classic", "consumer", "classic"):
+        conf = {"bootstrap.servers": node.bootstrap, "group.id": group, "group.protocol": protocol,
+                "auto.offset.reset": "earliest", "enable.auto.commit": False}
+        c = Consumer(conf)
+        c.subscribe([topic])
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < PARTITIONS * 10:
+            assert time.monotonic() < deadline, f"{protocol} member got {got}"
+            m = c.poll(0.2)
+            if m is None or m.error() is not None:
+                continue
+            v = int(m.value())
+            assert v not in seen, f"{protocol} member re-read {v}: it did not resume from the commits"
+            seen.add(v)
+            got += 1
+            c.commit(message=m, asynchronous=False)
+        c.close()
+    assert len(seen) == 3 * PARTITIONS * 10

@@ -76,6 +76,10 @@ async def test_join_reconcile_describe_commit_and_leave(tmp_path):
         assert await Tool(build_parser().parse_args(args), out=out).run() == 0
         rows = [line.split() for line in out.getvalue().splitlines() if line.startswith("cg ")]
         assert sorted((r[1], r[-1]) for r in rows) == [("a", "2"), ("b", "2")], out.getvalue()
+        out = io.StringIO()
+        args = ["--bootstrap-server", f"127.0.0.1:{n.port}", "--list", "--type", "--state"]
+        assert await Tool(build_parser().parse_args(args), out=out).run() == 0
+        assert ["cg", "consumer", "Stable"] in [line.split() for line in out.getvalue().splitlines()], out.getvalue()
         lg = await c.request(ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["consumer"]})
         assert [(g.group_id, g.group_type, g.group_state) for g in lg.groups] == [("cg", "consumer", "Stable")]
         dg = await c.request(ApiKey.DESCRIBE_GROUPS, 6, {"groups": ["cg"], "include_authorized_operations": False})

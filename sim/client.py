@@ -454,18 +454,12 @@ class Admin:
                 self.created.append(topic)
 
 
-class Committer:
-    """A consumer's offset commits (a simple consumer: generation -1, no membership) to its
-    group's coordinator, found with FindCoordinator and found again when it moves. Committed
-    offsets never go back: every OffsetFetch answer is at least the last acknowledged commit,
-    across coordinator failovers (the group coordinator reloads __consumer_offsets)."""
+class _GroupClient:
+    """Requests to a group's coordinator, found with FindCoordinator and found again when it moves."""
 
-    def __init__(self, world, consumer: Consumer, group: str = "sim-group"):
-        self.world, self.consumer, self.group = world, consumer, group
-        self.cl = Cluster(world, f"{consumer.name}-commits")
-        self.coordinator: int | None = None
-        self.acked = [-1] * consumer.partitions  # the last acknowledged commit per partition (-1: none)
-        self.commits = self.fetches = 0
+    cl: Cluster
+    group: str
+    coordinator: int | None
 
     async def _find(self) -> int | None:
         if self.coordinator is None:
@@ -481,6 +475,20 @@ class Committer:
         except (ConnectionError, TimeoutError, OSError):
             self.coordinator = None
             return None
+
+
+class Committer(_GroupClient):
+    """A consumer's offset commits (a simple consumer: generation -1, no membership) to its
+    group's coordinator. Committed offsets never go back: every OffsetFetch answer is at least
+    the last acknowledged commit, across coordinator failovers (the group coordinator reloads
+    __consumer_offsets)."""
+
+    def __init__(self, world, consumer: Consumer, group: str = "sim-group"):
+        self.world, self.consumer, self.group = world, consumer, group
+        self.cl = Cluster(world, f"{consumer.name}-commits")
+        self.coordinator: int | None = None
+        self.acked = [-1] * consumer.partitions  # the last acknowledged commit per partition (-1: none)
+        self.commits = self.fetches = 0
 
     async def commit(self) -> None:
         pos = list(self.consumer.pos)
@@ -526,3 +534,134 @@ class Committer:
                 await self.commit()
             else:
                 await self.check()
+
+
+REJOIN = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
+
+
+class GroupMember(_GroupClient):
+    """A classic consumer-group member: JoinGroup v5 (MEMBER_ID_REQUIRED answered), SyncGroup v3
+    (the leader assigns the partitions round-robin over the members it was given), Heartbeat v3,
+    OffsetCommit v8 with its generation and member id, LeaveGroup v3 at the end and now and then
+    (a restart: it joins again as a new member); a rebalance, a fenced generation or a lost
+    coordinator makes it join again. ``book`` (shared by the
+    group's members) records who owned what in each generation and the last acknowledged commit
+    per partition: two members must never own one partition in one generation, and a member
+    that takes a partition over must find its committed offset at least the last acknowledged."""
+
+    def __init__(self, world, name: str, group: str, topic: str, partitions: int, book: dict):
+        self.world, self.name, self.group, self.topic, self.partitions = world, name, group, topic, partitions
+        self.cl = Cluster(world, name)
+        self.coordinator: int | None = None
+        self.book = book
+        book.setdefault("owners", {})
+        book.setdefault("acked", [-1] * partitions)
+        self.member_id = ""
+        self.generation = -1
+        self.owned: list[int] = []
+        self.next: dict[int, int] = {}
+
+    async def run(self, until: float) -> None:
+        loop = asyncio.get_running_loop()
+        rng = self.cl.rng
+        while loop.time() < until:
+            if not await self._join():
+                await asyncio.sleep(0.05 + rng.random() * 0.1)
+                continue
+            while loop.time() < until:
+                await asyncio.sleep(0.1 + rng.random() * 0.2)
+                r = await self._call(ApiKey.HEARTBEAT, 3, {"group_id": self.group, "generation_id": self.generation,
+                                                           "member_id": self.member_id, "group_instance_id": None})
+                code = self._code(r)
+                if code in REJOIN or code is None:
+                    break
+                if not await self._commit():
+                    break
+                if rng.random() < 0.05:  # a consumer restart: it leaves, and joins again as a new member
+                    await self._leave()
+                    break
+        await self._leave()
+
+    async def _leave(self) -> None:
+        await self._call(ApiKey.LEAVE_GROUP, 3, {"group_id": self.group, "members": [
+            {"member_id": self.member_id, "group_instance_id": None}]})
+        self.member_id = ""
+
+    def _code(self, r) -> ErrorCode | None:
+        if r is None:
+            return None
+        code = ErrorCode(int(r.error_code))
+        if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+            self.coordinator = None
+        if code == ErrorCode.UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+        return code
+
+    async def _join(self) -> bool:
+        r = await self._call(ApiKey.JOIN_GROUP, 5, {
+            "group_id": self.group, "session_timeout": 6000, "rebalance_timeout": 3000, "member_id": self.member_id,
+            "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]})
+        code = self._code(r)
+        if code == ErrorCode.MEMBER_ID_REQUIRED:
+            self.member_id = r.member_id
+            return False
+        if code != ErrorCode.NONE:
+            return False
+        self.member_id, generation = r.member_id, int(r.generation_id)
+        assignments = []
+        if r.leader == self.member_id:
+            members = sorted(m.member_id for m in r.members)
+            assignments = [{"member_id": m, "assignment": ",".join(
+                str(p) for p in range(self.partitions) if p % len(members) == i).encode()}
+                for i, m in enumerate(members)]
+        r = await self._call(ApiKey.SYNC_GROUP, 3, {"group_id": self.group, "generation_id": generation,
+                                                    "member_id": self.member_id, "group_instance_id": None,
+                                                    "assignments": assignments})
+        if self._code(r) != ErrorCode.NONE:
+            return False
+        self.generation = generation
+        self.owned = [int(x) for x in bytes(r.assignment).decode().split(",") if x]
+        owners = self.book["owners"].setdefault(generation, {})
+        for p in self.owned:
+            owners.setdefault(p, set()).add(self.member_id)
+        return await self._resume()
+
+    async def _resume(self) -> bool:
+        """OffsetFetch of the partitions now owned: the position to go on from."""
+        if not self.owned:
+            return True
+        floor = list(self.book["acked"])
+        r = await self._call(ApiKey.OFFSET_FETCH, 7, {"group_id": self.group, "require_stable": False, "topics": [
+            {"name": self.topic, "partition_indexes": self.owned}]})
+        if self._code(r) != ErrorCode.NONE or any(int(pr.error_code) for pr in r.topics[0].partitions):
+            return False
+        for pr in r.topics[0].partitions:
+            p, off = int(pr.partition_index), int(pr.committed_offset)
+            if off < floor[p] and not self.world.durability_excused():
+                raise self.world.violation(f"{self.name} took partition {p} over at committed offset {off}, below the "
+                                           f"last acknowledged commit {floor[p]}")
+            self.next[p] = max(off, 0)
+        return True
+
+    async def _commit(self) -> bool:
+        """Commits one more processed record on each owned partition; False: join again."""
+        if not self.owned:
+            return True
+        offs = {p: self.next[p] + 1 for p in self.owned}
+        r = await self._call(ApiKey.OFFSET_COMMIT, 8, {
+            "group_id": self.group, "generation_id_or_member_epoch": self.generation, "member_id": self.member_id,
+            "group_instance_id": None, "topics": [{"name": self.topic, "partitions": [
+                {"partition_index": p, "committed_offset": off, "committed_leader_epoch": -1,
+                 "committed_metadata": None} for p, off in offs.items()]}]})
+        if r is None:
+            return False
+        acked = self.book["acked"]
+        for pr in r.topics[0].partitions:
+            code = self._code(pr)
+            p = int(pr.partition_index)
+            if code == ErrorCode.NONE:
+                acked[p] = max(acked[p], offs[p])
+                self.next[p] = offs[p]
+            elif code in REJOIN or code is None:
+                return False
+        return True

@@ -60,5 +60,18 @@ def aborted_index_skipped(mp) -> None:
     mp.setattr(Log, "has_aborted_transactions", lambda self, from_offset: False)
 
 
+def sync_hands_out_the_leaders_assignment(mp) -> None:
+    """SyncGroup answers every member with the assignment of the first member (the leader's own,
+    as if the coordinator kept one assignment for the group): two members own the same partitions
+    in one generation."""
+    from broker.group import state
+    orig = state.ClassicGroup._sync_response
+
+    def first(self, m):
+        return orig(self, next(iter(self.members.values())))
+    mp.setattr(state.ClassicGroup, "_sync_response", first)
+
+
 MUTATIONS = {f.__name__: f for f in (wall_clock_sessions, vote_twice, vote_for_stale_log,
-                                     recovery_drops_a_torn_segment, aborted_index_skipped)}
+                                     recovery_drops_a_torn_segment, aborted_index_skipped,
+                                     sync_hands_out_the_leaders_assignment)}

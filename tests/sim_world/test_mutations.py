@@ -145,3 +145,9 @@ def test_mutation_read_committed_without_the_aborted_list_is_caught(monkeypatch)
 def test_concurrent_add_partitions_for_a_completing_transaction_do_not_livelock():
     r = run_seed(9, safety_s=4.0)
     assert r.acked > 0
+
+
+# --- classic consumer-group members in the worlds (sim/client.py GroupMember) ---
+
+def test_mutation_two_members_owning_a_partition_in_one_generation_is_caught(monkeypatch):
+    assert "owned by" in _caught(monkeypatch, "sync_hands_out_the_leaders_assignment", range(3), None, 4.0)

@@ -490,6 +490,9 @@ def _check_transactions(w: World, producers: list[TxnProducer]) -> None:
                           f"high watermark) or {TXN_TOPIC} cannot be read")
     t.result()
     seen = set(got)
+    if w.durability_excused():  # markers and transaction indexes may be lost with the data too
+        w.note("power lost on brokers: transactions not checked")
+        return
     if len(seen) != len(got):
         dup = next(v for v in got if got.count(v) > 1)
         raise w.violation(f"read_committed gave {dup!r} twice")
@@ -500,7 +503,7 @@ def _check_transactions(w: World, producers: list[TxnProducer]) -> None:
             if txn & seen and not txn <= seen:
                 raise w.violation(f"a transaction of unknown outcome is read in part: {sorted(txn - seen)[0]!r} "
                                   f"missing, {sorted(txn & seen)[0]!r} read")
-        if not w.durability_excused() and not prod.committed <= seen:
+        if not prod.committed <= seen:
             raise w.violation(f"committed {sorted(prod.committed - seen)[0]!r} is not read")
     w.note(f"transactions: {sum(len(p.committed) for p in producers)} committed values, "
            f"{sum(len(p.aborted) for p in producers)} aborted, {sum(len(u) for p in producers for u in p.unknown)} "

@@ -224,6 +224,9 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
     loop = w.loop
     if f.kind in ("kill", "power", "pause", "partition", "zombie", "cut"):
         _impaired(w, f.node, f.duration)
+    if f.kind == "loss":  # the whole network's: lost heartbeats may fence any broker (seed 20979)
+        for n in w.broker_ids:
+            _impaired(w, n, f.duration)
     if f.kind == "kill_active":  # the active controller, whichever it is now
         active = w.active_controller()
         if active is None:

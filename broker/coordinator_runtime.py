@@ -316,6 +316,26 @@ class CoordinatorRuntime:
         task.add_done_callback(self._pending.discard)
         return ErrorCode.NONE, done
 
+    async def await_state_committed(self, pid: int, timeout_ms: int) -> int:
+        """NONE once everything in our partition ``pid``'s log as of now is committed (the high
+        watermark reached the log end), else the error mapped for clients. For answers read
+        from the in-memory state without a write of their own: a new leader loads its log to
+        the end, and records above the high watermark there (appended by the old leader, never
+        acknowledged) may be truncated away by the leader after it (Kafka's new coordinator
+        runtime likewise holds such answers until its last written offset is committed)."""
+        slot = self.slots.get(pid)
+        part = self.replicas.partitions.get((self.topic, pid))
+        if (slot is None or slot.shard is None or part is None or not part.state.is_leader
+                or part.state.leader_epoch != slot.epoch):
+            return map_append_error(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        end = part.log.log_end_offset
+        if part.state.is_acked(end - 1):
+            return ErrorCode.NONE
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        await self._await_commit(pid, slot.epoch, end - 1, self.replicas.min_insync_replicas(self.loader.image, self.topic),
+                                 timeout_ms, False, done)
+        return done.result()
+
     async def _await_commit(self, pid: int, epoch: int, last_offset: int, min_isr: int, timeout_ms: int,
                             offsets: bool, done: asyncio.Future, mapped: bool = True) -> None:
         tp = (self.topic, pid)

@@ -264,7 +264,8 @@ class World:
         """acks=all does not fsync (as in Kafka): once two of the three brokers have lost
         power, an acknowledged write may have been only in page caches that are gone, so the
         checks of acknowledged and consumed data stand down for the run. They also stand down
-        when a broker lost power while another one was down, cut off or paused: the power-cut
+        when a broker lost power while another one was down, cut off or paused, or while the network
+        lost messages (lost heartbeats fence brokers, seed 20979): the power-cut
         broker may be the last in-sync replica, and krafty, like Kafka without KIP-966's
         eligible leader replicas, elects it with its truncated log although the others hold
         the data (a known gap, tests/sim_world/test_mutations.py shows it). One power loss

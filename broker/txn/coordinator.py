@@ -133,8 +133,11 @@ class TransactionCoordinator:
             committed.add_done_callback(lambda f: self._run(self.core.on_append_done(a, f.result(), self.now())))
             self._run(self.core.on_appended(a, self.now()))  # in the log: a Complete* is taken as done
 
-    async def _call(self, build, needs_pid: bool = True):
-        """Run one request through the core: ``build(waiter, new_pid)`` returns its effects."""
+    async def _call(self, build, needs_pid: bool = True, tid: str | None = None):
+        """Run one request through the core: ``build(waiter, new_pid)`` returns its effects.
+        With ``tid``: a success answered at once from the in-memory state (no write of its own,
+        e.g. partitions already in the transaction, a retried EndTxn) waits until that state is
+        committed, and becomes the error if it cannot be (its records may then be lost)."""
         waiter = asyncio.get_running_loop().create_future()
         fx = build(waiter, None)
         if fx.need_producer_id and needs_pid:
@@ -144,6 +147,13 @@ class TransactionCoordinator:
                 return e.code if e.code != ErrorCode.NOT_CONTROLLER else ErrorCode.COORDINATOR_NOT_AVAILABLE, None
             fx = build(waiter, pid)
         self._run(fx)
+        if tid is not None and waiter.done() and not fx.appends:
+            res = waiter.result()
+            if (res if isinstance(res, int) else res[0]) == ErrorCode.NONE:
+                err = await self.runtime.await_state_committed(self.partition_for(tid), self.config["request.timeout.ms"])
+                if err:
+                    return err, None
+            return ErrorCode.NONE, res
         return ErrorCode.NONE, await waiter
 
     # --- requests ------------------------------------------------------------------------------------
@@ -155,8 +165,11 @@ class TransactionCoordinator:
     async def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions, client_tv: int = TV_0) -> int:
         deadline = self.clock.monotonic() + CONCURRENT_WAIT_S
         while True:
-            _, res = await self._call(lambda w, _pid: self.core.add_partitions(w, tid, producer_id, epoch, partitions,
-                                                                               self.now(), client_tv), needs_pid=False)
+            err, res = await self._call(lambda w, _pid: self.core.add_partitions(w, tid, producer_id, epoch, partitions,
+                                                                                 self.now(), client_tv),
+                                        needs_pid=False, tid=tid)
+            if err:
+                return err
             left = deadline - self.clock.monotonic()
             if res != ErrorCode.CONCURRENT_TRANSACTIONS or left <= 0 or not self._completing(tid):
                 return res
@@ -184,7 +197,7 @@ class TransactionCoordinator:
 
     async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool, client_tv: int = TV_0) -> tuple:
         err, res = await self._call(lambda w, pid: self.core.end_txn(w, tid, producer_id, epoch, commit, self.now(),
-                                                                     client_tv, new_pid=pid))
+                                                                     client_tv, new_pid=pid), tid=tid)
         return res if not err else (err, -1, -1)
 
     def describe(self, tid: str) -> dict:

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker.log.batch import parse_batches
 from tests.cluster.conftest import FAST, running_cluster, wait_until
 
 TOPIC = "streams-repartition"
@@ -21,6 +22,17 @@ BROKERS = (2, 3, 4)  # node ids 2-4 with one controller (id 1)
 def segments(cluster, broker_id: int, topic: str, partition: int = 0) -> list[int]:
     d = os.path.join(cluster.dir, f"broker-{broker_id}", f"{topic}-{partition}")
     return sorted(int(f[:-4]) for f in os.listdir(d) if f.endswith(".log"))
+
+
+def log_end(cluster, broker_id: int, topic: str, partition: int = 0) -> int:
+    """The offset after the last whole batch in the replica's files."""
+    d = os.path.join(cluster.dir, f"broker-{broker_id}", f"{topic}-{partition}")
+    for base in reversed(segments(cluster, broker_id, topic, partition)):
+        with open(os.path.join(d, f"{base:020d}.log"), "rb") as f:
+            headers = parse_batches(f.read())
+        if headers:
+            return headers[-1].base_offset + headers[-1].last_offset_delta + 1
+    return 0
 
 
 @pytest.fixture
@@ -37,13 +49,18 @@ def test_streams_pattern_purges_segments_below_the_committed_offset_on_every_rep
     f = admin.create_topics([NewTopic(TOPIC, 1, 3, config={"retention.ms": "-1", "segment.bytes": "4096",
                                                            "min.insync.replicas": "2"})])
     f[TOPIC].result(30)
-    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "acks": "all", "linger.ms": 0})
+    # one record per batch (~270 bytes), so every replica's segments of 4096 bytes hold ~15 records
+    # whatever the producer's timing; batches of many records would each fill a segment alone
+    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "acks": "all", "linger.ms": 0,
+                  "batch.num.messages": 1})
     for i in range(400):
         p.produce(TOPIC, key=b"k%d" % i, value=b"v" * 200)
         if i % 50 == 0:
             p.flush(30)
     assert p.flush(30) == 0
-    wait_until(lambda: all(len(segments(cluster3, b, TOPIC)) > 10 for b in BROKERS), 30, "replicated segments")
+    wait_until(lambda: all(log_end(cluster3, b, TOPIC) == 400 for b in BROKERS), 30, "every replica at 400")
+    assert all(len(segments(cluster3, b, TOPIC)) > 10 for b in BROKERS), [segments(cluster3, b, TOPIC)
+                                                                          for b in BROKERS]
 
     c = Consumer({"bootstrap.servers": bs, "group.id": "streams-app", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})

@@ -72,4 +72,38 @@ def session(app_name: str = "krafty", master: str = "local[2]", conf: dict | Non
     return spark
 
 
-__all__ = ["session", "register"]
+def kafka_metrics(progress) -> list[dict]:
+    """Spark's Kafka source metrics (``minOffsetsBehindLatest``, ``maxOffsetsBehindLatest``,
+    ``avgOffsetsBehindLatest``) of each krafty source in a streaming query's progress
+    (``query.lastProgress``, a dict, or the query itself): the backlog between the offsets the last
+    micro-batch read up to (``endOffset``) and the latest ones the source saw (``latestOffset``).
+
+    Spark's Kafka source reports them in ``sources[i].metrics``; PySpark 4.3 offers Python sources
+    no way to fill that field (its Python stream has no ReportsSourceMetrics), so they are derived
+    here from the same two offsets Spark derives them from. One dict per source, {} for a source
+    that has not run a batch yet."""
+    import json
+
+    from .options import offsets_behind_latest, offsets_from_json
+
+    if hasattr(progress, "lastProgress"):
+        progress = progress.lastProgress
+    if not progress:
+        return []
+    out = []
+    for src in progress.get("sources", []):
+        def offsets(field, src=src):
+            v = src.get(field)
+            if isinstance(v, str):
+                try:
+                    v = json.loads(v)
+                except ValueError:
+                    return None
+            return offsets_from_json(v) if isinstance(v, dict) else None
+
+        end, latest = offsets("endOffset"), offsets("latestOffset")
+        out.append(offsets_behind_latest(end, latest) if end is not None and latest else {})
+    return out
+
+
+__all__ = ["session", "register", "kafka_metrics"]

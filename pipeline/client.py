@@ -1,10 +1,13 @@
-"""Kafka client side of the krafty Spark data source (confluent-kafka / librdkafka).
+"""Kafka client side of the krafty Spark data source.
 
-* ``Metadata`` runs on the driver: lists partitions and resolves earliest/latest/timestamp
-  offsets. It never joins a consumer group and never commits.
-* ``read_range`` runs in an executor task: it assigns one topic partition at an explicit offset
-  and yields Arrow record batches of at most ``batch_rows`` rows until the planned end offset,
-  so memory stays bounded whatever the size of the partition.
+* ``rd_conf`` turns the ``kafka.*`` options (Java client keys too) into librdkafka settings
+  (pipeline/kafka_conf.py); ``check_conf`` has librdkafka judge them up front.
+* ``Metadata`` runs on the driver (confluent-kafka): lists partitions and resolves
+  earliest/latest/timestamp offsets. It never joins a consumer group and never commits.
+* ``read_range`` runs in an executor task: Fetch requests at the partition's leader over krafty's
+  own protocol client, decoded into Arrow columns without a Python object per record
+  (pipeline/fetcher.py, pipeline/arrow_records.py); memory stays bounded by the fetch size
+  (``max.partition.fetch.bytes``, default 4 MiB, one fetch in flight) whatever the range.
 * ``write_batches`` runs in an executor task: an idempotent producer (acks=all) that raises if
   any record was not acknowledged.
 * ``write_batches_exactly_once`` (sink option ``exactlyOnce``): the task's rows in one Kafka
@@ -19,7 +22,7 @@ import uuid
 
 import confluent_kafka as ck
 
-from .options import EARLIEST, LATEST, OffsetSpec, Subscription
+from .options import EARLIEST, LATEST, OffsetSpec, OptionError, Subscription
 
 
 class DataLossError(RuntimeError):
@@ -38,6 +41,43 @@ def data_loss(message: str) -> DataLossError:
     return DataLossError(f"krafty data loss: {message}. {DATA_LOSS_HINT}")
 
 
+_rd_cache: dict = {}
+
+
+def rd_conf(kafka: dict) -> dict:
+    """librdkafka settings of the ``kafka.*`` options (Java client keys translated, stores read
+    here: pipeline/kafka_conf.py), cached per process; Java-only keys are named in a warning."""
+    from . import kafka_conf
+
+    key = kafka_conf.fingerprint(kafka)
+    conf = _rd_cache.get(key)
+    if conf is None:
+        try:
+            conf, dropped = kafka_conf.translate(kafka)
+        except kafka_conf.KafkaConfError as e:
+            raise OptionError(str(e)) from None
+        kafka_conf.warn_dropped(dropped, "Kafka source/sink")
+        _rd_cache[key] = conf
+    return conf
+
+
+def check_conf(kafka: dict, what: str) -> None:
+    """Let librdkafka judge every ``kafka.*`` option up front: a key neither the Java client nor
+    librdkafka knows, or a bad value, is an OptionError naming the option."""
+    import re
+
+    conf = {**rd_conf(kafka), "group.id": "krafty-spark-check"}
+    try:
+        c = ck.Consumer(conf)
+    except ck.KafkaException as e:
+        err = e.args[0]
+        text = err.str() if hasattr(err, "str") else str(err)
+        m = re.search(r'property "?([A-Za-z0-9_.\-]+)"?', text)
+        name = f"kafka.{m.group(1)}" if m else "a kafka.* option"
+        raise OptionError(f"krafty {what}: {name} is not usable: {text}") from None
+    c.close()
+
+
 def _consumer(kafka: dict, **extra) -> ck.Consumer:
     conf = {
         # librdkafka insists on a group.id; we never subscribe, fetch group offsets or commit.
@@ -51,7 +91,7 @@ def _consumer(kafka: dict, **extra) -> ck.Consumer:
         "client.id": "krafty-spark",
         "socket.timeout.ms": 30000,
     }
-    conf.update(kafka)
+    conf.update(rd_conf(kafka))
     conf.update(extra)
     return ck.Consumer(conf)
 
@@ -59,15 +99,21 @@ def _consumer(kafka: dict, **extra) -> ck.Consumer:
 class Metadata:
     """Driver-side lookups: topic partitions and offsets."""
 
-    def __init__(self, kafka: dict, timeout: float = 30.0):
+    def __init__(self, kafka: dict, timeout: float = 30.0, *, group_id_prefix: str | None = None,
+                 retries: int = 3, retry_interval_ms: int = 1000):
         self.kafka = dict(kafka)
         self.timeout = timeout
         self._c: ck.Consumer | None = None
+        # Spark names the driver's consumer group <groupIdPrefix>-<uuid>-driver unless kafka.group.id
+        # is set; the group is never joined (no subscribe, no commit): the name is only seen by the broker
+        self.group_id = None if "group.id" in {k.lower() for k in kafka} else \
+            f"{group_id_prefix or 'spark-kafka-source'}-{uuid.uuid4()}-driver"
+        self.retries, self.retry_interval_ms = retries, retry_interval_ms  # fetchOffset.numRetries/retryIntervalMs
 
     @property
     def consumer(self) -> ck.Consumer:
         if self._c is None:
-            self._c = _consumer(self.kafka)
+            self._c = _consumer(self.kafka, **({"group.id": self.group_id} if self.group_id else {}))
         return self._c
 
     def close(self) -> None:
@@ -102,9 +148,16 @@ class Metadata:
         """{(topic, partition): (low, high)} — the log start and the high watermark."""
         out = {}
         for t, p in tps:
-            out[(t, p)] = self.consumer.get_watermark_offsets(
-                ck.TopicPartition(t, p), timeout=self.timeout, cached=False
-            )
+            for attempt in range(self.retries + 1):
+                try:
+                    out[(t, p)] = self.consumer.get_watermark_offsets(
+                        ck.TopicPartition(t, p), timeout=self.timeout, cached=False
+                    )
+                    break
+                except ck.KafkaException:
+                    if attempt == self.retries:
+                        raise
+                    time.sleep(self.retry_interval_ms / 1000)  # a leader is moving: fetchOffset.retryIntervalMs
         return out
 
     def for_times(self, wanted: dict) -> dict:
@@ -176,165 +229,72 @@ def read_range(
     fail_on_data_loss: bool,
     include_headers: bool,
     arrow_schema,
-    batch_rows: int = 8192,
+    batch_rows: int | None = None,
     poll_timeout_ms: int = 120_000,
 ):
-    """Yield pyarrow.RecordBatch for records [start, end) of one partition, in offset order."""
-    import pyarrow as pa
+    """Yield pyarrow.RecordBatch for records [start, end) of one partition, in offset order: one
+    per fetch (pipeline/fetcher.py), cut into batches of at most ``batch_rows`` rows when set."""
+    from . import fetcher
 
-    if end <= start:
-        return
-    # Bounded prefetch: librdkafka buffers at most ~16 MB (queued.max.messages.kbytes) for the one
-    # assigned partition; the task itself holds at most batch_rows decoded records.
-    c = _consumer(
-        kafka,
-        **{
-            "queued.max.messages.kbytes": int(kafka.get("queued.max.messages.kbytes", 16384)),
-            "queued.min.messages": int(kafka.get("queued.min.messages", 100000)),
-            "fetch.queue.backoff.ms": int(kafka.get("fetch.queue.backoff.ms", 10)),
-        },
-    )
-    where = f"{topic}-{partition}"
-    cols: tuple[list, ...] = ([], [], [], [], [], [], [], [])
-    keys, values, offsets, stamps, stypes, headers = cols[0], cols[1], cols[4], cols[5], cols[6], cols[7]
+    batches = fetcher.read_range(
+        fetch_settings(kafka), topic, partition, start, end, fail_on_data_loss=fail_on_data_loss,
+        include_headers=include_headers, arrow_schema=arrow_schema, poll_timeout_ms=poll_timeout_ms,
+        data_loss=data_loss)
+    for b in batches:
+        if batch_rows and b.num_rows > batch_rows:
+            for i in range(0, b.num_rows, batch_rows):
+                yield b.slice(i, batch_rows)
+        else:
+            yield b
 
-    def flush():
-        n = len(offsets)
-        arrays = [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array([topic] * n, pa.string()),
-            pa.array([partition] * n, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(stamps, pa.int64()).cast(arrow_schema.field("timestamp").type),
-            pa.array(stypes, pa.int32()),
-        ]
-        if include_headers:
-            arrays.append(pa.array(headers, arrow_schema.field("headers").type))
-        batch = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
-        for col in cols:
-            col.clear()
-        return batch
+
+_settings_cache: dict = {}
+
+
+def fetch_settings(kafka: dict):
+    """The fetcher's connection settings of the ``kafka.*`` options (cached per process)."""
+    from . import fetcher, kafka_conf
+
+    key = kafka_conf.fingerprint(kafka)
+    s = _settings_cache.get(key)
+    if s is not None:
+        return s
+    conf = {k.lower(): v for k, v in rd_conf(kafka).items()}
+    bootstrap = []
+    for part in str(conf["bootstrap.servers"]).split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise OptionError(f"option 'kafka.bootstrap.servers': expected HOST:PORT[,HOST:PORT...], got {part!r}")
+        bootstrap.append((host.strip("[]"), int(port)))
+
+    def num(*names, default):
+        for n in names:
+            if n in conf:
+                try:
+                    return int(conf[n])
+                except ValueError:
+                    raise OptionError(f"option 'kafka.{n}' must be an integer, got {conf[n]!r}") from None
+        return default
 
     try:
-        c.assign([ck.TopicPartition(topic, partition, start)])
-        expected = start
-        last_progress = time.monotonic()
-        low, low_checked_at = -1, 0.0
-        while expected < end:
-            # consume() waits for num_messages or the timeout, so never ask for more than is left
-            want = max(1, min(batch_rows - len(offsets), end - expected))
-            msgs = c.consume(num_messages=want, timeout=0.5)
-            if not msgs:
-                if (time.monotonic() - last_progress) * 1000 > poll_timeout_ms:
-                    raise TimeoutError(
-                        f"krafty: no record from {where} at offset {expected} for {poll_timeout_ms} ms "
-                        "(kafkaConsumer.pollTimeoutMs)"
-                    )
-                continue
-            last_progress = time.monotonic()
-            # Fast path (the common case): no error events, dense offsets starting where we are
-            # and ending before the planned end — take whole columns with comprehensions.
-            n = len(msgs)
-            first, last = msgs[0], msgs[-1]
-            if (
-                first.error() is None
-                and last.error() is None
-                and first.offset() == expected
-                and last.offset() == expected + n - 1
-                and last.offset() < end
-                and not any([m.error() is not None for m in msgs])
-            ):
-                keys.extend([m.key() for m in msgs])
-                values.extend([m.value() for m in msgs])
-                offsets.extend(range(expected, expected + n))
-                ts = [m.timestamp() for m in msgs]
-                stamps.extend([t * 1000 if k != ck.TIMESTAMP_NOT_AVAILABLE else None for k, t in ts])
-                stypes.extend([k - 1 if k != ck.TIMESTAMP_NOT_AVAILABLE else -1 for k, _ in ts])
-                if include_headers:
-                    headers.extend(
-                        [
-                            [{"key": k, "value": v} for k, v in h] if h else None
-                            for h in [m.headers() for m in msgs]
-                        ]
-                    )
-                expected += n
-                if len(offsets) >= batch_rows:
-                    yield flush()
-                continue
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    code = err.code()
-                    if code == ck.KafkaError._PARTITION_EOF:
-                        # The log ends before the planned end offset: it was truncated or recreated.
-                        if m.offset() >= end:
-                            expected = end
-                            break
-                        _, high = c.get_watermark_offsets(
-                            ck.TopicPartition(topic, partition), timeout=30, cached=False
-                        )
-                        if high >= end:
-                            continue  # a stale end-of-partition event (e.g. a new leader catching up)
-                        msg = (
-                            f"{where}: planned to read offsets [{expected}, {end}) but the log ends at {high}"
-                        )
-                        if fail_on_data_loss:
-                            raise data_loss(msg)
-                        expected = end
-                        break
-                    if code == ck.KafkaError._AUTO_OFFSET_RESET or code == ck.KafkaError.OFFSET_OUT_OF_RANGE:
-                        low, high = c.get_watermark_offsets(
-                            ck.TopicPartition(topic, partition), timeout=30, cached=False
-                        )
-                        msg = f"{where}: offset {expected} is out of range, the log now holds [{low}, {high})"
-                        if fail_on_data_loss:
-                            raise data_loss(msg)
-                        if expected < low < end:
-                            expected = low
-                            c.assign([ck.TopicPartition(topic, partition, low)])
-                            break
-                        expected = end
-                        break
-                    raise ck.KafkaException(err)
-                off = m.offset()
-                if off >= end:
-                    expected = end
-                    break
-                if off < expected:
-                    continue  # never hand out a record twice
-                if off > expected and fail_on_data_loss:
-                    # A gap is normal for compacted topics and transaction markers; it is data
-                    # loss only if the log start moved past what we expected to read. Ask the
-                    # broker at most once a second (compacted topics have many gaps).
-                    if time.monotonic() - low_checked_at > 1.0:
-                        low, _ = c.get_watermark_offsets(
-                            ck.TopicPartition(topic, partition), timeout=30, cached=False
-                        )
-                        low_checked_at = time.monotonic()
-                    if low > expected:
-                        raise data_loss(
-                            f"{where}: offsets [{expected}, {min(low, off)}) were deleted before they were read"
-                        )
-                keys.append(m.key())
-                values.append(m.value())
-                offsets.append(off)
-                ttype, ts = m.timestamp()
-                stamps.append(ts * 1000 if ttype != ck.TIMESTAMP_NOT_AVAILABLE else None)
-                # Kafka: 0 = CreateTime, 1 = LogAppendTime; librdkafka counts from 1
-                stypes.append(ttype - 1 if ttype != ck.TIMESTAMP_NOT_AVAILABLE else -1)
-                if include_headers:
-                    h = m.headers()
-                    headers.append([{"key": k, "value": v} for k, v in h] if h else None)
-                expected = off + 1
-                if len(offsets) >= batch_rows:
-                    yield flush()
-            else:
-                continue
-        if offsets:
-            yield flush()
-    finally:
-        c.close()
+        security = kafka_conf.client_security(conf)
+    except kafka_conf.KafkaConfError as e:
+        raise OptionError(str(e)) from None
+    s = fetcher.FetchSettings(
+        bootstrap=tuple(bootstrap),
+        security=security,
+        client_id=str(conf.get("client.id", "krafty-spark")),
+        read_committed=str(conf.get("isolation.level", "read_uncommitted")).lower() == "read_committed",
+        max_wait_ms=num("fetch.wait.max.ms", default=500),
+        min_bytes=num("fetch.min.bytes", default=1),
+        max_bytes=num("fetch.max.bytes", default=52_428_800),
+        partition_max_bytes=num("max.partition.fetch.bytes", "fetch.message.max.bytes", default=4 << 20),
+        request_timeout_s=num("request.timeout.ms", "socket.timeout.ms", default=30_000) / 1000,
+        check_crcs=str(conf.get("check.crcs", "true")).lower() != "false",
+        key=key,
+    )
+    _settings_cache[key] = s
+    return s
 
 
 class DeliveryError(RuntimeError):
@@ -348,7 +308,7 @@ def producer(kafka: dict) -> ck.Producer:
         "linger.ms": 5,
         "client.id": "krafty-spark-writer",
     }
-    conf.update(kafka)
+    conf.update(rd_conf(kafka))
     return ck.Producer(conf)
 
 

@@ -30,6 +30,51 @@ class OptionError(ValueError):
     """A bad or missing option; the message says which and why."""
 
 
+# Options of Spark's Kafka source and sink (same names; Spark matches them case-insensitively) and
+# krafty's own. ``kafka.*`` options are the Kafka client's (pipeline/kafka_conf.py); ``path`` and
+# ``checkpointLocation`` are Spark's own and may reach a data source.
+_COMMON = ("path", "checkpointLocation")
+READ_OPTIONS = (
+    "subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
+    "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "failOnDataLoss", "includeHeaders",
+    "minPartitions", "maxRecordsPerPartition", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs", "groupIdPrefix", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
+    "maxTriggerDelay", "krafty.batchRows",
+)
+BATCH_READ_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+WRITE_OPTIONS = ("topic", "includeHeaders", "exactlyOnce", "transactionalIdPrefix")
+
+
+def check_known(options, accepted, what: str) -> None:
+    """An option neither Spark's Kafka connector nor krafty knows is an error naming it."""
+    import difflib
+
+    known = {n.lower(): n for n in (*accepted, *_COMMON)}
+    for k in options:
+        kl = k.lower()
+        if kl.startswith("kafka.") or kl in known:
+            continue
+        close = difflib.get_close_matches(kl, list(known), n=1, cutoff=0.75)
+        hint = f" (did you mean {known[close[0]]!r}?)" if close else ""
+        raise OptionError(
+            f"krafty {what}: unknown option {k!r}{hint}; accepted options: "
+            + ", ".join(sorted(accepted, key=str.lower)) + ", and kafka.* (Kafka client settings)"
+        )
+
+
+_TIME_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(value, name: str, default: str) -> int:
+    """Spark's time strings (Utils.timeStringAsMs): ``15m``, ``30s``, ``100ms``, ``1h``, ``1d``; a
+    bare number is milliseconds."""
+    s = str(default if value is None else value).strip().lower()
+    m = re.fullmatch(r"(\d+)\s*([a-z]*)", s)
+    if not m or (m.group(2) and m.group(2) not in _TIME_UNITS):
+        raise OptionError(f"option {name!r} must be a duration like 15m, 30s or 500ms, got {value!r}")
+    return int(m.group(1)) * _TIME_UNITS.get(m.group(2) or "ms")
+
+
 def _get(options, name: str, default=None):
     # Spark hands us a case-insensitive dict; plain dicts (tests) are matched case-insensitively too.
     if name in options:
@@ -216,10 +261,17 @@ class ReadOptions:
     min_partitions: int | None
     timestamp_strategy: str  # "error" | "latest": when no offset matches a starting timestamp
     poll_timeout_ms: int
-    batch_rows: int
+    batch_rows: int | None
+    max_records_per_partition: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    group_id_prefix: str | None = None
+    fetch_offset_retries: int = 3
+    fetch_offset_retry_interval_ms: int = 1000
 
 
 def parse_read_options(options, streaming: bool) -> ReadOptions:
+    check_known(options, READ_OPTIONS + BATCH_READ_OPTIONS, "streaming source" if streaming else "source")
     kafka = kafka_params(options)
     sub = parse_subscription(options)
     starting = parse_offsets(options, "starting", LATEST if streaming else EARLIEST, streaming)
@@ -229,9 +281,12 @@ def parse_read_options(options, streaming: bool) -> ReadOptions:
             if _get(options, bad) is not None:
                 raise OptionError(f"option {bad!r} is not supported by a streaming query")
     else:
-        ending = parse_offsets(options, "ending", LATEST, streaming)
-        if _get(options, "maxOffsetsPerTrigger") is not None:
-            pass  # ignored by batch queries, as in Spark
+        ending = parse_offsets(options, "ending", LATEST, streaming)  # (the *PerTrigger options: streaming only)
+    max_rows = parse_int(_get(options, "maxOffsetsPerTrigger"), "maxOffsetsPerTrigger", None, 1)
+    min_rows = parse_int(_get(options, "minOffsetsPerTrigger"), "minOffsetsPerTrigger", None, 1)
+    if min_rows is not None and max_rows is not None and min_rows > max_rows:
+        raise OptionError(f"option 'minOffsetsPerTrigger' ({min_rows}) is higher than 'maxOffsetsPerTrigger' "
+                          f"({max_rows})")
     strategy = str(_get(options, "startingOffsetsByTimestampStrategy", "error")).lower()
     if strategy not in ("error", "latest"):
         raise OptionError("option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest'")
@@ -242,15 +297,23 @@ def parse_read_options(options, streaming: bool) -> ReadOptions:
         ending=ending,
         fail_on_data_loss=parse_bool(_get(options, "failOnDataLoss"), "failOnDataLoss", True),
         include_headers=parse_bool(_get(options, "includeHeaders"), "includeHeaders", False),
-        max_offsets_per_trigger=parse_int(
-            _get(options, "maxOffsetsPerTrigger"), "maxOffsetsPerTrigger", None, 1
-        ),
+        max_offsets_per_trigger=max_rows,
         min_partitions=parse_int(_get(options, "minPartitions"), "minPartitions", None, 1),
         timestamp_strategy=strategy,
         poll_timeout_ms=parse_int(
             _get(options, "kafkaConsumer.pollTimeoutMs"), "kafkaConsumer.pollTimeoutMs", 120_000, 1
         ),
-        batch_rows=parse_int(_get(options, "krafty.batchRows"), "krafty.batchRows", 8192, 1),
+        batch_rows=parse_int(_get(options, "krafty.batchRows"), "krafty.batchRows", None, 1),
+        max_records_per_partition=parse_int(
+            _get(options, "maxRecordsPerPartition"), "maxRecordsPerPartition", None, 1
+        ),
+        min_offsets_per_trigger=min_rows,
+        max_trigger_delay_ms=parse_duration_ms(_get(options, "maxTriggerDelay"), "maxTriggerDelay", "15m"),
+        group_id_prefix=_get(options, "groupIdPrefix"),
+        fetch_offset_retries=parse_int(_get(options, "fetchOffset.numRetries"), "fetchOffset.numRetries", 3, 0),
+        fetch_offset_retry_interval_ms=parse_int(
+            _get(options, "fetchOffset.retryIntervalMs"), "fetchOffset.retryIntervalMs", 1000, 0
+        ),
     )
 
 
@@ -260,9 +323,11 @@ class WriteOptions:
     topic: str | None
     exactly_once: bool = False
     transactional_id_prefix: str | None = None
+    include_headers: bool | None = None  # None: write a headers column when there is one (Spark)
 
 
 def parse_write_options(options) -> WriteOptions:
+    check_known(options, WRITE_OPTIONS, "sink")
     kafka = kafka_params(options, reserved=_RESERVED_PRODUCER)
     topic = _get(options, "topic")
     exactly_once = parse_bool(_get(options, "exactlyOnce"), "exactlyOnce", False)
@@ -272,8 +337,11 @@ def parse_write_options(options) -> WriteOptions:
     if exactly_once and "transactional.id" in kafka:
         raise OptionError("krafty sink: with 'exactlyOnce' set 'transactionalIdPrefix', not kafka.transactional.id "
                           "(each task has a transactional id of its own)")
+    raw_headers = _get(options, "includeHeaders")
     return WriteOptions(kafka=kafka, topic=str(topic) if topic else None, exactly_once=exactly_once,
-                        transactional_id_prefix=str(prefix) if prefix else (f"krafty-spark-{topic}" if topic else None))
+                        transactional_id_prefix=str(prefix) if prefix else (f"krafty-spark-{topic}" if topic else None),
+                        include_headers=None if raw_headers is None else parse_bool(raw_headers, "includeHeaders",
+                                                                                    False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,12 +377,22 @@ def rate_limit(start: dict, latest: dict, max_rows: int) -> dict:
     return out
 
 
-def split_ranges(ranges: list, min_partitions: int | None) -> list:
-    """Split (topic, partition, start, end) ranges so there are at least ``min_partitions``.
+def split_ranges(ranges: list, min_partitions: int | None, max_records: int | None = None) -> list:
+    """Split (topic, partition, start, end) ranges so that none holds more than ``max_records``
+    (maxRecordsPerPartition) and there are at least ``min_partitions`` (Spark's
+    KafkaOffsetRangeCalculator: the first rule, then the second).
 
     One Spark partition per topic partition by default; a larger range gets more pieces.
     """
     ranges = [r for r in ranges if r[3] > r[2]]
+    if max_records:
+        capped = []
+        for topic, part, start, end in ranges:
+            pieces = -(-(end - start) // max_records)
+            size = end - start
+            for i in range(pieces):
+                capped.append((topic, part, start + size * i // pieces, start + size * (i + 1) // pieces))
+        ranges = capped
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
     total = sum(r[3] - r[2] for r in ranges)
@@ -340,3 +418,22 @@ def offsets_to_json(offsets: dict) -> dict:
 
 def offsets_from_json(doc: dict) -> dict:
     return {(t, int(p)): int(off) for t, parts in doc.items() for p, off in parts.items()}
+
+
+def admit(start: dict, latest: dict, min_rows: int, max_delay_ms: int, last_trigger_ms: int, now_ms: int) -> bool:
+    """minOffsetsPerTrigger with maxTriggerDelay (Spark's KafkaMicroBatchStream.delayBatch): run a
+    micro-batch when at least ``min_rows`` records wait or ``max_delay_ms`` passed since the last
+    one ran. Partitions missing from ``start`` count from 0."""
+    if now_ms - last_trigger_ms >= max_delay_ms:
+        return True
+    return sum(max(0, off - start.get(tp, 0)) for tp, off in latest.items()) >= min_rows
+
+
+def offsets_behind_latest(consumed: dict, latest: dict) -> dict:
+    """Spark's Kafka source metrics: min/max/avg of (latest offset - consumed offset) per partition,
+    as strings (ReportsSourceMetrics); empty when nothing is known yet."""
+    behind = [off - consumed[tp] for tp, off in latest.items() if tp in consumed]
+    if not behind:
+        return {}
+    return {"minOffsetsBehindLatest": str(min(behind)), "maxOffsetsBehindLatest": str(max(behind)),
+            "avgOffsetsBehindLatest": str(sum(behind) / len(behind))}

@@ -6,6 +6,9 @@ schema of Spark's built-in Kafka connector.
 
 from __future__ import annotations
 
+import logging
+import time
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -35,6 +38,8 @@ from pyspark.sql.types import (
 from . import client
 from .options import (
     OptionError,
+    admit,
+    offsets_behind_latest,
     offsets_from_json,
     offsets_to_json,
     parse_read_options,
@@ -96,6 +101,26 @@ class KraftyDataSource(DataSource):
         return KraftyStreamWriter(self.options, schema)
 
 
+log = logging.getLogger("krafty.pipeline")
+
+# Spark's warning when kafka.group.id is set (KafkaSourceProvider.CUSTOM_GROUP_ID_ERROR_MESSAGE); the
+# krafty source never joins that group (the name is only given to the driver's metadata client)
+_GROUP_ID_WARNING = ("option 'kafka.group.id' is set: Spark's Kafka source uses it as the consumer group of "
+                     "every query reading with these options; the krafty source only names its driver client "
+                     "with it and joins no group, so queries sharing it do not interfere")
+
+
+def _check_kafka(opts, what: str) -> None:
+    client.check_conf(opts.kafka, what)
+    if "group.id" in {k.lower() for k in opts.kafka}:
+        log.warning("krafty %s: %s", what, _GROUP_ID_WARNING)
+
+
+def _metadata(o, default_prefix: str) -> client.Metadata:
+    return client.Metadata(o.kafka, group_id_prefix=o.group_id_prefix or default_prefix,
+                           retries=o.fetch_offset_retries, retry_interval_ms=o.fetch_offset_retry_interval_ms)
+
+
 def _read_partition(opts, schema: StructType, part):
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -134,10 +159,11 @@ class KraftyBatchReader(DataSourceReader):
     def __init__(self, options, schema: StructType):
         self.opts = parse_read_options(options, streaming=False)
         self.schema = schema
+        _check_kafka(self.opts, "source")
 
     def partitions(self):
         o = self.opts
-        meta = client.Metadata(o.kafka)
+        meta = _metadata(o, "spark-kafka-relation")
         try:
             tps = meta.partitions(o.subscription)
             if not tps:
@@ -161,7 +187,7 @@ class KraftyBatchReader(DataSourceReader):
                     f"{tp[0]}-{tp[1]}: ending offset {ends[tp]} is before starting offset {starts[tp]}"
                 )
         ranges = [(t, p, starts[(t, p)], ends[(t, p)]) for t, p in tps]
-        return [KafkaRange(*r) for r in split_ranges(ranges, o.min_partitions)]
+        return [KafkaRange(*r) for r in split_ranges(ranges, o.min_partitions, o.max_records_per_partition)]
 
     def read(self, partition: KafkaRange):
         return _read_partition(self.opts, self.schema, partition)
@@ -173,13 +199,16 @@ class KraftyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options, schema: StructType):
         self.opts = parse_read_options(options, streaming=True)
         self.schema = schema
+        _check_kafka(self.opts, "streaming source")
         self._meta: client.Metadata | None = None
         self._target: dict | None = None  # Trigger.AvailableNow: never read past this
+        self._latest: dict | None = None  # the latest offsets seen by the last latestOffset (metrics)
+        self._last_trigger_ms = 0  # when the last micro-batch was admitted (minOffsetsPerTrigger)
 
     @property
     def meta(self) -> client.Metadata:
         if self._meta is None:
-            self._meta = client.Metadata(self.opts.kafka)
+            self._meta = _metadata(self.opts, "spark-kafka-source")
         return self._meta
 
     def initialOffset(self) -> dict:
@@ -194,7 +223,7 @@ class KraftyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def _latest(self) -> tuple[dict, dict]:
+    def _latest_marks(self) -> tuple[dict, dict]:
         tps = self.meta.partitions(self.opts.subscription)
         marks = self.meta.watermarks(tps)
         return {tp: hw for tp, (_, hw) in marks.items()}, marks
@@ -207,7 +236,7 @@ class KraftyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # partitions created after the target was taken are not read by this run
             marks = self.meta.watermarks(list(latest))
         else:
-            latest, marks = self._latest()
+            latest, marks = self._latest_marks()
         for tp in begin:
             if tp not in latest:
                 msg = f"partition {tp[0]}-{tp[1]} is gone (topic deleted or partitions reduced)"
@@ -230,6 +259,13 @@ class KraftyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 effective[tp] = s
             else:
                 effective[tp] = marks[tp][0]  # a new partition is read from its start (as Spark does)
+        self._latest = dict(latest)
+        if o.min_offsets_per_trigger and self._target is None and not isinstance(limit, ReadAllAvailable):
+            now_ms = int(time.time() * 1000)
+            if not admit(effective, latest, o.min_offsets_per_trigger, o.max_trigger_delay_ms,
+                         self._last_trigger_ms, now_ms):
+                return start  # fewer than minOffsetsPerTrigger records and maxTriggerDelay not over: wait
+            self._last_trigger_ms = now_ms
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(effective, latest, limit.max_rows)
         else:
@@ -240,14 +276,19 @@ class KraftyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(end)
 
     def reportLatestOffset(self):
-        try:
-            latest, _ = self._latest()
-        except Exception:
-            return None
-        return offsets_to_json(latest)
+        """The latest offsets the last ``latestOffset`` saw (the query progress's ``latestOffset``)."""
+        return offsets_to_json(self._latest) if self._latest else None
+
+    def metrics(self, latest_consumed_offset: dict | None) -> dict:
+        """Spark's Kafka source metrics (ReportsSourceMetrics): min/max/avg offsets behind latest of
+        the consumed offsets. PySpark 4.3 does not yet call this for Python sources; the same
+        figures come from a query's progress with ``pipeline.kafka_metrics``."""
+        if not latest_consumed_offset or not self._latest:
+            return {}
+        return offsets_behind_latest(offsets_from_json(latest_consumed_offset), self._latest)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target, _ = self._latest()
+        self._target, _ = self._latest_marks()
 
     def partitions(self, start: dict, end: dict):
         o = self.opts
@@ -265,7 +306,7 @@ class KraftyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 starts[tp] = begin[tp]
         ranges = _check_ranges(starts, stop, o.fail_on_data_loss, "planned")
-        return [KafkaRange(*r) for r in split_ranges(ranges, o.min_partitions)]
+        return [KafkaRange(*r) for r in split_ranges(ranges, o.min_partitions, o.max_records_per_partition)]
 
     def read(self, partition: KafkaRange):
         return _read_partition(self.opts, self.schema, partition)
@@ -278,8 +319,11 @@ class KraftyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._meta.close()
 
 
-def _validate_sink_schema(schema: StructType, topic_option: str | None) -> None:
+def _validate_sink_schema(schema: StructType, topic_option: str | None, include_headers: bool | None = None) -> None:
     names = {f.name.lower(): f for f in schema.fields}
+    if include_headers and "headers" not in names:
+        raise OptionError("krafty sink: option 'includeHeaders' is true but the DataFrame has no 'headers' column "
+                          "(array<struct<key:string,value:binary>>)")
     if "value" not in names:
         raise OptionError("krafty sink: the DataFrame needs a 'value' column (string or binary)")
     for col in ("key", "value"):
@@ -312,6 +356,8 @@ class _Written(WriterCommitMessage):
 def _write(opts, iterator, streaming: bool) -> _Written:
     """One task's rows: at least once, or with ``exactlyOnce`` in a transaction of this task slot's
     transactional id, recording the micro-batch as done (client.write_batches_exactly_once)."""
+    if opts.include_headers is False:  # includeHeaders=false: a headers column is not written
+        iterator = (b.drop_columns([n for n in b.schema.names if n.lower() == "headers"]) for b in iterator)
     if not opts.exactly_once:
         return _Written(client.write_batches(opts.kafka, opts.topic, iterator))
     from pyspark import TaskContext
@@ -326,7 +372,8 @@ def _write(opts, iterator, streaming: bool) -> _Written:
 class KraftyBatchWriter(DataSourceArrowWriter):
     def __init__(self, options, schema: StructType):
         self.opts = parse_write_options(options)
-        _validate_sink_schema(schema, self.opts.topic)
+        _validate_sink_schema(schema, self.opts.topic, self.opts.include_headers)
+        _check_kafka(self.opts, "sink")
 
     def write(self, iterator):
         return _write(self.opts, iterator, streaming=False)
@@ -338,7 +385,8 @@ class KraftyStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options, schema: StructType):
         self.opts = parse_write_options(options)
-        _validate_sink_schema(schema, self.opts.topic)
+        _validate_sink_schema(schema, self.opts.topic, self.opts.include_headers)
+        _check_kafka(self.opts, "sink")
 
     def write(self, iterator):
         return _write(self.opts, iterator, streaming=True)

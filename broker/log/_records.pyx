@@ -12,6 +12,7 @@ sections (produce validates those in a worker thread while the event loop goes o
 
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 VERSION = 1
 
@@ -247,3 +248,254 @@ def scan(const unsigned char[::1] data, Py_ssize_t count, bint keys):
         return w.tmin, w.tmax, bool(w.in_order), [nulls[i] for i in range(w.nnull)]
     finally:
         free(nulls)
+
+
+# --- columns for readers (the Spark source: pipeline/arrow_records.py) ------------------------
+
+cdef struct Rec:
+    int64_t ts_delta
+    int32_t off_delta
+    Py_ssize_t key_pos
+    int32_t key_len  # -1: null
+    Py_ssize_t val_pos
+    int32_t val_len  # -1: null
+    int32_t nh
+    Py_ssize_t hdr_pos
+    Py_ssize_t end
+
+
+cdef inline int read_record(const unsigned char* d, Py_ssize_t pos, Py_ssize_t end, Rec* r) noexcept nogil:
+    """One record of a records section at ``pos``: 0, or a refusal kind (the checks of ``walk``)."""
+    cdef int32_t length, n, k
+    cdef Py_ssize_t p, rend, j
+    cdef int e = field32(d, &pos, end, &length)
+    if e:
+        return PAST_END
+    if length < 6 or length > end - pos:
+        return LENGTH
+    rend = pos + length
+    r.end = rend
+    p = pos + 1  # after the attributes
+    if varint64(d, &p, rend, &r.ts_delta):
+        return FIELD_PAST
+    if field32(d, &p, rend, &r.off_delta):
+        return FIELD_PAST
+    if field32(d, &p, rend, &n):
+        return FIELD_PAST
+    if n >= 0 and n > rend - p:
+        return FIELD_PAST
+    r.key_pos = p
+    r.key_len = n if n >= 0 else -1
+    if n > 0:
+        p += n
+    if field32(d, &p, rend, &n):
+        return FIELD_PAST
+    if n >= 0 and n > rend - p:
+        return FIELD_PAST
+    r.val_pos = p
+    r.val_len = n if n >= 0 else -1
+    if n > 0:
+        p += n
+    if field32(d, &p, rend, &n):
+        return FIELD_PAST
+    if n < 0 or n > rend - p:
+        return HEADERS
+    r.nh = n
+    r.hdr_pos = p
+    for j in range(n):
+        if field32(d, &p, rend, &k):
+            return FIELD_PAST
+        if k < 0:
+            return HEADER_KEY
+        if k > rend - p:
+            return FIELD_PAST
+        p += k
+        if field32(d, &p, rend, &k):
+            return FIELD_PAST
+        if k > 0:
+            if k > rend - p:
+                return FIELD_PAST
+            p += k
+    if p != rend:
+        return SIZE
+    return 0
+
+
+cdef inline void set_bit(unsigned char* bits, Py_ssize_t i) noexcept nogil:
+    bits[i >> 3] |= <unsigned char>(1 << (i & 7))
+
+
+def decode_columns(list sections, int64_t start, int64_t end, bint want_headers):
+    """Arrow column buffers of the records in offsets [start, end) of record batches.
+
+    ``sections``: ``(records section, record count, base offset, base timestamp, max timestamp,
+    timestamp type)`` per batch, in offset order; a section is the (decompressed) bytes after the
+    61-byte batch header. Returns ``(n, offsets, timestamps, timestamp types, key, value,
+    headers)``: offsets int64 and timestamps int64 (microseconds, as Spark's TimestampType) and
+    types int32 are buffers of n values; key and value are ``(validity bitmap, int32 offsets, data,
+    null count)`` of Arrow binary arrays; headers (None unless ``want_headers``) is ``(list validity,
+    list offsets, list null count, header count, key offsets, key data, value validity, value
+    offsets, value data, value null count)`` for list<struct<key: string, value: binary>> (a
+    record without headers is null, as in Spark's Kafka source). Raises ValueError on a malformed
+    record. One pass sizes the buffers, one fills them."""
+    cdef Py_ssize_t nsec = len(sections)
+    cdef Py_ssize_t s, i, j, pos, slen, p
+    cdef const unsigned char[::1] data
+    cdef const unsigned char* d
+    cdef Rec r
+    cdef int rc
+    cdef int32_t k
+    cdef int64_t off, count, base, base_ts, max_ts, ts
+    cdef int ttype
+    cdef Py_ssize_t n = 0, kbytes = 0, vbytes = 0, nh = 0, hkbytes = 0, hvbytes = 0
+    # pass 1: validate and size
+    for s in range(nsec):
+        sec = sections[s]
+        data = sec[0]
+        count = sec[1]
+        base = sec[2]
+        slen = data.shape[0]
+        if slen == 0:
+            continue
+        d = &data[0]
+        pos = 0
+        for i in range(count):
+            rc = read_record(d, pos, slen, &r)
+            if rc:
+                raise ValueError(f"malformed record {i} of the batch at offset {base} (refusal {rc})")
+            pos = r.end
+            off = base + r.off_delta
+            if off < start or off >= end:
+                continue
+            n += 1
+            if r.key_len > 0:
+                kbytes += r.key_len
+            if r.val_len > 0:
+                vbytes += r.val_len
+            if want_headers and r.nh:
+                nh += r.nh
+                p = r.hdr_pos
+                for j in range(r.nh):
+                    field32(d, &p, r.end, &k)
+                    hkbytes += k
+                    p += k
+                    field32(d, &p, r.end, &k)
+                    if k > 0:
+                        hvbytes += k
+                        p += k
+        if pos != slen:
+            raise ValueError(f"the batch at offset {base} has {slen - pos} bytes after its {count} records")
+    offsets = bytearray(8 * n)
+    stamps = bytearray(8 * n)
+    types = bytearray(4 * n)
+    kvalid = bytearray((n + 7) // 8)
+    koffs = bytearray(4 * (n + 1))
+    kdata = bytearray(kbytes)
+    vvalid = bytearray((n + 7) // 8)
+    voffs = bytearray(4 * (n + 1))
+    vdata = bytearray(vbytes)
+    cdef int64_t* o_off = <int64_t*><char*>offsets if n else NULL
+    cdef int64_t* o_ts = <int64_t*><char*>stamps if n else NULL
+    cdef int32_t* o_type = <int32_t*><char*>types if n else NULL
+    cdef unsigned char* o_kvalid = <unsigned char*><char*>kvalid if n else NULL
+    cdef int32_t* o_koffs = <int32_t*><char*>koffs
+    cdef unsigned char* o_kdata = <unsigned char*><char*>kdata if kbytes else NULL
+    cdef unsigned char* o_vvalid = <unsigned char*><char*>vvalid if n else NULL
+    cdef int32_t* o_voffs = <int32_t*><char*>voffs
+    cdef unsigned char* o_vdata = <unsigned char*><char*>vdata if vbytes else NULL
+    hvalid = bytearray((n + 7) // 8 if want_headers else 0)
+    hoffs = bytearray(4 * (n + 1) if want_headers else 0)
+    hkoffs = bytearray(4 * (nh + 1) if want_headers else 0)
+    hkdata = bytearray(hkbytes)
+    hvvalid = bytearray((nh + 7) // 8)
+    hvoffs = bytearray(4 * (nh + 1) if want_headers else 0)
+    hvdata = bytearray(hvbytes)
+    cdef unsigned char* o_hvalid = <unsigned char*><char*>hvalid if want_headers and n else NULL
+    cdef int32_t* o_hoffs = <int32_t*><char*>hoffs if want_headers else NULL
+    cdef int32_t* o_hkoffs = <int32_t*><char*>hkoffs if want_headers else NULL
+    cdef unsigned char* o_hkdata = <unsigned char*><char*>hkdata if hkbytes else NULL
+    cdef unsigned char* o_hvvalid = <unsigned char*><char*>hvvalid if nh else NULL
+    cdef int32_t* o_hvoffs = <int32_t*><char*>hvoffs if want_headers else NULL
+    cdef unsigned char* o_hvdata = <unsigned char*><char*>hvdata if hvbytes else NULL
+    cdef Py_ssize_t row = 0, kpos = 0, vpos = 0, knull = 0, vnull = 0, hrow = 0, hkpos = 0, hvpos = 0
+    cdef Py_ssize_t hnull = 0, hvnull = 0
+    if n:
+        o_koffs[0] = 0
+        o_voffs[0] = 0
+        if want_headers:
+            o_hoffs[0] = 0
+            o_hkoffs[0] = 0
+            o_hvoffs[0] = 0
+    # pass 2: fill (the records were checked by pass 1)
+    for s in range(nsec):
+        if row == n:
+            break
+        sec = sections[s]
+        data = sec[0]
+        count = sec[1]
+        base = sec[2]
+        base_ts = sec[3]
+        max_ts = sec[4]
+        ttype = sec[5]
+        slen = data.shape[0]
+        if slen == 0:
+            continue
+        d = &data[0]
+        pos = 0
+        with nogil:
+            for i in range(count):
+                read_record(d, pos, slen, &r)
+                pos = r.end
+                off = base + r.off_delta
+                if off < start or off >= end:
+                    continue
+                o_off[row] = off
+                ts = max_ts if ttype == 1 else base_ts + r.ts_delta
+                o_ts[row] = ts * 1000
+                o_type[row] = ttype
+                if r.key_len >= 0:
+                    set_bit(o_kvalid, row)
+                    memcpy(o_kdata + kpos, d + r.key_pos, r.key_len)
+                    kpos += r.key_len
+                else:
+                    knull += 1
+                o_koffs[row + 1] = <int32_t>kpos
+                if r.val_len >= 0:
+                    set_bit(o_vvalid, row)
+                    memcpy(o_vdata + vpos, d + r.val_pos, r.val_len)
+                    vpos += r.val_len
+                else:
+                    vnull += 1
+                o_voffs[row + 1] = <int32_t>vpos
+                if want_headers:
+                    if r.nh:
+                        set_bit(o_hvalid, row)
+                        p = r.hdr_pos
+                        for j in range(r.nh):
+                            field32(d, &p, r.end, &k)
+                            memcpy(o_hkdata + hkpos, d + p, k)
+                            hkpos += k
+                            p += k
+                            o_hkoffs[hrow + 1] = <int32_t>hkpos
+                            field32(d, &p, r.end, &k)
+                            if k >= 0:
+                                set_bit(o_hvvalid, hrow)
+                                memcpy(o_hvdata + hvpos, d + p, k)
+                                hvpos += k
+                                p += k
+                            else:
+                                hvnull += 1
+                            o_hvoffs[hrow + 1] = <int32_t>hvpos
+                            hrow += 1
+                    else:
+                        hnull += 1
+                    o_hoffs[row + 1] = <int32_t>hrow
+                row += 1
+                if row == n:
+                    break
+    if kbytes > 0x7FFFFFFF or vbytes > 0x7FFFFFFF or hkbytes > 0x7FFFFFFF or hvbytes > 0x7FFFFFFF:
+        raise ValueError("more than 2 GiB of keys, values or headers in one decode")
+    key = (kvalid, koffs, kdata, knull)
+    value = (vvalid, voffs, vdata, vnull)
+    headers = (hvalid, hoffs, hnull, nh, hkoffs, hkdata, hvvalid, hvoffs, hvdata, hvnull) if want_headers else None
+    return n, offsets, stamps, types, key, value, headers

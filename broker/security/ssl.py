@@ -3,9 +3,9 @@ Kafka's ``ssl.*`` keys (each may be given per listener as ``listener.name.<l>.ss
 
 Keystores: ``ssl.keystore.type`` PEM (a file with the private key and the certificate
 chain, or the inline ``ssl.keystore.key`` + ``ssl.keystore.certificate.chain``; an encrypted
-key is opened with ``ssl.key.password``) or PKCS12 (needs the ``cryptography`` package).
-JKS is refused with a message saying how to convert it. Truststores: PEM file, inline
-``ssl.truststore.certificates``, or PKCS12.
+key is opened with ``ssl.key.password``), PKCS12 (needs the ``cryptography`` package) or JKS
+(broker/security/jks.py). Truststores: PEM file, inline ``ssl.truststore.certificates``, PKCS12
+or JKS.
 
 Kafka connections keep using raw non-blocking sockets (broker/server.py): ``TlsIO`` runs
 an ``ssl.SSLObject`` over memory BIOs on top of them, so the plaintext and TLS paths share
@@ -52,6 +52,24 @@ def _pkcs12(path: str, password: str | None, key_name: str):
     return pem_key, b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
 
 
+def _jks(path: str, store_password: str | None, key_password: str | None, key_name: str):
+    """(PEM key, PEM certificate chain, PEM trusted certificates) of a JKS file (one private key)."""
+    from broker.security.jks import JksError, read_jks
+
+    try:
+        with open(path, "rb") as f:
+            keys, trusted = read_jks(f.read(), store_password, key_password)
+    except OSError as e:
+        raise ConfigError(f"cannot read JKS store {path} (configuration key '{key_name}'): {e.strerror}") from None
+    except JksError as e:
+        raise ConfigError(f"cannot read JKS store {path} (configuration key '{key_name}'): {e}") from None
+    if len(keys) > 1:
+        raise ConfigError(f"JKS store {path} (configuration key '{key_name}') holds {len(keys)} private keys "
+                          f"({', '.join(a for a, _, _ in keys)}); keep one")
+    key, chain = (keys[0][1], keys[0][2]) if keys else (b"", b"")
+    return key, chain, trusted
+
+
 def _load_keystore(ctx: ssl.SSLContext, cfg: Config, listener: str | None, required: bool) -> bool:
     kind = (_val(cfg, listener, "ssl.keystore.type") or "PKCS12").upper()
     location = _val(cfg, listener, "ssl.keystore.location")
@@ -65,20 +83,22 @@ def _load_keystore(ctx: ssl.SSLContext, cfg: Config, listener: str | None, requi
             raise ConfigError(f"listener {listener} uses TLS but neither '{loc_key}' nor "
                               f"'{_key_name(listener, 'ssl.keystore.key')}' is set")
         return False
-    if kind == "JKS":
-        raise ConfigError(f"configuration key '{_key_name(listener, 'ssl.keystore.type')}': JKS is not supported; "
-                          "convert it with keytool -importkeystore -deststoretype PKCS12, or use PEM")
-    if kind not in ("PEM", "PKCS12"):
+    if kind not in ("PEM", "PKCS12", "JKS"):
         raise ConfigError(f"configuration key '{_key_name(listener, 'ssl.keystore.type')}': unknown type {kind!r} "
-                          "(expected PEM or PKCS12)")
+                          "(expected PEM, PKCS12 or JKS)")
     if inline_key:
         if kind != "PEM" or not inline_chain:
             raise ConfigError(f"'{_key_name(listener, 'ssl.keystore.key')}' needs ssl.keystore.type=PEM and "
                               f"'{_key_name(listener, 'ssl.keystore.certificate.chain')}'")
         _load_pem_pair(ctx, inline_key.encode(), inline_chain.encode(), key_password, loc_key)
         return True
-    if kind == "PKCS12":
-        pem_key, pem_chain = _pkcs12(location, store_password, loc_key)
+    if kind in ("PKCS12", "JKS"):
+        if kind == "PKCS12":
+            pem_key, pem_chain = _pkcs12(location, store_password, loc_key)
+        else:
+            pem_key, pem_chain, _ = _jks(location, store_password, key_password, loc_key)
+        if not pem_key:
+            raise ConfigError(f"configuration key '{loc_key}': {location} holds no private key")
         _load_pem_pair(ctx, pem_key, pem_chain, None, loc_key)
         return True
     try:
@@ -116,9 +136,11 @@ def _load_truststore(ctx: ssl.SSLContext, cfg: Config, listener: str | None) -> 
         if not location:
             return False
         if kind == "JKS":
-            raise ConfigError(f"configuration key '{_key_name(listener, 'ssl.truststore.type')}': JKS is not "
-                              "supported; convert it to PKCS12 or PEM")
-        if kind == "PKCS12":
+            _, chain, trusted = _jks(location, _val(cfg, listener, "ssl.truststore.password"), None, loc_key)
+            if not trusted + chain:
+                raise ConfigError(f"configuration key '{loc_key}': {location} holds no certificate")
+            ctx.load_verify_locations(cadata=(trusted + chain).decode())
+        elif kind == "PKCS12":
             _, pem = _pkcs12(location, _val(cfg, listener, "ssl.truststore.password"), loc_key)
             ctx.load_verify_locations(cadata=pem.decode())
         else:
@@ -297,9 +319,14 @@ def _pem_key_and_chain(cfg: Config, listener: str) -> tuple[bytes, bytes]:
         raise ConfigError(f"controller listener {listener} uses SSL but '{loc_key}' is not set")
     elif kind == "PKCS12":
         return _pkcs12(location, _val(cfg, listener, "ssl.keystore.password"), loc_key)
+    elif kind == "JKS":
+        key, chain, _ = _jks(location, _val(cfg, listener, "ssl.keystore.password"), password, loc_key)
+        if not key:
+            raise ConfigError(f"configuration key '{loc_key}': {location} holds no private key")
+        return key, chain
     elif kind != "PEM":
         raise ConfigError(f"configuration key '{_key_name(listener, 'ssl.keystore.type')}': the controller listener "
-                          "takes PEM or PKCS12")
+                          "takes PEM, PKCS12 or JKS")
     else:
         try:
             with open(location, "rb") as f:
@@ -335,8 +362,12 @@ def _pem_trust(cfg: Config, listener: str) -> bytes | None:
     if not location:
         return None
     loc_key = _key_name(listener, "ssl.truststore.location")
-    if (_val(cfg, listener, "ssl.truststore.type") or "PEM").upper() == "PKCS12":
+    kind = (_val(cfg, listener, "ssl.truststore.type") or "PEM").upper()
+    if kind == "PKCS12":
         return _pkcs12(location, _val(cfg, listener, "ssl.truststore.password"), loc_key)[1]
+    if kind == "JKS":
+        _, chain, trusted = _jks(location, _val(cfg, listener, "ssl.truststore.password"), None, loc_key)
+        return trusted + chain
     try:
         with open(location, "rb") as f:
             return f.read()

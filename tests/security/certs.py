@@ -63,6 +63,29 @@ class TestCA:
         return path
 
 
+    def keystore_jks(self, name: str, cn: str, store_password: str, key_password: str, *,
+                     server: bool = False) -> Path:
+        """A JKS keystore (key + certificate chain) made by the JDK's keytool from a PKCS12 one."""
+        p12 = self.keystore_p12(name, cn, store_password, server=server)
+        path = self.dir / f"{name}.keystore.jks"
+        _keytool("-importkeystore", "-srckeystore", p12.name, "-srcstoretype", "PKCS12", "-srcstorepass",
+                 store_password, "-destkeystore", path.name, "-deststoretype", "JKS", "-deststorepass",
+                 store_password, "-destkeypass", key_password, "-noprompt", cwd=self.dir)
+        return path
+
+    def truststore_jks(self, password: str) -> Path:
+        """A JKS truststore holding the CA certificate (keytool -importcert)."""
+        path = self.dir / "truststore.jks"
+        if not path.exists():
+            _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", self.ca_cert.name, "-storetype", "JKS",
+                     "-keystore", path.name, "-storepass", password, cwd=self.dir)
+        return path
+
+
+def _keytool(*args: str, cwd: Path) -> None:
+    subprocess.run(["keytool", *args], cwd=cwd, check=True, capture_output=True, timeout=120)
+
+
 def make_ca(directory: Path) -> TestCA:
     directory.mkdir(parents=True, exist_ok=True)
     _run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",

@@ -3,6 +3,7 @@ the key; per-listener keys (listener.name.<l>.*) override the global ones."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import ssl
 import threading
@@ -50,12 +51,30 @@ def test_tls_listener_needs_a_keystore():
         listener_security(c, "SECURE")
 
 
-@pytest.mark.parametrize("kind,match", [("JKS", "JKS is not supported"), ("XYZ", "unknown type")])
+@pytest.mark.parametrize("kind,match", [("JKS", "not a JKS keystore"), ("XYZ", "unknown type")])
 def test_unsupported_keystore_types(ca, kind, match):
     c = Config({**BASE, "sasl.enabled.mechanisms": "SCRAM-SHA-256", "ssl.keystore.type": kind,
                 "ssl.keystore.location": str(ca.ks)})
     with pytest.raises(ConfigError, match=match):
         listener_security(c, "SECURE")
+
+
+@pytest.mark.skipif(shutil.which("keytool") is None, reason="needs the JDK's keytool to make JKS files")
+def test_jks_keystore_and_truststore(ca):
+    ks = ca.keystore_jks("jks-server", "localhost", "storepass", "keypass", server=True)
+    ts = ca.truststore_jks("trustpass")
+    base = {**BASE, "sasl.enabled.mechanisms": "SCRAM-SHA-256", "ssl.keystore.type": "JKS",
+            "ssl.keystore.location": str(ks), "ssl.keystore.password": "storepass", "ssl.key.password": "keypass",
+            "ssl.truststore.type": "JKS", "ssl.truststore.location": str(ts),
+            "ssl.truststore.password": "trustpass", "listener.name.secure.ssl.client.auth": "required"}
+    sec = listener_security(Config(base), "SECURE")
+    assert isinstance(sec.ssl_context, ssl.SSLContext)
+    assert [c["subject"] for c in sec.ssl_context.get_ca_certs()] == [((("organizationName", "krafty-test"),),
+                                                                       (("commonName", "krafty test CA"),))]
+    with pytest.raises(ConfigError, match="wrong key password"):
+        listener_security(Config({**base, "ssl.key.password": "nope"}), "SECURE")
+    with pytest.raises(ConfigError, match="password was incorrect"):
+        listener_security(Config({**base, "ssl.truststore.password": "nope"}), "SECURE")
 
 
 def test_missing_keystore_file_and_wrong_key_password(ca, tmp_path):

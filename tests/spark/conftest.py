@@ -1,7 +1,12 @@
 """Fixtures for the Spark pipeline suite (tests/spark, `make test-spark`).
 
-Target selection (environment):
-  (default)                  start a krafty node: `python -m krafty node --config FILE`
+Spark: a standalone cluster (a master and two workers of one core each, started from the pyspark
+installation on 127.0.0.1, pipeline/standalone.py) that every job is submitted to; with
+KRAFTY_SPARK_MASTER=local[2] the jobs run in local mode instead.
+
+Kafka (KRAFTY_SPARK_TARGET):
+  (default)                  a krafty cluster of 3 controllers + 3 brokers, one process each
+  KRAFTY_SPARK_TARGET=node   one combined broker+controller krafty node
   KRAFTY_SPARK_TARGET=mock   librdkafka's built-in mock cluster (no timestamp lookups, no topic
                              deletion: tests marked krafty_only are skipped). For checking the
                              pipeline code itself while the broker is unavailable.
@@ -26,8 +31,16 @@ from pipeline.local_node import answers_api_versions
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-TARGET = os.environ.get("KRAFTY_SPARK_TARGET", "krafty")
+TARGET = os.environ.get("KRAFTY_SPARK_TARGET", "cluster")
 MOCK = TARGET == "mock"
+MASTER = os.environ.get("KRAFTY_SPARK_MASTER", "standalone")
+# krafty settings for the tests: a dead broker fenced in 3 s; retention checked every second
+CLUSTER_OVERRIDES = {
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "replica.lag.time.max.ms": "5000",
+    "log.retention.check.interval.ms": "1000",
+}
 
 pytest.importorskip("pyspark", reason="needs the spark extra: pip install krafty[spark]")
 
@@ -36,15 +49,20 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "krafty_only: needs a real broker (skipped on KRAFTY_SPARK_TARGET=mock)"
     )
+    config.addinivalue_line(
+        "markers", "krafty_cluster: needs the 3+3 krafty cluster (KRAFTY_SPARK_TARGET unset or 'cluster')"
+    )
 
 
 def pytest_collection_modifyitems(config, items):
-    if not MOCK:
-        return
-    skip = pytest.mark.skip(reason="KRAFTY_SPARK_TARGET=mock: librdkafka's mock cluster lacks this feature")
+    here = str(Path(__file__).parent)
     for item in items:
-        if "krafty_only" in item.keywords and str(item.path).startswith(str(Path(__file__).parent)):
-            item.add_marker(skip)
+        if not str(item.path).startswith(here):
+            continue
+        if MOCK and "krafty_only" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="KRAFTY_SPARK_TARGET=mock: librdkafka's mock cluster lacks this"))
+        if TARGET != "cluster" and "krafty_cluster" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=f"KRAFTY_SPARK_TARGET={TARGET}: needs the 3+3 krafty cluster"))
 
 
 def api_versions_ok(host: str, port: int, timeout: float = 1.0) -> bool:
@@ -152,15 +170,78 @@ class MockBroker:
         self._owner = None
 
 
+class KraftyCluster:
+    """3 controllers + 3 brokers, one `krafty node` process each (tests/cluster's Cluster)."""
+
+    def __init__(self, directory: Path):
+        from tests.cluster.conftest import Cluster
+
+        self.c = Cluster(str(directory), overrides=CLUSTER_OVERRIDES)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.c.bootstrap
+
+    def start(self, timeout: float = 180) -> KraftyCluster:
+        import confluent_kafka as ck
+
+        self.c.start()
+        deadline = time.monotonic() + timeout
+        p = ck.Producer({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        try:
+            while time.monotonic() < deadline:
+                dead = [n for n, pr in self.c.procs.items() if pr.poll() is not None]
+                if dead:
+                    raise RuntimeError(f"{dead[0]} exited:\n{self.c.log_text(dead[0])[-3000:]}")
+                try:
+                    if len(p.list_topics(timeout=5).brokers) == self.c.n_brokers:
+                        return self
+                except ck.KafkaException:
+                    pass
+                time.sleep(0.5)
+        finally:
+            p.flush(0)
+        raise RuntimeError(f"the krafty cluster did not list {self.c.n_brokers} brokers within {timeout}s")
+
+    def broker_name(self, broker_id: int) -> str:
+        return self.c.broker_name(broker_id)
+
+    def kill(self, broker_id: int) -> None:
+        self.c.kill(self.broker_name(broker_id))
+
+    def restart(self, broker_id: int) -> None:
+        self.c.start(self.broker_name(broker_id))
+
+    def close(self) -> None:
+        self.c.shutdown()
+
+
 @pytest.fixture(scope="session")
-def bootstrap(tmp_path_factory):
-    """bootstrap.servers of the broker under test, started (and stopped) by this fixture."""
+def krafty_cluster(tmp_path_factory):
+    if TARGET != "cluster":
+        pytest.skip(f"KRAFTY_SPARK_TARGET={TARGET}: the 3+3 krafty cluster is not started")
+    c = KraftyCluster(tmp_path_factory.mktemp("krafty-cluster"))
+    try:
+        c.start()
+    except RuntimeError as e:
+        c.close()
+        pytest.fail(f"the krafty cluster did not start: {e}", pytrace=False)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(request, tmp_path_factory):
+    """bootstrap.servers of the brokers under test, started (and stopped) by these fixtures."""
     if MOCK:
         m = MockBroker()
         yield m.bootstrap
         m.close()
         return
-    if TARGET != "krafty":
+    if TARGET == "cluster":
+        yield request.getfixturevalue("krafty_cluster").bootstrap
+        return
+    if TARGET != "node":
         yield TARGET
         return
     node = KraftyProcess(tmp_path_factory.mktemp("krafty"))
@@ -175,10 +256,41 @@ def bootstrap(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def spark():
+def standalone(tmp_path_factory):
+    """A Spark standalone master and two workers (one core each) on 127.0.0.1."""
+    if MASTER != "standalone":
+        pytest.skip(f"KRAFTY_SPARK_MASTER={MASTER}: no standalone cluster")
+    from pipeline.standalone import StandaloneSpark
+
+    c = StandaloneSpark(workers=2, cores=1, memory="1500m", directory=str(tmp_path_factory.mktemp("spark")))
+    try:
+        c.start(timeout=300)
+    except RuntimeError as e:
+        c.stop()
+        pytest.fail(f"the Spark standalone cluster did not start: {e}", pytrace=False)
+    yield c
+    c.stop()
+
+
+def executors(spark) -> int:
+    """Executors registered with the driver (the driver itself not counted)."""
+    return spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+
+
+@pytest.fixture(scope="session")
+def spark(request):
     import pipeline
 
-    s = pipeline.session("krafty-tests", master="local[2]")
+    if MASTER == "standalone":
+        cluster = request.getfixturevalue("standalone")
+        s = pipeline.session("krafty-tests", master=cluster.master_url,
+                             conf={"spark.executor.memory": "1g"})
+        deadline = time.monotonic() + 300
+        while executors(s) < cluster.n_workers and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert executors(s) == cluster.n_workers, f"{executors(s)} executors registered, not {cluster.n_workers}"
+    else:
+        s = pipeline.session("krafty-tests", master=MASTER)
     s.sparkContext.setLogLevel("ERROR")
     yield s
     for q in s.streams.active:

@@ -197,6 +197,26 @@ def test_starting_offsets_by_timestamp(spark, kafka, bootstrap):
     assert ms == [base + i * 1000 for i in range(100)]
 
 
+def test_a_mistyped_option_fails_naming_it(spark, kafka, bootstrap):
+    topic = kafka.topic("typo", partitions=1)
+    # a source option: named, with the likely intended one and the accepted ones
+    with pytest.raises(Exception, match=r"unknown option 'startingoffset' \(did you mean 'startingOffsets'\?\); "
+                                        r"accepted options: .*endingOffsets.*subscribe"):
+        _read(spark, bootstrap, subscribe=topic, startingOffset="earliest").collect()
+    # a sink option
+    df = spark.createDataFrame([("v",)], "value STRING")
+    with pytest.raises(Exception, match=r"krafty sink: unknown option 'topics' \(did you mean 'topic'\?\)"):
+        df.write.format("krafty").option("kafka.bootstrap.servers", bootstrap).option("topics", topic) \
+            .mode("append").save()
+    # a streaming source option
+    with pytest.raises(Exception, match=r"unknown option 'maxoffsetpertrigger'"):
+        spark.readStream.format("krafty").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic) \
+            .option("maxOffsetPerTrigger", "10").load().writeStream.format("console").start()
+    # a Kafka client key neither the Java client nor librdkafka knows
+    with pytest.raises(Exception, match=r"kafka.fetch.max.byte is not usable.*No such configuration property"):
+        _read(spark, bootstrap, subscribe=topic, **{"kafka.fetch.max.byte": "1000"}).collect()
+
+
 def test_bad_options_fail_clearly(spark, bootstrap):
     with pytest.raises(Exception, match="exactly one of"):
         _read(spark, bootstrap).collect()

@@ -8,8 +8,11 @@ from pipeline.options import (
     EARLIEST,
     LATEST,
     OptionError,
+    admit,
+    offsets_behind_latest,
     offsets_from_json,
     offsets_to_json,
+    parse_duration_ms,
     parse_read_options,
     parse_write_options,
     rate_limit,
@@ -67,6 +70,12 @@ def test_offsets_json_and_timestamps():
         ({**BS, "subscribe": "a", "failOnDataLoss": "maybe"}, False, "failOnDataLoss"),
         ({**BS, "subscribe": "a", "maxOffsetsPerTrigger": "0"}, True, "maxOffsetsPerTrigger"),
         ({**BS, "subscribe": "a", "kafka.enable.auto.commit": "true"}, True, "manages"),
+        ({**BS, "subscribe": "a", "startingOffset": "earliest"}, False,
+         r"unknown option 'startingOffset' \(did you mean 'startingOffsets'\?\); accepted options: "),
+        ({**BS, "subscribe": "a", "maxRecordsPerPartition": "0"}, False, "maxRecordsPerPartition"),
+        ({**BS, "subscribe": "a", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, True,
+         "minOffsetsPerTrigger"),
+        ({**BS, "subscribe": "a", "maxTriggerDelay": "soon"}, True, "maxTriggerDelay"),
     ],
 )
 def test_bad_options(opts, streaming, match):
@@ -77,6 +86,38 @@ def test_bad_options(opts, streaming, match):
 def test_write_options():
     w = parse_write_options({**BS, "topic": "out", "kafka.linger.ms": "20"})
     assert w.topic == "out" and w.kafka == {"bootstrap.servers": "127.0.0.1:1", "linger.ms": "20"}
+    assert w.include_headers is None
+    assert parse_write_options({**BS, "topic": "o", "includeHeaders": "false"}).include_headers is False
+    with pytest.raises(OptionError, match=r"krafty sink: unknown option 'topik' \(did you mean 'topic'\?\)"):
+        parse_write_options({**BS, "topik": "o"})
+    # Spark's own options may reach a sink
+    parse_write_options({**BS, "topic": "o", "checkpointLocation": "/tmp/x", "path": "p"})
+
+
+def test_parity_options_parse():
+    o = parse_read_options({**BS, "subscribe": "a", "minOffsetsPerTrigger": "100", "maxTriggerDelay": "30s",
+                            "maxRecordsPerPartition": "1000", "groupIdPrefix": "etl",
+                            "fetchOffset.numRetries": "5", "fetchOffset.retryIntervalMs": "20"}, streaming=True)
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms, o.max_records_per_partition) == (100, 30_000, 1000)
+    assert (o.group_id_prefix, o.fetch_offset_retries, o.fetch_offset_retry_interval_ms) == ("etl", 5, 20)
+    assert parse_read_options({**BS, "subscribe": "a"}, streaming=True).max_trigger_delay_ms == 15 * 60_000
+    assert [parse_duration_ms(v, "d", "0") for v in ("250", "250ms", "2s", "3m", "1h")] == \
+        [250, 250, 2000, 180_000, 3_600_000]
+
+
+def test_min_offsets_per_trigger_waits_until_enough_or_the_delay():
+    start, latest = {("t", 0): 10, ("t", 1): 0}, {("t", 0): 40, ("t", 1): 50}  # 80 records waiting
+    assert not admit(start, latest, 100, 60_000, last_trigger_ms=1_000, now_ms=30_000)
+    assert admit(start, latest, 80, 60_000, last_trigger_ms=1_000, now_ms=30_000)
+    assert admit(start, latest, 100, 60_000, last_trigger_ms=1_000, now_ms=61_000)  # maxTriggerDelay passed
+    # a new partition (not in start) counts from 0
+    assert admit({("t", 0): 40}, {("t", 0): 40, ("t", 1): 100}, 100, 60_000, 1_000, 2_000)
+
+
+def test_offsets_behind_latest_metrics():
+    assert offsets_behind_latest({}, {("t", 0): 5}) == {}
+    m = offsets_behind_latest({("t", 0): 5, ("t", 1): 10, ("t", 2): 7}, {("t", 0): 9, ("t", 1): 10, ("t", 2): 12})
+    assert m == {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "5", "avgOffsetsBehindLatest": "3.0"}
 
 
 def test_rate_limit_is_proportional_and_exact():
@@ -90,6 +131,16 @@ def test_rate_limit_is_proportional_and_exact():
     # never past the latest offset, whatever the rounding
     end = rate_limit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 1, ("t", 1): 1}, 1)
     assert sum(end.values()) == 1
+
+
+def test_split_ranges_for_max_records_then_min_partitions():
+    ranges = [("t", 0, 0, 1000), ("t", 1, 10, 60)]
+    out = split_ranges(ranges, None, 300)
+    assert [r for r in out if r[1] == 0] == [("t", 0, 0, 250), ("t", 0, 250, 500), ("t", 0, 500, 750),
+                                              ("t", 0, 750, 1000)]
+    assert [r for r in out if r[1] == 1] == [("t", 1, 10, 60)]
+    assert all(b - a <= 300 for _, _, a, b in out)
+    assert len(split_ranges(ranges, 10, 300)) > len(out)  # then minPartitions splits further (rounded, as Spark)
 
 
 def test_split_ranges_for_min_partitions():

@@ -31,9 +31,10 @@ class OptionError(ValueError):
 
 
 # Options of Spark's Kafka source and sink (same names; Spark matches them case-insensitively) and
-# krafty's own. ``kafka.*`` options are the Kafka client's (pipeline/kafka_conf.py); ``path`` and
-# ``checkpointLocation`` are Spark's own and may reach a data source.
-_COMMON = ("path", "checkpointLocation")
+# krafty's own. ``kafka.*`` options are the Kafka client's (pipeline/kafka_conf.py); the ones in
+# _COMMON are Spark's own, which Spark itself passes to a data source (load(path), start(path),
+# checkpointLocation, queryName, partitionBy).
+_COMMON = ("path", "paths", "checkpointLocation", "queryName", "__partition_columns")
 READ_OPTIONS = (
     "subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
     "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "failOnDataLoss", "includeHeaders",

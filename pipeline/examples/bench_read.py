@@ -2,12 +2,19 @@
 
     python pipeline/examples/bench_read.py                 # starts a local krafty node
     python pipeline/examples/bench_read.py --bootstrap H:P # any Kafka-compatible broker
-    python pipeline/examples/bench_read.py --mock          # librdkafka's mock cluster
+    python pipeline/examples/bench_read.py --masters local[2],standalone:1,standalone:2
 
-1. Produces --records records (--value-bytes each) to a topic with --partitions partitions, then
-   times a Spark batch query that reads them all (every column materialised: count + sum of value
-   lengths) — once cold (includes Python worker start-up) and --runs more times warm.
-2. Runs the clickstream demo (pipeline/examples/demo.py) and reports its end-to-end latency.
+1. Produces --records records (--value-bytes each) to a topic with --partitions partitions (or
+   reads the existing --topic), then times a Spark batch query that reads them all (every column
+   materialised: count + sum of value lengths + max offset) — once cold (includes Python worker
+   start-up) and --runs more times warm — on each of --masters: ``local[N]``, or
+   ``standalone:W``, a Spark standalone cluster of W workers with one core each started from the
+   pyspark installation (pipeline/standalone.py).
+2. With --ceiling, the same query over the same number of rows held in memory as Arrow batches
+   by a trivial Python data source: what Spark's Python data source path itself costs on this
+   machine, the most any Python source can reach here.
+3. Runs the clickstream demo (pipeline/examples/demo.py) on the last master and reports its
+   end-to-end latency (p50/p95/p99).
 """
 
 from __future__ import annotations
@@ -47,9 +54,13 @@ def produce(bootstrap, topic, records, partitions, value_bytes):
     return time.time() - t0
 
 
-def bench_read(spark, bootstrap, topic, records, runs):
+def _query(df):
     from pyspark.sql import functions as F
 
+    return df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("bytes"), F.max("offset")).first()
+
+
+def bench_read(spark, bootstrap, topic, records, runs):
     df = (
         spark.read.format("krafty")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -59,56 +70,133 @@ def bench_read(spark, bootstrap, topic, records, runs):
     times = []
     for _ in range(1 + runs):
         t0 = time.time()
-        row = df.agg(
-            F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("bytes"), F.max("offset")
-        ).first()
+        row = _query(df)
         times.append(time.time() - t0)
         assert row.n == records, f"read {row.n} records, expected {records}"
     return times
+
+
+def bench_ceiling(spark, records, partitions, value_bytes, runs):
+    """The same query over in-memory Arrow batches of the Kafka schema (no Kafka, no decoding)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from pipeline.source import kafka_schema
+
+    per_part = records // partitions
+
+    class MemReader(DataSourceReader):
+        def partitions(self):
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition):
+            import pyarrow as pa
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            schema = to_arrow_schema(kafka_schema(False), timezone="UTC")
+            rows = 8192
+            value = os.urandom(value_bytes)
+            batch = pa.RecordBatch.from_arrays(
+                [pa.array([b"k"] * rows), pa.array([value] * rows), pa.repeat(pa.scalar("t"), rows),
+                 pa.repeat(pa.scalar(0, pa.int32()), rows), pa.array(range(rows), pa.int64()),
+                 pa.array(range(rows), pa.int64()).cast(schema.field("timestamp").type),
+                 pa.repeat(pa.scalar(0, pa.int32()), rows)], schema=schema)
+            left = per_part
+            while left > 0:
+                yield batch.slice(0, min(rows, left))
+                left -= rows
+
+    class Mem(DataSource):
+        @classmethod
+        def name(cls):
+            return "krafty_bench_memory"
+
+        def schema(self):
+            return kafka_schema(False)
+
+        def reader(self, schema):
+            return MemReader()
+
+    spark.dataSource.register(Mem)
+    df = spark.read.format("krafty_bench_memory").load()
+    times = []
+    for _ in range(1 + runs):
+        t0 = time.time()
+        row = _query(df)
+        times.append(time.time() - t0)
+        assert row.n == per_part * partitions
+    return times
+
+
+def _line(what, n, times, value_bytes):
+    best = min(times[1:]) if len(times) > 1 else times[0]
+    return (f"{what}: cold {times[0]:.2f}s = {n / times[0]:,.0f} rec/s; warm best {best:.2f}s = "
+            f"{n / best:,.0f} rec/s ({n * value_bytes / best / 1e6:.1f} MB/s of values); "
+            f"warm runs {', '.join(f'{t:.2f}s' for t in times[1:])}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap")
     ap.add_argument("--mock", action="store_true")
-    ap.add_argument("--records", type=int, default=1_000_000)
-    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--topic", help="read this existing topic (of --records records) instead of producing one")
+    ap.add_argument("--records", type=int, default=10_000_000)
+    ap.add_argument("--partitions", type=int, default=12)
     ap.add_argument("--value-bytes", type=int, default=100)
-    ap.add_argument("--runs", type=int, default=2, help="warm runs after the cold one")
-    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--runs", type=int, default=3, help="warm runs after the cold one")
+    ap.add_argument("--masters", default="local[2],standalone:1,standalone:2",
+                    help="comma-separated: local[N] or standalone:W (W one-core workers)")
+    ap.add_argument("--ceiling", action="store_true", help="also time the query over in-memory Arrow batches")
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--latency-seconds", type=int, default=20)
     a = ap.parse_args(argv)
 
     import pipeline
     from pipeline.examples import demo
     from pipeline.local_node import LocalKrafty, MockCluster
+    from pipeline.standalone import StandaloneSpark
 
     def body(bootstrap):
-        topic = f"bench-{uuid.uuid4().hex[:6]}"
-        demo.create_topics(bootstrap, [topic], a.partitions)
-        secs = produce(bootstrap, topic, a.records, a.partitions, a.value_bytes)
-        print(
-            f"produced {a.records} x {a.value_bytes} B to {a.partitions} partitions in {secs:.1f}s ({a.records / secs:,.0f} rec/s)"
-        )
-        spark = pipeline.session("krafty-bench", master=a.master)
-        spark.sparkContext.setLogLevel("ERROR")
-        try:
-            times = bench_read(spark, bootstrap, topic, a.records, a.runs)
-        finally:
-            spark.stop()
-        best = min(times[1:]) if len(times) > 1 else times[0]
-        print(
-            f"batch read ({a.master}): cold {times[0]:.2f}s = {a.records / times[0]:,.0f} rec/s; "
-            f"warm best {best:.2f}s = {a.records / best:,.0f} rec/s "
-            f"({a.records * a.value_bytes / best / 1e6:.1f} MB/s of values)"
-        )
-        if not a.skip_latency:
-            s = demo.run(bootstrap, rate=500, seconds=20, quiet=True)
-            print(
-                f"streaming clickstream (trigger 1 s, append mode): {s['counted']}/{s['produced']} clicks counted; "
-                f"end-to-end latency p50={s['latency_ms_p50']:.0f} ms p95={s['latency_ms_p95']:.0f} ms "
-                f"max={s['latency_ms_max']:.0f} ms; micro-batch p50 {s['batch_ms_p50']:.0f} ms"
-            )
+        topic = a.topic
+        if topic is None:
+            topic = f"bench-{uuid.uuid4().hex[:6]}"
+            demo.create_topics(bootstrap, [topic], a.partitions)
+            secs = produce(bootstrap, topic, a.records, a.partitions, a.value_bytes)
+            print(f"produced {a.records} x {a.value_bytes} B to {a.partitions} partitions in {secs:.1f}s "
+                  f"({a.records / secs:,.0f} rec/s)", flush=True)
+        masters = [m.strip() for m in a.masters.split(",") if m.strip()]
+        for i, master in enumerate(masters):
+            cluster = None
+            if master.startswith("standalone:"):
+                cluster = StandaloneSpark(workers=int(master.split(":")[1]), cores=1).start()
+                url = cluster.master_url
+            else:
+                url = master
+            try:
+                conf = {"spark.executor.memory": "1g"} if cluster else {}
+                spark = pipeline.session("krafty-bench", master=url, conf=conf)
+                spark.sparkContext.setLogLevel("ERROR")
+                try:
+                    times = bench_read(spark, bootstrap, topic, a.records, a.runs)
+                    print(_line(f"batch read ({master})", a.records, times, a.value_bytes), flush=True)
+                    if a.ceiling:
+                        times = bench_ceiling(spark, a.records, a.partitions, a.value_bytes, a.runs)
+                        print(_line(f"  in-memory Arrow source, same query ({master})", a.records, times,
+                                    a.value_bytes), flush=True)
+                    if not a.skip_latency and i == len(masters) - 1:
+                        s = demo.run(bootstrap, spark=spark, rate=500, seconds=a.latency_seconds, quiet=True)
+                        print(
+                            f"streaming clickstream on {master} (trigger 1 s, append mode): "
+                            f"{s['counted']}/{s['produced']} clicks counted; end-to-end latency "
+                            f"p50={s['latency_ms_p50']:.0f} ms p95={s['latency_ms_p95']:.0f} ms "
+                            f"p99={s['latency_ms_p99']:.0f} ms max={s['latency_ms_max']:.0f} ms; "
+                            f"micro-batch p50 {s['batch_ms_p50']:.0f} ms", flush=True)
+                finally:
+                    spark.stop()
+            finally:
+                if cluster is not None:
+                    cluster.stop()
+        print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+              f"({os.cpu_count()} CPUs)")
 
     if a.bootstrap:
         body(a.bootstrap)

@@ -91,7 +91,7 @@ def test_write_options():
     with pytest.raises(OptionError, match=r"krafty sink: unknown option 'topik' \(did you mean 'topic'\?\)"):
         parse_write_options({**BS, "topik": "o"})
     # Spark's own options may reach a sink
-    parse_write_options({**BS, "topic": "o", "checkpointLocation": "/tmp/x", "path": "p"})
+    parse_write_options({**BS, "topic": "o", "checkpointlocation": "/tmp/x", "path": "p", "queryname": "q"})
 
 
 def test_parity_options_parse():

@@ -295,3 +295,28 @@ def test_retention_deleted_range(spark, kafka, bootstrap, tmp_path):
     assert run("false") is None
     offs = sorted(r.offset for r in spark.read.parquet(dest).collect())
     assert offs[:10] == list(range(10)) and offs[10] >= low and offs[10:] == list(range(offs[10], 200))
+
+
+def test_query_progress_shows_the_backlog_as_spark_kafka_metrics(spark, kafka, bootstrap, tmp_path):
+    """latestOffset in each progress is what the source saw; pipeline.kafka_metrics derives Spark's
+    min/max/avgOffsetsBehindLatest from it and the batch's end offsets."""
+    import pipeline
+
+    topic = kafka.topic("backlog", partitions=2)
+    kafka.produce(topic, [{"value": b"x", "partition": i % 2} for i in range(100)])
+    q = (_stream(spark, bootstrap, topic, maxOffsetsPerTrigger="20").writeStream.format("noop")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    try:
+        assert q.awaitTermination(180)
+    finally:
+        if q.isActive:
+            q.stop()
+    progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    assert [p["numInputRows"] for p in progress] == [20] * 5
+    metrics = [pipeline.kafka_metrics(p)[0] for p in progress]
+    # 100 records over 2 partitions, 20 a batch (10 from each): 40, 30, 20, 10, 0 behind on each
+    assert [m["maxOffsetsBehindLatest"] for m in metrics] == ["40", "30", "20", "10", "0"]
+    assert [m["minOffsetsBehindLatest"] for m in metrics] == ["40", "30", "20", "10", "0"]
+    assert metrics[0]["avgOffsetsBehindLatest"] == "40.0"
+    latest = progress[0]["sources"][0]["latestOffset"]
+    assert (json.loads(latest) if isinstance(latest, str) else latest) == {topic: {"0": 50, "1": 50}}

@@ -72,7 +72,7 @@ def check_conf(kafka: dict, what: str) -> None:
     except ck.KafkaException as e:
         err = e.args[0]
         text = err.str() if hasattr(err, "str") else str(err)
-        m = re.search(r'property "?([A-Za-z0-9_.\-]+)"?', text)
+        m = re.search(r'property:?\s*"?([A-Za-z0-9_.\-]+)"?', text)
         name = f"kafka.{m.group(1)}" if m else "a kafka.* option"
         raise OptionError(f"krafty {what}: {name} is not usable: {text}") from None
     c.close()

@@ -33,7 +33,10 @@ def create_topics(bootstrap: str, names, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futs = admin.create_topics([NewTopic(n, partitions, 1) for n in names], request_timeout=15)
+    # replicated like a production topic where there are brokers enough (acks=all needs
+    # min.insync.replicas of them)
+    replication = max(1, min(3, len(admin.list_topics(timeout=15).brokers)))
+    futs = admin.create_topics([NewTopic(n, partitions, replication) for n in names], request_timeout=15)
     for n, f in futs.items():
         try:
             f.result(30)

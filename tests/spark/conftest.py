@@ -308,6 +308,8 @@ class Kafka:
         self.ck = ck
         self.bootstrap = bootstrap
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        # the 3+3 cluster's brokers want min.insync.replicas=2: topics there are replicated 3 times
+        self.replication = 3 if TARGET == "cluster" else 1
 
     def topic(self, prefix: str = "t", partitions: int = 1, config: dict | None = None) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -327,7 +329,7 @@ class Kafka:
         deadline = time.monotonic() + timeout
         while True:
             fut = self.admin.create_topics(
-                [NewTopic(name, partitions, 1, config=config or {})], request_timeout=15
+                [NewTopic(name, partitions, self.replication, config=config or {})], request_timeout=15
             )[name]
             try:
                 fut.result()

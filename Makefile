@@ -92,14 +92,17 @@ $(VENV)/.spark: $(BIN)/krafty
 	$(BIN)/pip install --quiet -e '.[test,spark]'
 	@touch $@
 
+# tests/spark: a Spark standalone master + 2 workers (from the pyspark installation) and a 3+3 krafty
+# cluster, started and stopped by the suite (KRAFTY_SPARK_MASTER=local[2] / KRAFTY_SPARK_TARGET=node: lighter)
 test-spark: $(VENV)/.spark
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/spark
 
 pipeline-demo: $(VENV)/.spark
 	$(BIN)/python pipeline/examples/demo.py
 
+# 10 M records of 100 B on 12 partitions: local[2], standalone with 1 and 2 workers, the in-memory ceiling
 pipeline-bench: $(VENV)/.spark
-	$(BIN)/python pipeline/examples/bench_read.py
+	$(BIN)/python pipeline/examples/bench_read.py --ceiling
 
 clean:
 	rm -rf $(VENV) data build fuzz-out *.egg-info

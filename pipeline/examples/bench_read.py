@@ -15,6 +15,9 @@
    machine, the most any Python source can reach here.
 3. Runs the clickstream demo (pipeline/examples/demo.py) on the last master and reports its
    end-to-end latency (p50/p95/p99).
+
+KRAFTY_PIPELINE_ROOT=DIR runs the Spark side with the ``pipeline`` package of another checkout
+(e.g. ``git worktree add /tmp/ref main``): an A/B of two readers on the same --bootstrap/--topic.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import sys
 import time
 import uuid
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.environ.get("KRAFTY_PIPELINE_ROOT")
+                or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def produce(bootstrap, topic, records, partitions, value_bytes):
@@ -153,7 +157,6 @@ def main(argv=None) -> int:
     import pipeline
     from pipeline.examples import demo
     from pipeline.local_node import LocalKrafty, MockCluster
-    from pipeline.standalone import StandaloneSpark
 
     def body(bootstrap):
         topic = a.topic
@@ -167,6 +170,8 @@ def main(argv=None) -> int:
         for i, master in enumerate(masters):
             cluster = None
             if master.startswith("standalone:"):
+                from pipeline.standalone import StandaloneSpark
+
                 cluster = StandaloneSpark(workers=int(master.split(":")[1]), cores=1).start()
                 url = cluster.master_url
             else:

@@ -214,7 +214,7 @@ def test_a_mistyped_option_fails_naming_it(spark, kafka, bootstrap):
     try:
         with pytest.raises(Exception, match=r"unknown option 'maxoffsetpertrigger' \(did you mean "
                                             r"'maxOffsetsPerTrigger'\?\)"):
-            q.awaitTermination(180)
+            q.awaitTermination(600)
     finally:
         q.stop()
     # a Kafka client key neither the Java client nor librdkafka knows

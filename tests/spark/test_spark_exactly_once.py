@@ -76,7 +76,7 @@ def test_a_replayed_micro_batch_is_written_once(spark, kafka, bootstrap, tmp_pat
              .option("transactionalIdPrefix", prefix)
              .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
         try:
-            assert q.awaitTermination(180)
+            assert q.awaitTermination(600)
         finally:
             if q.isActive:
                 q.stop()

@@ -97,7 +97,8 @@ def _topic(secure, prefix, partitions=2) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    AdminClient({"bootstrap.servers": secure.plain}).create_topics([NewTopic(name, partitions, 1)])[name].result(60)
+    admin = AdminClient({"bootstrap.servers": secure.plain})  # (kept alive until the topic is there)
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
     return name
 
 

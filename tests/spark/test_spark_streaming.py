@@ -35,7 +35,7 @@ def _wait(cond, timeout, what):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def _stop_between_batches(q, timeout=60):
+def _stop_between_batches(q, timeout=300):
     """Stop a processingTime query while it waits for its next trigger (a clean batch boundary)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -70,7 +70,7 @@ def test_streaming_restart_with_checkpoint_writes_every_input_once(spark, kafka,
     try:
         kafka.produce(inp, _values(300, 600))  # input keeps arriving while the query runs
         _wait(
-            lambda: q.lastProgress is not None and q.lastProgress["batchId"] >= 2, 120, "three micro-batches"
+            lambda: q.lastProgress is not None and q.lastProgress["batchId"] >= 2, 600, "three micro-batches"
         )
         _stop_between_batches(q)
     finally:
@@ -83,7 +83,7 @@ def test_streaming_restart_with_checkpoint_writes_every_input_once(spark, kafka,
     kafka.produce(inp, _values(600, 800))
     q2 = start(availableNow=True)
     try:
-        assert q2.awaitTermination(180), "AvailableNow query did not finish"
+        assert q2.awaitTermination(600), "AvailableNow query did not finish"
     finally:
         if q2.isActive:
             q2.stop()
@@ -117,14 +117,14 @@ def test_hard_stop_mid_batch_then_restart_reads_each_record_once(spark, kafka, b
 
     q = start(processingTime="0 seconds")
     try:
-        _wait(lambda: q.lastProgress is not None and q.lastProgress["batchId"] >= 1, 120, "two micro-batches")
+        _wait(lambda: q.lastProgress is not None and q.lastProgress["batchId"] >= 1, 600, "two micro-batches")
         q.stop()  # wherever it is
     finally:
         if q.isActive:
             q.stop()
     q2 = start(availableNow=True)
     try:
-        assert q2.awaitTermination(180)
+        assert q2.awaitTermination(600)
     finally:
         if q2.isActive:
             q2.stop()
@@ -154,7 +154,7 @@ def test_streaming_starting_timestamp(spark, kafka, bootstrap):
         .trigger(availableNow=True)
         .start()
     )
-    assert q.awaitTermination(120)
+    assert q.awaitTermination(600)
     got = sorted(int(r.v[1:]) for r in spark.sql(f"select v from {name}").collect())
     assert got == list(range(30, 50))
 
@@ -206,7 +206,7 @@ def test_streaming_fail_on_data_loss(spark, kafka, bootstrap, tmp_path):
             .start()
         )
         try:
-            q.awaitTermination(120)
+            q.awaitTermination(600)
         except Exception as e:  # the query's failure is re-raised here
             return e
         finally:
@@ -256,7 +256,7 @@ def test_retention_deleted_range(spark, kafka, bootstrap, tmp_path):
             .start()
         )
         try:
-            q.awaitTermination(120)
+            q.awaitTermination(600)
         except Exception as e:
             return e
         finally:
@@ -307,7 +307,7 @@ def test_query_progress_shows_the_backlog_as_spark_kafka_metrics(spark, kafka, b
     q = (_stream(spark, bootstrap, topic, maxOffsetsPerTrigger="20").writeStream.format("noop")
          .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
     try:
-        assert q.awaitTermination(180)
+        assert q.awaitTermination(600)
     finally:
         if q.isActive:
             q.stop()

@@ -25,6 +25,10 @@ import confluent_kafka as ck
 from .options import EARLIEST, LATEST, OffsetSpec, OptionError, Subscription
 
 
+class KafkaClientError(RuntimeError):
+    """The driver's Kafka client could not do a lookup; the message carries what it reported."""
+
+
 class DataLossError(RuntimeError):
     """Records that the query planned to read are gone (deleted, truncated or topic recreated)."""
 
@@ -113,8 +117,24 @@ class Metadata:
     @property
     def consumer(self) -> ck.Consumer:
         if self._c is None:
-            self._c = _consumer(self.kafka, **({"group.id": self.group_id} if self.group_id else {}))
+            self._errors: list[str] = []
+            self._c = _consumer(self.kafka, **({"group.id": self.group_id} if self.group_id else {}),
+                                error_cb=self._on_error)
         return self._c
+
+    def _on_error(self, err) -> None:
+        # librdkafka reports why it cannot reach the cluster (authentication, TLS, refused
+        # connections) here, while a lookup only times out: keep the last few for the message
+        self._errors = (self._errors + [err.str()])[-3:]
+
+    def _failed(self, what: str, e: ck.KafkaException) -> Exception:
+        try:
+            self._c.poll(0.2)  # serves the client's error events (error_cb); nothing is assigned
+        except (RuntimeError, ck.KafkaException):
+            pass
+        seen = "; ".join(dict.fromkeys(self._errors))
+        return KafkaClientError(f"krafty: {what} failed: {e.args[0].str() if e.args else e}"
+                                + (f" (the Kafka client reported: {seen})" if seen else ""))
 
     def close(self) -> None:
         if self._c is not None:
@@ -126,10 +146,13 @@ class Metadata:
     def partitions(self, sub: Subscription) -> list[tuple[str, int]]:
         if sub.kind == "assign":
             return list(sub.assigned)
-        if sub.kind == "subscribe" and len(sub.topics) == 1:
-            md = self.consumer.list_topics(sub.topics[0], timeout=self.timeout)
-        else:
-            md = self.consumer.list_topics(timeout=self.timeout)
+        try:
+            if sub.kind == "subscribe" and len(sub.topics) == 1:
+                md = self.consumer.list_topics(sub.topics[0], timeout=self.timeout)
+            else:
+                md = self.consumer.list_topics(timeout=self.timeout)
+        except ck.KafkaException as e:
+            raise self._failed("reading the topics' metadata", e) from None
         out = []
         for name, tmd in md.topics.items():
             if tmd.error is not None:
@@ -154,9 +177,9 @@ class Metadata:
                         ck.TopicPartition(t, p), timeout=self.timeout, cached=False
                     )
                     break
-                except ck.KafkaException:
+                except ck.KafkaException as e:
                     if attempt == self.retries:
-                        raise
+                        raise self._failed(f"looking up the offsets of {t}-{p}", e) from None
                     time.sleep(self.retry_interval_ms / 1000)  # a leader is moving: fetchOffset.retryIntervalMs
         return out
 

@@ -48,19 +48,27 @@ def register(spark) -> None:
     spark.dataSource.register(KraftyDataSource)
 
 
-def session(app_name: str = "krafty", master: str = "local[2]", conf: dict | None = None):
-    """Build (or get) a SparkSession that works out of the box on a laptop, with ``krafty`` registered."""
+def session(app_name: str = "krafty", master: str | None = None, conf: dict | None = None):
+    """Build (or get) a SparkSession with ``krafty`` registered.
+
+    Run as a plain Python program it works out of the box on a laptop: ``master`` (default
+    ``local[2]``, or ``spark://host:port``) with the driver on 127.0.0.1. Run by ``spark-submit``
+    (``--master spark://...``) it takes the master and addresses spark-submit was given."""
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ and master is None  # launched by spark-submit
     _prepare_env()
     _check_java()
     from pyspark.sql import SparkSession
 
+    b = SparkSession.builder.appName(app_name)
+    if not submitted:
+        b = (
+            b.master(master or "local[2]")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.ui.enabled", "false")
+        )
     b = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
+        b.config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])

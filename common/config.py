@@ -243,6 +243,8 @@ KEYS: dict[str, Key] = {
         Key("log.message.timestamp.before.max.ms", _int, 2**63 - 1, min=0, topic_key="message.timestamp.before.max.ms"),
         Key("log.message.timestamp.after.max.ms", _int, 3_600_000, min=0, topic_key="message.timestamp.after.max.ms"),
         Key("message.max.bytes", _int, 1024 * 1024 + 12, min=0, max=_INT32_MAX, topic_key="max.message.bytes"),
+        # Fetch v0-3 read magic 0/1 messages converted from the log's v2 batches (false: UNSUPPORTED_VERSION)
+        Key("log.message.downconversion.enable", _bool, True, topic_key="message.downconversion.enable"),
         Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer",
             topic_key="compression.type"),
         Key("min.insync.replicas", _int, 1, min=1, max=_INT32_MAX, topic_key="min.insync.replicas"),

@@ -7,6 +7,7 @@ import logging
 
 from broker.apis import wire
 from broker.fetch_session import FetchContext, PartitionData
+from broker.log import legacy
 from broker.replica.selector import candidates_for
 from broker.security.authorizer import ANONYMOUS
 from broker.security.quotas import FETCH, user_of
@@ -118,8 +119,8 @@ class FetchApis:
         follower_reads = from_consumer and ver >= 11
         client_rack = (req.rack_id or None) if follower_reads else None
         selector = self.replica_selector if client_rack else None
-        read_committed = from_consumer and req.isolation_level == 1  # Fetch v4+ (the baseline)
-        remaining = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+        read_committed = from_consumer and ver >= 4 and req.isolation_level == 1  # (v0-3 read uncommitted)
+        remaining = req.max_bytes if ver >= 3 and req.max_bytes > 0 else 0x7FFFFFFF  # (v0-2: per partition only)
         if max_bytes_cap is not None:
             remaining = min(remaining, max_bytes_cap)
         total = 0
@@ -196,6 +197,12 @@ class FetchApis:
                     if max_offset < 0:
                         continue
                     limit = min(p.partition_max_bytes, remaining)
+                    if ver <= 3:  # magic 0/1 for Fetch v0-3: converted down from the log's v2 batches
+                        size = self._fetch_legacy(r, lg, p.fetch_offset, limit, max_offset, total == 0, ver,
+                                                  from_consumer)
+                        total += size
+                        remaining -= size
+                        continue
                     sl = lg.read(p.fetch_offset, limit, max_offset, min_one_batch=(total == 0))
                     if sl is not None and sl.size > 0:
                         r.records = FileRegion(sl.fd, sl.position, sl.size, sl.file)
@@ -216,6 +223,8 @@ class FetchApis:
                     if not isinstance(e, KafkaError):
                         raise
                     r.error = e.code
+                    if e.code == ErrorCode.KAFKA_STORAGE_ERROR and ver <= 5:
+                        r.error = ErrorCode.NOT_LEADER_OR_FOLLOWER  # Kafka: clients before v6 do not retry the former
                     errors = True
                     if e.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH) and timg:
                         reg = timg.partitions.get(p.partition)
@@ -223,6 +232,28 @@ class FetchApis:
                             r.current_leader = (reg.leader, reg.leader_epoch)
             topics_out.append((name or "", tid, out))
         return topics_out, total, errors
+
+    def _fetch_legacy(self, r, lg, fetch_offset: int, limit: int, max_offset: int, first: bool, ver: int,
+                      from_consumer: bool) -> int:
+        """Fetch v0-3 (broker/log/legacy.py): the batches read as for a newer version, converted
+        to magic 0 (v0-1) or 1 (v2-3) in memory, at most ``limit`` bytes of messages unless the
+        first converted batch alone is larger (``first``: nothing is in the response yet). What
+        Kafka 3.x does, with message.downconversion.enable (UNSUPPORTED_VERSION when false, for
+        consumers) and UNSUPPORTED_COMPRESSION_TYPE for zstd. Returns the bytes added."""
+        config = lg.config
+        if from_consumer and not config.message_downconversion_enable:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "message format conversion is disabled for this topic "
+                             "(message.downconversion.enable=false): use Fetch v4 or later")
+        if config.compression_type == "zstd":
+            raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd-compressed topics need Fetch v10 or later")
+        sl = lg.read(fetch_offset, limit, max_offset, min_one_batch=first)
+        if sl is None or sl.size == 0:
+            return 0
+        data = legacy.down_convert(lg.read_bytes(sl), legacy.fetch_magic(ver), fetch_offset,
+                                   limit if not first else max(limit, 1), config.max_message_bytes)
+        if data:
+            r.records = data
+        return len(data)
 
     def _preferred_read_replica(self, selector, client_rack, st, lg, image, fetch_offset) -> int | None:
         """The in-sync replica the selector prefers for this consumer, if it is not us."""

@@ -339,11 +339,15 @@ class GroupShard:
 
     def commit_offsets(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int,
                        api_version: int, topics: list[tuple[str, list[tuple[int, int, int, str | None]]]],
-                       retention_ms: int = -1, wall: int | None = None) -> tuple[list[dict], Write | None]:
+                       retention_ms: int = -1, wall: int | None = None,
+                       commit_timestamps: dict[tuple[str, int], int] | None = None
+                       ) -> tuple[list[dict], Write | None]:
         """``topics``: [(name, [(partition, offset, leader_epoch, metadata)])]. Returns the
         response topics (error codes filled in for refused partitions) and the Write.
         ``retention_ms`` (OffsetCommit v2-v4) other than -1 gives the offsets an expire
-        timestamp of their own, as Kafka does. Commit and expire timestamps are wall-clock."""
+        timestamp of their own, as Kafka does. Commit and expire timestamps are wall-clock;
+        ``commit_timestamps`` (OffsetCommit v1) are the client's own for some partitions, from
+        which offsets.retention counts (seed 004)."""
         stamp = now if wall is None else wall
         expire = -1 if retention_ms == -1 else min(stamp + retention_ms, 2**63 - 1)
         out = []
@@ -351,7 +355,7 @@ class GroupShard:
             err = ErrorCode.INVALID_GROUP_ID
         else:
             err = self.validate_offset_commit(now, group_id, member_id, instance_id, generation, api_version)
-        records, applied = self._offset_records(group_id, topics, err, stamp, expire, out)
+        records, applied = self._offset_records(group_id, topics, err, stamp, expire, out, commit_timestamps)
         if not records:
             return out, None
         w = Write(records)
@@ -382,7 +386,8 @@ class GroupShard:
         w.on_done = on_done
         return out, w
 
-    def _offset_records(self, group_id: str, topics, err: int, stamp: int, expire: int, out: list[dict]):
+    def _offset_records(self, group_id: str, topics, err: int, stamp: int, expire: int, out: list[dict],
+                        stamps: dict[tuple[str, int], int] | None = None):
         """The records of an offset commit (OffsetCommit, TxnOffsetCommit) and what they set,
         ((topic, partition), OffsetValue); ``out`` gets each partition's error code (``err`` for
         all, or OFFSET_METADATA_TOO_LARGE)."""
@@ -398,7 +403,8 @@ class GroupShard:
                 pout.append({"partition_index": p, "error_code": int(code)})
                 if code:
                     continue
-                v = rec.OffsetValue(offset, epoch, metadata or "", stamp, expire)
+                v = rec.OffsetValue(offset, epoch, metadata or "", stamps.get((name, p), stamp) if stamps else stamp,
+                                    expire)
                 records.append((rec.offset_commit_key(group_id, name, p), rec.offset_commit_value(v)))
                 applied.append(((name, p), v))
         return records, applied

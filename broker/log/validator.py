@@ -239,14 +239,20 @@ class _Validator:
         return None
 
     def _raise(self, errors: list[tuple[int, str]], bad_timestamp: bool):
-        listed = [(i, m if n < MAX_MESSAGES_IN_RECORD_ERRORS else None) for n, (i, m) in enumerate(errors)]
-        if bad_timestamp:  # as Kafka's processRecordErrors
-            raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP,
-                                        "One or more records have been rejected due to invalid timestamp", listed)
-        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-        raise RecordValidationError(ErrorCode.INVALID_RECORD,
-                                    f"One or more records have been rejected due to {len(errors)} record errors in "
-                                    f"total, and only showing the first three errors at most: [{shown}]", listed)
+        raise_record_errors(errors, bad_timestamp)
+
+
+def raise_record_errors(errors: list[tuple[int, str]], bad_timestamp: bool):
+    """Kafka's processRecordErrors: INVALID_TIMESTAMP if any record's timestamp was refused,
+    else INVALID_RECORD, with the (record index, message) of each refused record."""
+    listed = [(i, m if n < MAX_MESSAGES_IN_RECORD_ERRORS else None) for n, (i, m) in enumerate(errors)]
+    if bad_timestamp:  # as Kafka's processRecordErrors
+        raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP,
+                                    "One or more records have been rejected due to invalid timestamp", listed)
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    raise RecordValidationError(ErrorCode.INVALID_RECORD,
+                                f"One or more records have been rejected due to {len(errors)} record errors in "
+                                f"total, and only showing the first three errors at most: [{shown}]", listed)
 
 
 def _with_max_timestamp(raw, max_ts: int) -> bytearray:

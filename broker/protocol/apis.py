@@ -68,9 +68,9 @@ class ApiKey(enum.IntEnum):
 
 # (min, max) advertised per API; filled in by the handlers that exist.
 SUPPORTED: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 12),
-    ApiKey.FETCH: (4, 17),
-    ApiKey.LIST_OFFSETS: (1, 10),
+    ApiKey.PRODUCE: (0, 12),
+    ApiKey.FETCH: (0, 17),
+    ApiKey.LIST_OFFSETS: (0, 10),
     ApiKey.METADATA: (0, 13),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
@@ -94,10 +94,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_QUORUM: (0, 2),
     ApiKey.ADD_RAFT_VOTER: (0, 1),
     ApiKey.REMOVE_RAFT_VOTER: (0, 0),
-    ApiKey.OFFSET_COMMIT: (2, 9),
-    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.OFFSET_COMMIT: (0, 9),
+    ApiKey.OFFSET_FETCH: (0, 9),
     ApiKey.FIND_COORDINATOR: (0, 6),
-    ApiKey.JOIN_GROUP: (2, 9),
+    ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),

@@ -131,7 +131,7 @@ class OffsetApis:
                         raise self.replicas.missing_error((t.topic, p.partition), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     if replica_id < 0 and not part.state.is_leader:
                         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                    bad = part.state.check_leader_epoch(p.current_leader_epoch)
+                    bad = part.state.check_leader_epoch(p.current_leader_epoch if ver >= 2 else -1)
                     if bad:
                         raise KafkaError(ErrorCode[bad])
                     epoch, end = part.log.leader_epoch_cache.end_offset_for(p.leader_epoch, part.log.log_end_offset)

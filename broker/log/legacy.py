@@ -236,7 +236,7 @@ def to_v2(records, config, tp: str) -> bytearray:
         if errors:
             raise_record_errors(errors, bad_timestamp)
     target = CODECS.get(config.compression_type, source_codec)
-    if target is None:
+    if target is None or target == 4:  # zstd: the validator re-encodes (Produce v0-2 may not carry zstd)
         target = source_codec
     return _v2_batch(keys, values, stamps, target)
 

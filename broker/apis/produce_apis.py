@@ -59,7 +59,7 @@ class ProduceApis:
                     if p.records is None:
                         raise KafkaError(ErrorCode.INVALID_RECORD, "null records")
                     if ver < 3 and legacy.is_legacy(p.records):  # magic 0/1: one v2 batch from here on
-                        p.records = memoryview(legacy.to_v2(p.records, part.log.config, f"{name}-{p.index}"))
+                        p.records = memoryview(await legacy.to_v2_async(p.records, part.log.config, f"{name}-{p.index}"))
                     headers = validate_produce_batches(p.records, part.log.config.max_message_bytes,
                                                        produce_version=ver)
                     if req.acks == -1:

@@ -56,10 +56,12 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from common.errors import ErrorCode, KafkaError
 
+from . import fileio as fio
 from .batch import (
     COMPRESSION_MASK,
     HEADER_SIZE,
@@ -73,7 +75,7 @@ from .batch import (
     records_limit,
     section_records,
 )
-from .validator import CODECS, raise_record_errors
+from .validator import CODECS, in_pool, raise_record_errors
 
 LOG_OVERHEAD = 12  # offset + size
 MAGIC_OFFSET = 16  # of the magic byte from the start of an entry (v0/v1 messages and v2 batches alike)
@@ -99,9 +101,8 @@ def _invalid(msg: str) -> KafkaError:
     return KafkaError(ErrorCode.INVALID_RECORD, msg)
 
 
-@dataclass(slots=True)
-class Message:
-    """One magic 0/1 message, its key and value still views into the set it came from."""
+class Message(NamedTuple):
+    """One magic 0/1 message; key and value are views into the set it came from."""
 
     offset: int
     magic: int
@@ -109,7 +110,6 @@ class Message:
     timestamp: int  # -1 for magic 0
     key: memoryview | None
     value: memoryview | None
-    size: int  # of the whole entry, LOG_OVERHEAD included
 
     @property
     def codec(self) -> int:
@@ -135,7 +135,7 @@ def _message(mv: memoryview, pos: int, size: int, tp: str) -> Message:
         p += 8
     key, p = _sized(mv, p, end, "key")
     value, p = _sized(mv, p, end, "value")
-    return Message(offset, magic, attributes, timestamp, key, value, size + LOG_OVERHEAD)
+    return Message(offset, magic, attributes, timestamp, key, value)
 
 
 def _sized(mv: memoryview, p: int, end: int, what: str) -> tuple[memoryview | None, int]:
@@ -150,70 +150,88 @@ def _sized(mv: memoryview, p: int, end: int, what: str) -> tuple[memoryview | No
     return mv[p:p + n], p + n
 
 
-def _entries(mv: memoryview, tp: str, max_message_bytes: int | None) -> list[Message]:
-    """The whole entries of a message set (a cut-off last one is dropped), each CRC-checked.
+def _entries(mv: memoryview, tp: str, max_message_bytes: int | None) -> Iterator[Message]:
+    """The whole entries of a message set one by one (a cut-off last one is dropped), each
+    CRC-checked; nothing is kept, so a set of a million messages costs no more memory than one.
     ``max_message_bytes``: the shallow set of a produce, whose entries must all have one magic
     and be at most that large; None: the set inside a wrapper (Kafka reads it with no size bound:
     the decompression bound holds; each message's magic is checked against the wrapper's)."""
-    out: list[Message] = []
     n = len(mv)
     pos = 0
+    first_magic = -1
     while n - pos >= LOG_OVERHEAD:
         (size,) = _I.unpack_from(mv, pos + 8)
         if size < RECORD_OVERHEAD_V0:
             raise _corrupt(f"Record size {size} is less than the minimum record overhead ({RECORD_OVERHEAD_V0})")
         if n - pos <= MAGIC_OFFSET:
-            break
+            return
         magic = mv[pos + MAGIC_OFFSET]
         if magic > 2:  # (a signed byte: negative ones are > 127 here)
             raise _corrupt(f"Invalid magic found in record: {magic - 256 if magic > 127 else magic}")
         if n - pos < LOG_OVERHEAD + size:
-            break  # cut off: Kafka trims it (UnifiedLog.trimInvalidBytes)
-        if max_message_bytes is not None and out and magic != out[0].magic:
-            raise _invalid(f"Batch magic {magic} is not the same as the first batch's magic byte {out[0].magic} "
-                           f"in topic partition {tp}")
+            return  # cut off: Kafka trims it (UnifiedLog.trimInvalidBytes)
+        if max_message_bytes is not None:
+            if first_magic < 0:
+                first_magic = magic
+            elif magic != first_magic:
+                raise _invalid(f"Batch magic {magic} is not the same as the first batch's magic byte {first_magic} "
+                               f"in topic partition {tp}")
         if magic == 2:
-            raise _invalid(f"a record batch of magic 2 in a set of magic {out[0].magic if out else 2} messages")
+            raise _invalid("a record batch of magic 2 in a set of magic 0/1 messages")
         if max_message_bytes is not None and size + LOG_OVERHEAD > max_message_bytes:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
                              f"The record batch size in the append to {tp} is {size + LOG_OVERHEAD} bytes which "
                              f"exceeds the maximum configured value of {max_message_bytes}.")
-        out.append(_message(mv, pos, size, tp))
+        yield _message(mv, pos, size, tp)
         pos += LOG_OVERHEAD + size
-    return out
 
 
 # --- produce: magic 0/1 message sets to one v2 batch ---------------------------------------
 
+INLINE_MAX_BYTES = 256 * 1024  # uncompressed sets up to this size are converted on the event loop
+
+
+async def to_v2_async(records, config, tp: str) -> bytearray:
+    """``to_v2`` on the event loop for a small uncompressed set, else in the validation pool (a
+    compressed wrapper may hold ~32 x max.message.bytes of messages, a million small ones)."""
+    if len(records) <= INLINE_MAX_BYTES and not (len(records) > MAGIC_OFFSET + 1
+                                                  and records[MAGIC_OFFSET + 1] & COMPRESSION_MASK):
+        return to_v2(records, config, tp)
+    return await in_pool(to_v2, records, config, tp)
+
+
 def to_v2(records, config, tp: str) -> bytearray:
     """The v2 batch (base offset 0, no producer id) holding the messages of the magic 0/1
     message set ``records``, compressed as the topic's compression.type says ("producer": the
-    wrapper's codec). Raises KafkaError / RecordValidationError as Kafka's append would."""
+    wrapper's codec). Raises KafkaError / RecordValidationError as Kafka's append would.
+    Streams: each message is encoded as a v2 record as it is read; the records section is
+    bounded (max.message.bytes uncompressed, ``records_limit`` before compression)."""
     mv = memoryview(records)
-    shallow = _entries(mv, tp, config.max_message_bytes)
-    if not shallow:
-        raise _invalid("produce request must have at least one whole message per partition")
-    source_codec = 0
-    for m in shallow:
-        if m.codec:
-            source_codec = m.codec
-    if source_codec and len(shallow) > 1:
-        raise _invalid("Compressed outer record has more than one batch")
     log_append_time = config.log_append_time
     limit = records_limit(config.max_message_bytes)
-    keys: list[memoryview | None] = []
-    values: list[memoryview | None] = []
-    stamps: list[int] = []
-    for wrapper in shallow:
+    target = CODECS.get(config.compression_type)
+    body = bytearray()
+    stamps = _Stamps()
+    count = 0
+    entries = 0
+    source_codec = 0
+    for wrapper in _entries(mv, tp, config.max_message_bytes):
+        if source_codec or (wrapper.codec and entries):
+            raise _invalid("Compressed outer record has more than one batch")
+        entries += 1
         if wrapper.codec == 0:
-            inner = [wrapper]
-            wrapper_lat = wrapper.log_append_time
+            inner: Iterator[Message] = iter((wrapper,))
         else:
-            inner = _inner_messages(wrapper, limit, tp)
-            wrapper_lat = wrapper.log_append_time
+            source_codec = wrapper.codec
+            inner = _entries(memoryview(_wrapped_set(wrapper, limit)), tp, None)
+        body_limit = (config.max_message_bytes - HEADER_SIZE if (source_codec if target is None else target) == 0
+                      else limit)
         errors: list[tuple[int, str]] = []
         bad_timestamp = False
-        for i, m in enumerate(inner):
+        i = -1
+        last_offset = 0
+        for i, m in enumerate(inner):  # noqa: B007 (i is the count after the loop)
+            last_offset = m.offset
             if m.magic != wrapper.magic:
                 errors.append((i, f"Record's magic {m.magic} does not match outer magic {wrapper.magic} in topic "
                                   f"partition {tp}"))
@@ -222,27 +240,57 @@ def to_v2(records, config, tp: str) -> bytearray:
                 errors.append((i, "Compressed outer record should not have an inner record with a compression "
                                   "attribute set"))
                 continue
-            ts = wrapper.timestamp if (wrapper.codec and wrapper_lat) else m.timestamp
+            ts = wrapper.timestamp if (wrapper.codec and wrapper.log_append_time) else m.timestamp
             # Kafka's validateTimestamp: a CreateTime topic range-checks a timestamp (the v2 batch
-            # below is checked so); otherwise the producer must not claim LogAppendTime
-            if wrapper_lat and (log_append_time or ts == NO_TIMESTAMP):
+            # does, in validator.py); otherwise the producer must not claim LogAppendTime
+            if wrapper.log_append_time and (log_append_time or ts == NO_TIMESTAMP):
                 errors.append((i, "Invalid timestamp type in message. Producer should not set timestamp type to "
                                   "LogAppendTime."))
                 bad_timestamp = True
                 continue
-            keys.append(m.key)
-            values.append(m.value)
-            stamps.append(ts)
+            if not errors:
+                body += encode_record(count, stamps.delta(ts), None if m.key is None else bytes(m.key),
+                                      None if m.value is None else bytes(m.value))
+                count += 1
+                if len(body) > body_limit:
+                    raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE, f"the messages make a record batch of more than "
+                                     f"{body_limit} bytes (max.message.bytes={config.max_message_bytes})")
+        if wrapper.codec:
+            if i < 0:
+                raise _invalid("Found invalid compressed record set with no inner records")
+            if wrapper.magic == 1 and wrapper.offset != 0 and wrapper.offset < last_offset:
+                raise _invalid(f"Found invalid wrapper offset in compressed v1 message set, wrapper offset "
+                               f"'{wrapper.offset}' is less than the last inner message offset '{last_offset}' and "
+                               "it is not zero.")
         if errors:
             raise_record_errors(errors, bad_timestamp)
-    target = CODECS.get(config.compression_type, source_codec)
-    if target is None or target == 4:  # zstd: the validator re-encodes (Produce v0-2 may not carry zstd)
+    if not entries:
+        raise _invalid("produce request must have at least one whole message per partition")
+    if target is None or target == 4:  # "producer"; zstd: the validator re-encodes (v0-2 may not carry it)
         target = source_codec
-    return _v2_batch(keys, values, stamps, target)
+    return assemble_batch(0, -1, target, count - 1, stamps.base, stamps.max, -1, -1, -1, count,
+                          compress_records(target, bytes(body)))
 
 
-def _inner_messages(wrapper: Message, limit: int, tp: str) -> list[Message]:
-    """The messages inside a compressed wrapper (Kafka's DeepRecordsIterator)."""
+class _Stamps:
+    """The batch's base and max timestamps as records are added (the first record's is the base)."""
+
+    __slots__ = ("base", "max")
+
+    def __init__(self):
+        self.base: int | None = None
+        self.max = NO_TIMESTAMP
+
+    def delta(self, ts: int) -> int:
+        if self.base is None:
+            self.base = ts
+        if ts > self.max:
+            self.max = ts
+        return ts - self.base
+
+
+def _wrapped_set(wrapper: Message, limit: int) -> bytes:
+    """The message set a compressed wrapper holds, decompressed (at most ``limit`` bytes)."""
     codec = wrapper.codec
     if codec not in LEGACY_CODECS:
         if codec == 4:
@@ -253,22 +301,7 @@ def _inner_messages(wrapper: Message, limit: int, tp: str) -> list[Message]:
     data = wrapper.value
     if codec == 3 and wrapper.magic == 0:
         data = lz4_fix_header(data)
-    inner = _entries(memoryview(decompress_records(codec, data, limit)), tp, None)
-    if not inner:
-        raise _invalid("Found invalid compressed record set with no inner records")
-    if wrapper.magic == 1 and wrapper.offset != 0 and wrapper.offset < inner[-1].offset:
-        raise _invalid(f"Found invalid wrapper offset in compressed v1 message set, wrapper offset "
-                       f"'{wrapper.offset}' is less than the last inner message offset '{inner[-1].offset}' and it "
-                       "is not zero.")
-    return inner
-
-
-def _v2_batch(keys: list, values: list, stamps: list[int], codec: int) -> bytearray:
-    base_ts = stamps[0]
-    body = b"".join(encode_record(i, ts - base_ts, None if k is None else bytes(k), None if v is None else bytes(v))
-                    for i, (k, v, ts) in enumerate(zip(keys, values, stamps, strict=True)))
-    return assemble_batch(0, -1, codec, len(stamps) - 1, base_ts, max(stamps), -1, -1, -1, len(stamps),
-                          compress_records(codec, body))
+    return decompress_records(codec, data, limit)
 
 
 # --- fetch: v2 batches down to magic 0/1 ----------------------------------------------------
@@ -276,6 +309,20 @@ def _v2_batch(keys: list, values: list, stamps: list[int], codec: int) -> bytear
 def fetch_magic(fetch_version: int) -> int:
     """The message format a Fetch of this version reads (Kafka: v0-1 magic 0, v2-3 magic 1)."""
     return 0 if fetch_version <= 1 else 1
+
+
+def down_convert_region(fd: int, position: int, size: int, to_magic: int, fetch_offset: int,
+                        max_message_bytes: int | None = None) -> bytes:
+    """``down_convert`` of the whole v2 batches in a log file region (what a Fetch of v4+ would
+    send with sendfile), at most ``size`` bytes of messages unless the first batch's are more:
+    Kafka's LazyDownConversionRecords sizes its response the same way."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = fio.pread(fd, size - len(data), position + len(data))
+        if not chunk:
+            break
+        data += chunk
+    return down_convert(data, to_magic, fetch_offset, size, max_message_bytes)
 
 
 def down_convert(data, to_magic: int, fetch_offset: int, max_bytes: int,

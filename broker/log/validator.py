@@ -115,11 +115,15 @@ async def validate_async(buf, headers: list[BatchHeader], config, now_ms: int, p
         return validate_batches(buf, headers, config, now_ms, partition_name, inline=True)
     except _TooMuchForTheLoop:
         pass
+    return await in_pool(validate_batches, buf, headers, config, now_ms, partition_name)
+
+
+async def in_pool(fn, *args):
+    """``fn(*args)`` in the validation pool (record work too large for the event loop)."""
     global _pool
     if _pool is None:
         _pool = ThreadPoolExecutor(_POOL_THREADS, thread_name_prefix="krafty-validate")
-    return await asyncio.get_running_loop().run_in_executor(
-        _pool, functools.partial(validate_batches, buf, headers, config, now_ms, partition_name))
+    return await asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args))
 
 
 def recompress(buf, headers: list[BatchHeader], target: int, max_message_bytes: int

@@ -1,6 +1,7 @@
 """Old clients through krafty (issue 26, the message formats before v2): kafka-python pinned to
 api_version (0, 10, 0), (0, 9) and (0, 8, 2), and librdkafka in its old modes
-(api.version.request=false with broker.version.fallback 0.9.0 / 0.10.0), produce and consume with
+(api.version.request=false with broker.version.fallback 0.9.0 / 0.8.2; librdkafka 2.x asks
+ApiVersions whatever api.version.request says once the fallback is 0.10 or later), produce and consume with
 every codec they have (magic 0/1 message sets, converted to v2 on append and back on fetch); a v2
 client reads what they wrote and they read what a v2 client wrote (headers dropped); their groups
 commit offsets and resume from them."""
@@ -117,8 +118,10 @@ def test_pinned_kafka_python_reads_what_a_v2_client_wrote_without_headers(node, 
         assert [g[3] for g in got] == [1_000 + i for i in range(N)]
 
 
-@pytest.mark.parametrize("fallback", ["0.9.0", "0.10.0"])
+@pytest.mark.parametrize("fallback", ["0.9.0", "0.8.2"])
 def test_librdkafka_old_modes_produce_and_consume_every_codec(node, fallback):
+    """Produce v1 / v0 with magic 0 sets; a 0.9 consumer joins a group (JoinGroup v0, OffsetCommit
+    v2), a 0.8.2 one reads partitions it assigns itself (Fetch v0)."""
     for codec in ["none", "gzip", "snappy", "lz4"]:
         topic = f"rdk-{fallback}-{codec}-{time.monotonic_ns()}"
         create_topic(node, topic)
@@ -132,17 +135,30 @@ def test_librdkafka_old_modes_produce_and_consume_every_codec(node, fallback):
         p = Producer({"bootstrap.servers": node.bootstrap, "compression.type": codec, "linger.ms": 5,
                       "enable.idempotence": False, "acks": -1, **conf})
         for i in range(N):
-            p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0,
-                      on_delivery=report)
+            p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0, on_delivery=report)
         assert p.flush(30) == 0 and not errors, (codec, errors)
-        got = ck_read(node.bootstrap, topic, N, group=f"rdk-{topic}", **conf)
-        assert [g[:3] for g in got] == expected(), codec
-        # the group's commit (OffsetCommit v2 of librdkafka's 0.9 mode) is there for a v2 client
-        # resuming: it gets nothing more
-        assert ck_read(node.bootstrap, topic, 1, timeout=3, group=f"rdk-{topic}") == []
-        # and a modern client, and pinned kafka-python, read the same records
+        if fallback == "0.9.0":
+            got = ck_read(node.bootstrap, topic, N, group=f"rdk-{topic}", **conf)
+            assert [g[:3] for g in got] == expected(), codec
+            # the group's commit is there for a v2 client resuming: it gets nothing more
+            assert ck_read(node.bootstrap, topic, 1, timeout=3, group=f"rdk-{topic}") == []
+        else:
+            got = ck_read(node.bootstrap, topic, N, **conf)
+            assert [g[:3] for g in got] == expected(), codec
+        # a modern client, and pinned kafka-python, read the same records
         assert [g[:3] for g in ck_read(node.bootstrap, topic, N)] == expected()
         assert [g[:3] for g in kp_read(node.bootstrap, topic, (0, 10, 0), N)] == expected()
+
+
+def test_librdkafka_old_mode_reads_what_a_v2_client_wrote(node):
+    topic = f"rdk-v2-{time.monotonic_ns()}"
+    create_topic(node, topic)
+    p = Producer({"bootstrap.servers": node.bootstrap, "compression.type": "snappy", "linger.ms": 5})
+    for i in range(N):
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0, headers=[("h", b"x")])
+    assert p.flush(30) == 0
+    got = ck_read(node.bootstrap, topic, N, **LIBRDKAFKA_OLD, **{"broker.version.fallback": "0.9.0"})
+    assert [g[:3] for g in got] == expected() and all(not g[4] for g in got)
 
 
 @pytest.mark.parametrize("api_version", [(0, 10, 0), (0, 9)], ids=["0.10.0", "0.9"])

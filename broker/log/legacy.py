@@ -344,36 +344,81 @@ def down_convert(data, to_magic: int, fetch_offset: int, max_bytes: int,
             break
         if h.magic != 2 or h.records_count == 0:
             continue
-        raw = mv[h.pos:h.pos + h.size]
-        section = raw[HEADER_SIZE:]
-        section = decompress_records(codec, section, limit) if codec else bytes(section)
-        records = section_records(h, section)
+        section = mv[h.pos + HEADER_SIZE:h.pos + h.size]
+        if codec:
+            section = decompress_records(codec, section, limit)
         lat = h.timestamp_type == 1
-        if codec == 0:
-            for r in records:
-                if r.offset < fetch_offset:
-                    continue
-                msg = _legacy_message(to_magic, r.offset, 0, lat, h.max_timestamp if lat else r.timestamp,
-                                      r.key, r.value)
-                if out and len(out) + len(msg) > max_bytes:
-                    return bytes(out)
-                out += msg
+        try:
+            if codec == 0:  # one message per record, from the fetch offset on, up to max_bytes
+                msgs, _n, _last, _ts, complete = messages(section, h.records_count, to_magic, h.base_offset,
+                                                          h.base_timestamp, lat, h.max_timestamp, fetch_offset, False,
+                                                          max_bytes - len(out) if out else max_bytes)
+                out += msgs
+                if not complete:
+                    break
+                continue
+            inner, n, last, max_ts, _c = messages(section, h.records_count, to_magic, h.base_offset, h.base_timestamp,
+                                                  lat, h.max_timestamp, -1, to_magic > 0, -1)
+        except ValueError as e:
+            raise _corrupt(f"batch at offset {h.base_offset} does not decode: {e}") from None
+        if not n:
             continue
-        recs = list(records)
-        if not recs:
-            continue
-        base = recs[0].offset
-        max_ts = h.max_timestamp if lat else max(r.timestamp for r in recs)
-        inner = b"".join(_legacy_message(to_magic, r.offset - base if to_magic else r.offset, 0, lat,
-                                         h.max_timestamp if lat else r.timestamp, r.key, r.value) for r in recs)
-        value = compress_records(codec, inner)
+        value = compress_records(codec, bytes(inner))
         if codec == 3 and to_magic == 0:
             value = lz4_break_header(value)
-        msg = _legacy_message(to_magic, recs[-1].offset, codec, lat, max_ts, None, value)
+        msg = _legacy_message(to_magic, last, codec, lat, h.max_timestamp if lat else max_ts, None, value)
         if out and len(out) + len(msg) > max_bytes:
             break
         out += msg
     return bytes(out)
+
+
+def _messages_py(data, count: int, magic: int, base_offset: int, base_ts: int, log_append_time: bool,
+                 max_timestamp: int, min_offset: int, relative: bool, budget: int):
+    """The Python reference of ``_legacy.messages`` (see there): the records of a v2 records
+    section as magic 0/1 messages."""
+    out = bytearray()
+    written, last, max_ts, first = 0, -1, NO_TIMESTAMP, None
+    h = _SectionHeader(base_offset, base_ts, log_append_time, max_timestamp, count)
+    try:
+        for r in section_records(h, bytes(data)):
+            if first is None:
+                first = r.offset
+            if r.offset < min_offset:
+                continue
+            msg = _legacy_message(magic, r.offset - first if relative else r.offset, 0, log_append_time, r.timestamp,
+                                  r.key, r.value)
+            if budget >= 0 and written and len(out) + len(msg) > budget:
+                return out, written, last, max_ts, False
+            out += msg
+            written += 1
+            last = r.offset
+            max_ts = max(max_ts, r.timestamp)
+    except KafkaError as e:
+        raise ValueError(e.message) from None
+    return out, written, last, max_ts, True
+
+
+class _SectionHeader(NamedTuple):
+    """What ``section_records`` reads of a batch header."""
+
+    base_offset: int
+    base_timestamp: int
+    log_append_time: bool
+    max_timestamp: int
+    records_count: int
+
+    @property
+    def timestamp_type(self) -> int:
+        return 1 if self.log_append_time else 0
+
+
+try:  # the compiled loop (setup.py builds it): ~50x the Python one
+    from ._legacy import messages
+    COMPILED = True
+except ImportError:  # no C compiler at install time
+    messages = _messages_py
+    COMPILED = False
 
 
 def _legacy_message(magic: int, offset: int, codec: int, log_append_time: bool, timestamp: int,

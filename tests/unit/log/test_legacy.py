@@ -240,6 +240,44 @@ def test_is_legacy_reads_the_magic_byte():
 
 # --- fetch: down-conversion ---------------------------------------------------------------
 
+@pytest.fixture(params=["compiled", "python"], autouse=True)
+def loop_impl(request, monkeypatch):
+    """Every test here runs with the compiled loop (_legacy.pyx) and with the Python one (the
+    down-conversion tests use it; the produce ones run twice alike)."""
+    if request.param == "python":
+        monkeypatch.setattr(legacy, "messages", legacy._messages_py)
+    elif not legacy.COMPILED:
+        pytest.skip("the compiled loop is not built (no C compiler at install time)")
+    return request.param
+
+
+def test_compiled_and_python_loops_agree_on_random_batches():
+    import random
+    if not legacy.COMPILED:
+        pytest.skip("the compiled loop is not built")
+    from broker.log._legacy import messages as compiled
+    rng = random.Random(26)
+    for _ in range(300):
+        n = rng.randint(1, 30)
+        base = rng.randint(0, 1 << 40)
+        recs = [Record(base + i + rng.choice((0, 0, 3)) * i, NOW + rng.randint(-10**6, 10**6),
+                       rng.choice((None, b"", rng.randbytes(rng.randint(0, 300)))),
+                       rng.choice((None, b"", rng.randbytes(rng.randint(0, 3000)))),
+                       [("h", b"x")] * rng.randint(0, 2)) for i in range(n)]
+        batch = bytes(build_batch(recs, timestamp_type=rng.randint(0, 1), max_timestamp=NOW))
+        h = unpack_header(batch, 0)
+        section = batch[61:]
+        args = (n, rng.randint(0, 1), h.base_offset, h.base_timestamp, h.timestamp_type == 1, h.max_timestamp,
+                rng.choice((-1, recs[n // 2].offset)), rng.random() < 0.5, rng.choice((-1, 0, 200, 5000)))
+        py = legacy._messages_py(section, *args)
+        c = compiled(section, *args)
+        assert (bytes(c[0]), *c[1:]) == (bytes(py[0]), *py[1:])
+        cut = section[:rng.randint(0, len(section) - 1)]
+        with pytest.raises(ValueError):
+            compiled(cut, *args[:-1], -1)
+        with pytest.raises(ValueError):
+            legacy._messages_py(cut, *args[:-1], -1)
+
 def v2_log(codec: int = NONE, n: int = 10, base: int = 0, lat: bool = False) -> bytes:
     recs = [Record(base + i, NOW + i, b"k%d" % i, b"v%d" % i, [("h", b"x")]) for i in range(n)]
     return bytes(build_batch(recs, compression=codec, timestamp_type=1 if lat else 0,

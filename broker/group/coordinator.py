@@ -55,6 +55,7 @@ class GroupCoordinator:
             session_timeout_ms=config["group.consumer.session.timeout.ms"],
             heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
             max_size=config["group.consumer.max.size"], assignors=tuple(config["group.consumer.assignors"]),
+            migration_policy=config["group.consumer.migration.policy"], classic_max_size=config["group.max.size"],
             group_config=lambda gid: self.loader.image.configs.get((mrec.RESOURCE_GROUP, gid), {}))
         self._topics_image = None
         self._topics: Topics = {}

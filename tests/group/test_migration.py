@@ -305,3 +305,18 @@ def test_a_static_classic_member_restarted_with_the_consumer_protocol_takes_over
     g = m.shard.consumer_groups["g"]
     assert g.static_members["i1"] == "new" and mid not in g.members, "no UNRELEASED_INSTANCE_ID for a classic one"
     assert g.members["new"].classic is None
+
+
+def test_a_group_whose_assignments_carry_user_data_is_not_upgraded():
+    """Kafka 4 (KAFKA-18134): the user data of a custom (or librdkafka's sticky) assignor would be
+    lost, so the consumer-protocol member is refused and the classic group stays as it was."""
+    m = Mixed()
+    _classic_group_of_two(m)
+    g = m.shard.groups["g"]
+    mid = m.classic["a"]["member_id"]
+    g.members[mid].assignment = assignment({"t1": [0, 1, 2]})[:-4] + struct.pack(">i", 2) + b"ud"
+    with pytest.raises(HeartbeatError) as ei:
+        m.hb("c")
+    assert ei.value.code == ErrorCode.GROUP_ID_NOT_FOUND and "custom assignor" in str(ei.value)
+    assert m.shard.groups["g"] is g and "g" not in m.shard.consumer_groups
+    assert m.chb("a") == ErrorCode.NONE, "the classic group goes on undisturbed"

@@ -198,7 +198,7 @@ class ClassicMemberState:
     rebalance_timeout_ms: int
     session_timeout_ms: int
     protocols: tuple[tuple[str, bytes], ...]
-    assignment: dict[str, frozenset[int]]  # its target assignment, by topic name
+    assignment: dict[str, frozenset[int]]  # the partitions it may own, by topic name
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -905,21 +905,30 @@ class ConsumerGroup:
     def _downgrade(self, records: Records, leaving: set[str], joining: str | None, topics: Topics,
                    replaced_id: str | None = None, rebalance: bool = True) -> None:
         """The group's records are tombstoned; ``downgraded`` says what the classic group is made
-        of: the other members with their target assignments (Kafka's convertToClassicGroup and
-        ClassicGroup.fromConsumerGroup)."""
+        of (Kafka's convertToClassicGroup and ClassicGroup.fromConsumerGroup): the other members,
+        each with the partitions it may still own (its assigned and pending-revocation ones).
+        Kafka writes the target assignments instead; but a member has not given up its pending
+        ones yet, and were the classic group upgraded again before its members joined it, the
+        target would let a partition go to a new member while its owner still consumes it. With
+        what the members hold, the classic group's assignments never overlap; it rebalances
+        when they are not the target (always when a member left)."""
         names = {tid: n for n, (tid, _) in topics.items()}
         names.update({tid: n for n, (tid, _) in self.subscription_metadata.items()})
         members = []
+        moving = False
         for mid, m in self.members.items():
             if mid in leaving:
                 continue
+            held = {t: m.assigned.get(t, frozenset()) | m.pending_revocation.get(t, frozenset())
+                    for t in set(m.assigned) | set(m.pending_revocation)}
             target = self.target.get(mid, {})
+            moving = moving or {t: ps for t, ps in held.items() if ps} != {t: ps for t, ps in target.items() if ps}
             members.append(ClassicMemberState(
                 mid, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms, m.classic.session_timeout_ms,
-                m.classic.protocols, {names[t]: ps for t, ps in target.items() if t in names and ps}))
+                m.classic.protocols, {names[t]: ps for t, ps in held.items() if t in names and ps}))
         if joining is not None:  # (Kafka adds the joining member last: it is not the leader)
             members.sort(key=lambda s: s.member_id == joining)
-        self.downgraded = Downgrade(self.epoch, tuple(members), rebalance=joining is None or rebalance)
+        self.downgraded = Downgrade(self.epoch, tuple(members), rebalance=joining is None or rebalance or moving)
         log.info("[GroupId %s] Converted the consumer group to a classic group.", self.group_id)
         self.tombstones(records)
 

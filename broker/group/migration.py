@@ -10,8 +10,9 @@ GroupMetadataManager does it (``group.consumer.migration.policy``):
   members learn from REBALANCE_IN_PROGRESS on their heartbeats that they must join again.
 * downgrade: when the last consumer-protocol member leaves (or is fenced) and only classic
   members remain, the consumer group becomes a classic group of them (``to_classic_group``,
-  Kafka's ClassicGroup.fromConsumerGroup): Stable at the group epoch as its generation, their
-  target assignments as their assignments; it then rebalances, as a member left.
+  Kafka's ClassicGroup.fromConsumerGroup): Stable at the group epoch as its generation, the
+  partitions each member may still own as its assignment (Kafka: its target; see
+  ConsumerGroup._downgrade); it then rebalances, as a member left.
 
 Pure: no I/O.
 """
@@ -76,7 +77,10 @@ def to_consumer_group(classic: ClassicGroup, topics: Topics, cfg: ConsumerGroupC
                                          "consumer group because an unsupported custom assignor is in use. Please "
                                          "switch to a default assignor before re-attempting the upgrade.")
                 assigned = {ids[t]: frozenset(ps) for t, ps in parts.items() if t in ids and ps}
-            sub = cp.decode_subscription(m.metadata(classic.protocol_name))
+            # (every protocol of a member carries its subscription; a group in its first
+            # rebalance has chosen none yet)
+            sub = cp.decode_subscription(m.metadata(classic.protocol_name) if classic.protocol_name
+                                         else m.protocols[0][1])
         except RecordFormatError as e:
             log.warning("Cannot upgrade classic group %s to consumer group because the embedded consumer protocol "
                         "is malformed: %s.", gid, e)

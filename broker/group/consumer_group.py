@@ -224,6 +224,10 @@ class ConsumerGroup:
         self.regex_due: int | None = None  # a member's new regex waits for the timer to be resolved
         self.regex_refresh_all = False  # the metadata image changed: every regex is resolved again
         self.regex_refreshed_at: int | None = None
+        self.regex_unrecorded: set[str] = set()  # resolved when loaded, not in the log: recorded by the timer
+        # set by the shard: the metadata image's offset and the wall clock (for regex records)
+        self.image_version = -1
+        self.wall_offset_ms = 0
         self.dead = False
         self.downgraded: Downgrade | None = None  # set when the group became a classic group
 
@@ -254,22 +258,29 @@ class ConsumerGroup:
         """The topics one member is subscribed to now: by name, and by its resolved regex."""
         return set(m.topics) | (self.resolved.get(m.regex, frozenset()) if m.regex else set())
 
-    def resolve_regexes(self, topics: Topics, only_new: bool = False) -> bool:
+    def resolve_regexes(self, topics: Topics, records: Records, only_new: bool = False, now: int = 0) -> bool:
         """Match the members' regular expressions against the metadata image's topics (Kafka
         does it off the request path: a member's new regex subscribes it on a later epoch);
-        whether a resolution changed."""
-        used = {m.regex for m in self.members.values() if m.regex}
-        changed = bool(set(self.resolved) - used)
-        self.resolved = {r: v for r, v in self.resolved.items() if r in used}
-        for r in sorted(used):
-            if only_new and r in self.resolved:
+        each new resolution is a ConsumerGroupRegularExpression record (a regex nobody uses any
+        more a tombstone); whether a resolution changed."""
+        changed = self._forget_unused_regexes(records)
+        for r in sorted({m.regex for m in self.members.values() if m.regex}):
+            if only_new and r in self.resolved and r not in self.regex_unrecorded:
                 continue
             got = frozenset(matching(r, topics))
-            if self.resolved.get(r) != got:
-                self.resolved[r] = got
-                changed = True
+            if self.resolved.get(r) != got or r in self.regex_unrecorded:
+                changed = changed or self.resolved.get(r) != got
+                self._emit(records, cr.REGEX_KEY, r, cr.regex_value(cr.ResolvedRegex(
+                    got, self.image_version, now + self.wall_offset_ms)))
         self.regex_due = None
         return changed
+
+    def _forget_unused_regexes(self, records: Records) -> bool:
+        used = {m.regex for m in self.members.values() if m.regex}
+        gone = sorted(set(self.resolved) - used)
+        for r in gone:
+            self._emit(records, cr.REGEX_KEY, r, None)
+        return bool(gone)
 
     def preferred_assignor(self, default: str) -> str:
         """The assignor most members ask for (Kafka's computePreferredServerAssignor)."""
@@ -305,6 +316,12 @@ class ConsumerGroup:
                 self.target[key.member] = cr.decode_target_member(value)
         elif kind == cr.MEMBER_METADATA_KEY:
             self._replay_member(key.member, value)
+        elif kind == cr.REGEX_KEY:
+            self.regex_unrecorded.discard(key.member)
+            if value is None:
+                self.resolved.pop(key.member, None)
+            else:
+                self.resolved[key.member] = cr.decode_regex(value).topics
         elif kind == cr.CURRENT_ASSIGNMENT_KEY:
             m = self.members.get(key.member)
             if m is None:
@@ -368,8 +385,7 @@ class ConsumerGroup:
     def _refresh_subscription_metadata(self, records: Records, topics: Topics) -> bool:
         """The subscribed topics as the metadata image has them now; a change is recorded
         (and bumps the group epoch: the caller does)."""
-        used = {m.regex for m in self.members.values() if m.regex}
-        self.resolved = {r: v for r, v in self.resolved.items() if r in used}  # a regex nobody uses is forgotten
+        self._forget_unused_regexes(records)  # a regex nobody uses is forgotten
         names = self.subscribed_topic_names()
         new = {n: topics[n] for n in sorted(names) if n in topics}
         if new == self.subscription_metadata:
@@ -621,7 +637,8 @@ class ConsumerGroup:
         records: Records = []
         if self.regex_due is not None and now >= self.regex_due:
             full, self.regex_refresh_all, self.regex_refreshed_at = self.regex_refresh_all, False, now
-            if self.resolve_regexes(topics, only_new=not full) and self._refresh_subscription_metadata(records, topics):
+            if self.resolve_regexes(topics, records, only_new=not full, now=now) \
+                    and self._refresh_subscription_metadata(records, topics):
                 self._bump(records)
         for mid in sorted(self.members):
             m = self.members.get(mid)
@@ -644,9 +661,14 @@ class ConsumerGroup:
 
     def on_loaded(self, now: int, cfg: ConsumerGroupConfig, topics: Topics | None = None) -> None:
         """A coordinator took the group over: every member must heartbeat within its session;
-        the members' regexes are resolved again (the metadata image is the truth)."""
-        if topics is not None:
-            self.resolve_regexes(topics)
+        the regexes resolve as their records say, and again from the metadata image on the next
+        timer (a regex with no record, from before they were written, is resolved now and
+        recorded then)."""
+        if topics is not None and any(m.regex for m in self.members.values()):
+            for r in {m.regex for m in self.members.values() if m.regex} - set(self.resolved):
+                self.resolved[r] = frozenset(matching(r, topics))
+                self.regex_unrecorded.add(r)
+            self.regex_due, self.regex_refresh_all = now, True
         for m in self.members.values():
             m.session_deadline = now + m.session_ms(cfg, self.group_id)
             if m.state == UNREVOKED_PARTITIONS and m.classic is None:
@@ -939,7 +961,7 @@ class ConsumerGroup:
         batches them: topics created together are picked up together); at once without ``now``."""
         records: Records = []
         if now is None:
-            self.resolve_regexes(topics)
+            self.resolve_regexes(topics, records)
         elif any(m.regex for m in self.members.values()):
             last = self.regex_refreshed_at
             due = now if last is None else max(now, last + REGEX_REFRESH_MIN_MS)
@@ -956,6 +978,8 @@ class ConsumerGroup:
         records = [] if records is None else records
         for mid in sorted(self.members):
             self._remove_member(records, mid)
+        for r in sorted(self.resolved):
+            self._emit(records, cr.REGEX_KEY, r, None)
         self._emit(records, cr.TARGET_METADATA_KEY, None, None)
         self._emit(records, cr.PARTITION_METADATA_KEY, None, None)
         self._emit(records, cr.GROUP_EPOCH_KEY, None, None)

@@ -126,7 +126,8 @@ class GroupCoordinator:
 
     def new_shard(self, pid: int, epoch: int) -> GroupShard:
         return GroupShard(pid, self.group_config, metadata_max_bytes=self.metadata_max_bytes,
-                          consumer_config=self.consumer_config, topics=self.topics)
+                          consumer_config=self.consumer_config, topics=self.topics,
+                          image_version=lambda: self.loader.image.offset)
 
     def replay(self, shard: GroupShard, key: bytes | None, value: bytes | None, offset: int = -1,
                producer_id: int = -1) -> None:

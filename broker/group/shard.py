@@ -60,7 +60,8 @@ GROUP_TYPE_CLASSIC = "classic"
 
 class GroupShard:
     def __init__(self, partition: int, config: GroupConfig, *, metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
-                 consumer_config: ConsumerGroupConfig | None = None, topics: Callable[[], Topics] = dict):
+                 consumer_config: ConsumerGroupConfig | None = None, topics: Callable[[], Topics] = dict,
+                 image_version: Callable[[], int] = lambda: -1):
         self.partition = partition
         self.config = config
         self.metadata_max_bytes = metadata_max_bytes
@@ -69,6 +70,7 @@ class GroupShard:
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.consumer_config = consumer_config or ConsumerGroupConfig()
         self.topics = topics  # the topics of the metadata image: name -> (topic id, partitions)
+        self.image_version = image_version  # the metadata image's offset (regex resolutions record it)
         self.offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
         # the log offset of the record of each committed offset: a transaction's offsets only
         # replace offsets committed before them (Kafka's OffsetAndMetadata.recordOffset)
@@ -207,6 +209,7 @@ class GroupShard:
         for cg in list(self.consumer_groups.values()):
             d = cg.next_deadline()
             if d is not None and now >= d:
+                cg.image_version, cg.wall_offset_ms = self.image_version(), 0 if wall is None else wall - now
                 records = cg.tick(now, self.topics(), self.consumer_config)
                 more = self._maybe_downgraded(cg, records, now, wall)
                 w = self._consumer_write(cg, records)

@@ -69,9 +69,9 @@ class Member:
         self.c.close()
 
 
-def _create(node, topic):
+def _create(node, topic, partitions=PARTITIONS):
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
 def _wait(cond, what, timeout=30.0):
@@ -81,16 +81,18 @@ def _wait(cond, what, timeout=30.0):
         time.sleep(0.05)
 
 
-def _balanced(members):
+def _balanced(members, partitions=PARTITIONS):
     owned = [m.owned for m in members]
     every = set().union(*owned)
     sizes = sorted(len(o) for o in owned)
-    return (every == set(range(PARTITIONS)) and sum(sizes) == PARTITIONS and sizes[-1] - sizes[0] <= 1)
+    return (every == set(range(partitions)) and sum(sizes) == partitions and sizes[-1] - sizes[0] <= 1)
 
 
-def test_members_join_and_leave_one_at_a_time_under_a_produce_stream(node):
+@pytest.mark.parametrize("members,partitions", [
+    (4, PARTITIONS), pytest.param(10, 100, marks=pytest.mark.slow, id="10-members-100-partitions")])
+def test_members_join_and_leave_one_at_a_time_under_a_produce_stream(node, members, partitions):
     topic, group = "k848-" + uuid.uuid4().hex[:6], "g848-" + uuid.uuid4().hex[:6]
-    _create(node, topic)
+    _create(node, topic, partitions)
     produced: list[int] = []
     stop = threading.Event()
 
@@ -98,7 +100,7 @@ def test_members_join_and_leave_one_at_a_time_under_a_produce_stream(node):
         p = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 5})
         i = 0
         while not stop.is_set():
-            p.produce(topic, value=b"%d" % i, partition=i % PARTITIONS)
+            p.produce(topic, value=b"%d" % i, partition=i % partitions)
             produced.append(i)
             i += 1
             p.poll(0)
@@ -109,25 +111,26 @@ def test_members_join_and_leave_one_at_a_time_under_a_produce_stream(node):
     producer.start()
     events: list = []
     seen: set[int] = set()
+    count = members
     members: list[Member] = []
     try:
-        for k in range(4):  # join one at a time
+        for k in range(count):  # join one at a time
             before = {m.name: set(m.owned) for m in members}
             mark = len(events)
             members.append(Member(node, group, topic, f"m{k}", events, seen))
-            _wait(lambda: _balanced(members), f"{len(members)} members balanced")
+            _wait(lambda: _balanced(members, partitions), f"{len(members)} members balanced", timeout=60)
             new = members[-1]
             revoked = set().union(set(), *(e[3] for e in events[mark:] if e[2] == "revoke"))
             assert revoked <= new.owned, f"only partitions that moved to {new.name} are revoked: {revoked}"
             for m in members[:-1]:
                 assert m.owned <= before[m.name], f"{m.name} kept only partitions it had"
                 assert len(before[m.name] - m.owned) == len(before[m.name] & new.owned)
-        for _ in range(3):  # leave one at a time
+        for _ in range(count - 1):  # leave one at a time
             gone = members.pop(0)
             before = {m.name: set(m.owned) for m in members}
             mark = len(events)
             gone.close()
-            _wait(lambda: _balanced(members), f"{len(members)} members balanced")
+            _wait(lambda: _balanced(members, partitions), f"{len(members)} members balanced", timeout=60)
             assert not any(e[2] == "revoke" and e[1] != gone.name for e in events[mark:]), \
                 "a leaving member makes nobody else give up a partition"
             for m in members:

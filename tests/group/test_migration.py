@@ -320,3 +320,28 @@ def test_a_group_whose_assignments_carry_user_data_is_not_upgraded():
     assert ei.value.code == ErrorCode.GROUP_ID_NOT_FOUND and "custom assignor" in str(ei.value)
     assert m.shard.groups["g"] is g and "g" not in m.shard.consumer_groups
     assert m.chb("a") == ErrorCode.NONE, "the classic group goes on undisturbed"
+
+
+def test_a_classic_static_member_replacing_the_last_consumer_one_downgrades_the_group():
+    m = Mixed()
+    _classic_group_of_two(m)
+    req = HeartbeatRequest("g", "s1", 0, "i1", None, 30_000, ["t1"], None, None, [], "c", "/h")
+    resp, w, fx = m.shard.consumer_heartbeat(m.h.now, req, "s1")
+    m.h.run(fx)
+    m.h.run_write(w)
+    g = m.shard.consumer_groups["g"]
+    req = HeartbeatRequest("g", "s1", -2, "i1", None, -1, None, None, None, None, "c", "/h")
+    _, w, fx = m.shard.consumer_heartbeat(m.h.now, req, "s1")  # the static member restarts...
+    m.h.run(fx)
+    m.h.run_write(w)
+    assert "g" in m.shard.consumer_groups and g.members["s1"].epoch == -2
+    j = m.h.join("g", instance="i1", protocols=[("range", subscription(["t1"], version=1))], client="s")
+    assert j.result["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "a protocol the classic members lack"
+    protos = [("cooperative-sticky", subscription(["t1"], version=1))]
+    j = m.h.join("g", instance="i1", protocols=protos, client="s")  # ... with the classic protocol
+    assert j.result["error_code"] == 0, j
+    assert "g" not in m.shard.consumer_groups, "no consumer-protocol member is left: the group is classic"
+    cg = m.shard.groups["g"]
+    assert cg.static_members["i1"] == j.result["member_id"] and len(cg.members) == 3
+    assert cg.leader_id != j.result["member_id"], "the joining member is added last, as Kafka does"
+    assert m.rebuilt().groups["g"].members.keys() == cg.members.keys()

@@ -180,6 +180,16 @@ class GroupCoordinator:
         self._run(shard.partition, fx)
         self._kick()
 
+    async def run_and_wait(self, shard: GroupShard, fx: Effects) -> int:
+        """``run``, then wait until the writes are committed: the first error, or 0."""
+        for waiter, resp in fx.replies:
+            if not waiter.done():
+                waiter.set_result(resp)
+        written = [self.write(shard.partition, w) for w in fx.writes]
+        self._kick()
+        errors = [await f for f in written]
+        return next((e for e in errors if e), 0)
+
     def _kick(self) -> None:
         if self._wake is not None:
             self._wake.set()

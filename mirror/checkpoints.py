@@ -194,7 +194,8 @@ class CheckpointTask:
             todo = group_offsets_to_sync(converted, target_committed)
             if not todo:
                 continue
-            tps = [TopicPartition(t, p, off, metadata=meta or None) for (t, p), (off, meta) in sorted(todo.items())]
+            tps = [TopicPartition(t, p, off, metadata=meta) if meta else TopicPartition(t, p, off)
+                   for (t, p), (off, meta) in sorted(todo.items())]
             try:
                 self.target_admin.client.alter_consumer_group_offsets(
                     [ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout)[group].result(self.timeout)

@@ -62,6 +62,20 @@ def consumer(cluster: ClusterClients, **extra) -> Consumer:
     return _built(Consumer, cluster, "consumer", conf)
 
 
+def validate(cluster: ClusterClients) -> None:
+    """Builds (and drops) each kind of client once, so that a property librdkafka does not know
+    is reported, naming the config key, before anything connects."""
+    for kind, factory in (("producer", Producer), ("consumer", Consumer), ("admin", AdminClient)):
+        conf = cluster.conf(kind)
+        if kind == "consumer":
+            conf.setdefault("group.id", "krafty-mirror-validate")
+        client = _built(factory, cluster, kind, conf)
+        if kind == "consumer":
+            client.close()
+        elif kind == "producer":
+            client.flush(0)
+
+
 def _source(entry) -> int:
     return int(getattr(entry.source, "value", entry.source))
 

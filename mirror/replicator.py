@@ -139,6 +139,8 @@ class Replicator:
         self.member = clients.consumer(self.target, **{
             "group.id": f.group_id, "isolation.level": "read_committed",
             "partition.assignment.strategy": "cooperative-sticky",
+            # partitions the topic sync adds must reach the group soon (librdkafka's default: 5 min)
+            "topic.metadata.refresh.interval.ms": min(30000, max(1000, f["refresh.topics.interval.seconds"] * 1000)),
             "client.id": f"krafty-mirror-{f.name}-member"})
         src_extra = {"client.id": f"krafty-mirror-{f.name}-source", "enable.partition.eof": False}
         if self.eos:
@@ -385,6 +387,24 @@ class Replicator:
                 log.warning("flow %s: seek %s-%d to %s failed: %s", self.flow.name, key[0], key[1], offset,
                             e.args[0].str())
 
+    def _unknown_partition(self, e: KafkaException, st: Owned) -> None:
+        """A partition the topic sync just added, not yet in the producer's metadata: refresh it."""
+        err = e.args[0]
+        if err.code() not in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
+            raise MirrorError(f"flow {self.flow.name}: cannot produce to {st.remote}-{st.partition}: {err.str()}")
+        deadline = self.clock.monotonic() + self.timeout
+        while self.clock.monotonic() < deadline and not self.stopping.is_set():
+            try:
+                md = self.producer.list_topics(st.remote, timeout=5)
+                t = md.topics.get(st.remote)
+                if t is not None and st.partition in t.partitions:
+                    return
+            except KafkaException:
+                pass
+            self.stopping.wait(0.2)
+        raise MirrorError(f"flow {self.flow.name}: {st.remote}-{st.partition} is not in {self.target.alias}'s "
+                          f"metadata after {self.timeout:.0f} s")
+
     def _check_fatal(self) -> None:
         if self.fatal:
             raise MirrorError(self.fatal)
@@ -442,7 +462,6 @@ class Replicator:
                         st.first = off
                     value, key = m.value(), m.key()
                     ts_type, ts = m.timestamp()
-                    self.inflight[(st.remote, part)].append((off, ts))
                     while True:
                         try:
                             produce(st.remote, value, key, partition=part, timestamp=ts if ts > 0 else 0,
@@ -450,6 +469,9 @@ class Replicator:
                             break
                         except BufferError:
                             self.producer.poll(0.05)
+                        except KafkaException as e:
+                            self._unknown_partition(e, st)
+                    self.inflight[(st.remote, part)].append((off, ts))
                     st.next = off + 1
                     n += 1
                     nbytes += (len(value) if value else 0) + (len(key) if key else 0)

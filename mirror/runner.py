@@ -25,7 +25,7 @@ import time
 
 from common.clock import SYSTEM, Clock
 from mirror.checkpoints import CheckpointTask
-from mirror.clients import Admin, MirrorError, producer  # (confluent-kafka: the 'mirror' extra)
+from mirror.clients import Admin, MirrorError, producer, validate  # (confluent-kafka: the 'mirror' extra)
 from mirror.config import MirrorConfig, MirrorConfigError, load
 from mirror.formats import Heartbeat
 from mirror.replicator import Replicator
@@ -63,6 +63,8 @@ class Mirror:
     def _start(self) -> None:
         used = {f.source for f in self.flows} | {f.target for f in self.flows} | {h[1] for h in self.heartbeat_pairs}
         timeout = max(f["admin.timeout.ms"] for f in self.cfg.flows) / 1000
+        for alias in sorted(used):
+            validate(self.cfg.clusters[alias])
         self.admins = {a: Admin(self.cfg.clusters[a], timeout) for a in sorted(used)}
         for alias, admin in self.admins.items():
             try:

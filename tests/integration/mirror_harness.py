@@ -155,6 +155,8 @@ def read_partition(bootstrap: str, topic: str, partition: int, committed: bool =
         tp = TopicPartition(topic, partition)
         lo, hi = c.get_watermark_offsets(tp, timeout=10)
         if hi <= lo:
+            if hi < 0 or lo < 0:
+                raise AssertionError(f"no watermarks for {topic}-{partition}: {(lo, hi)}")
             return []
         c.assign([TopicPartition(topic, partition, lo)])
         out = []

@@ -55,7 +55,7 @@ class Owned:
     """A source partition this instance copies now."""
 
     __slots__ = ("topic", "remote", "partition", "next", "committed", "acked", "emitter", "delayed",
-                 "end", "copied", "first")
+                 "end", "copied", "first", "inflight")
 
     def __init__(self, topic: str, remote: str, partition: int, committed: int | None, max_lag: int):
         self.topic, self.remote, self.partition = topic, remote, partition
@@ -63,10 +63,13 @@ class Owned:
         self.next = committed       # the next offset to produce
         self.acked = committed      # one past the last record the target acknowledged
         self.emitter = SyncEmitter(max_lag)
-        self.delayed: OffsetSync | None = None
+        self.delayed: tuple[int, int] | None = None  # the latest (upstream, downstream) not sent as a sync
         self.end = -1               # the source's high watermark, as the consumer last saw it
         self.copied = 0
         self.first: int | None = None  # the first offset copied when there was no committed one
+        # (source offset, timestamp) of each record produced and not yet acknowledged, in order:
+        # the idempotent producer reports a partition's deliveries in the order of production
+        self.inflight: collections.deque = collections.deque()
 
 
 @dataclass
@@ -94,7 +97,6 @@ class Replicator:
         self.progress = Progress()
         self.owned: dict[tuple[str, int], Owned] = {}          # (source topic, partition)
         self.by_remote: dict[tuple[str, int], Owned] = {}      # (remote topic, partition)
-        self.inflight: dict[tuple[str, int], collections.deque] = {}
         self.remote_to_source: dict[str, str] = {}
         self._wanted: list[str] | None = None                  # remote topics to subscribe (set by topic sync)
         self._subscribed: list[str] = []
@@ -201,7 +203,6 @@ class Replicator:
             st = Owned(source_topic, tp.topic, tp.partition, off, self.flow["offset.lag.max"])
             self.owned[(source_topic, tp.partition)] = st
             self.by_remote[(tp.topic, tp.partition)] = st
-            self.inflight[(tp.topic, tp.partition)] = collections.deque()
             src_tps.append(TopicPartition(source_topic, tp.partition, off if off is not None else self.reset_offset))
         if src_tps:
             self.src.incremental_assign(src_tps)
@@ -223,7 +224,6 @@ class Replicator:
         src_tps = []
         for tp in partitions:
             st = self.by_remote.pop((tp.topic, tp.partition), None)
-            self.inflight.pop((tp.topic, tp.partition), None)
             if st is None:
                 continue
             self.owned.pop((st.topic, st.partition), None)
@@ -235,14 +235,10 @@ class Replicator:
 
     # ------------------------------------------------------------------ deliveries
     def _delivered(self, err, msg) -> None:
-        key = (msg.topic(), msg.partition())
-        q = self.inflight.get(key)
-        if not q:
+        st = self.by_remote.get((msg.topic(), msg.partition()))
+        if st is None or not st.inflight:
             return  # a partition released meanwhile
-        upstream, ts = q.popleft()
-        st = self.by_remote.get(key)
-        if st is None:
-            return
+        upstream, ts = st.inflight.popleft()
         if err is not None:
             if self.eos:
                 self.txn_failed = self.txn_failed or f"{err.name()}: {err.str()}"
@@ -259,16 +255,16 @@ class Replicator:
                     self.progress.latencies_ms.append(lat)
         if self.emit_syncs:
             down = msg.offset()
-            sync = OffsetSync(st.topic, st.partition, upstream, down)
-            if st.emitter.update(upstream, down):
+            if not st.emitter.update(upstream, down):
+                st.delayed = (upstream, down)
+            else:
+                sync = OffsetSync(st.topic, st.partition, upstream, down)
                 st.delayed = None
                 if self.eos:
                     self.txn_syncs[(st.topic, st.partition)] = sync  # sent once the transaction commits
                 else:
                     self.pending_syncs[(st.topic, st.partition)] = sync
                     self._fire_syncs(poll=False)  # as MM2 does after each record, up to 10 in flight
-            else:
-                st.delayed = sync
 
     def _sync_delivered(self, err, msg) -> None:
         self.outstanding_syncs -= 1
@@ -287,7 +283,7 @@ class Replicator:
     def _promote_delayed(self) -> None:
         for st in self.owned.values():
             if st.delayed is not None:
-                self.pending_syncs[(st.topic, st.partition)] = st.delayed
+                self.pending_syncs[(st.topic, st.partition)] = OffsetSync(st.topic, st.partition, *st.delayed)
                 st.delayed = None
 
     # ------------------------------------------------------------------ commits
@@ -375,7 +371,7 @@ class Replicator:
         self.txn_failed = None
         self.txn_syncs.clear()
         for key, st in self.owned.items():
-            self.inflight[(st.remote, st.partition)].clear()
+            st.inflight.clear()
             st.emitter = SyncEmitter(self.flow["offset.lag.max"])
             st.delayed = None
             st.next = st.acked = st.committed
@@ -438,7 +434,7 @@ class Replicator:
                     self._subscribed = wanted
             self.member.poll(0 if self.owned else 0.1)
             produce = self.producer.produce  # (a new producer after a fatal transactional error)
-            msgs = self.src.consume(BATCH, 0.05) if self.owned else []
+            msgs = self._fetch() if self.owned else []
             if msgs:
                 if self.eos and not self.in_txn:
                     self._call(self.producer.begin_transaction, "begin a transaction")
@@ -471,7 +467,7 @@ class Replicator:
                             self.producer.poll(0.05)
                         except KafkaException as e:
                             self._unknown_partition(e, st)
-                    self.inflight[(st.remote, part)].append((off, ts))
+                    st.inflight.append((off, ts))
                     st.next = off + 1
                     n += 1
                     nbytes += (len(value) if value else 0) + (len(key) if key else 0)
@@ -491,6 +487,17 @@ class Replicator:
             if now - getattr(self, "_lag_at", 0.0) >= 1.0:
                 self._lag_at = now
                 self._update_lag()
+
+    def _fetch(self) -> list:
+        """What the source consumer has, without waiting for a whole batch (librdkafka's consume()
+        waits for num_messages or the timeout): at most 20 ms for the first record."""
+        msgs = self.src.consume(BATCH, 0)
+        if msgs:
+            return msgs
+        m = self.src.poll(0.02)
+        if m is None:
+            return []
+        return [m, *self.src.consume(BATCH - 1, 0)]
 
     def _update_lag(self) -> None:
         lag = {}

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-
 from krafty_node import REPO, KraftyNode
 
 # settings for the small clusters of these tests: one replica of the internal topics,

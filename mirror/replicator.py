@@ -47,7 +47,7 @@ from mirror.offsets import SyncEmitter
 
 log = logging.getLogger("krafty.mirror")
 _EOF = KafkaError._PARTITION_EOF
-BATCH = 2000
+BATCH = 5000  # records per consume() at most (and per transaction in the exactly-once mode)
 MAX_OUTSTANDING_SYNCS = 10
 
 
@@ -358,6 +358,8 @@ class Replicator:
         log.warning("flow %s: aborting the transaction: %s", self.flow.name, why)
         try:
             self.producer.abort_transaction(self.timeout)
+            # serve the purged records' delivery reports now, before any record of the next transaction
+            self.producer.flush(self.timeout)
         except KafkaException as e:
             log.warning("flow %s: abort failed (%s); starting a new producer", self.flow.name, e.args[0].str())
             self.producer = self._new_producer()
@@ -433,47 +435,13 @@ class Replicator:
                 with self._lock:
                     self._subscribed = wanted
             self.member.poll(0 if self.owned else 0.1)
-            produce = self.producer.produce  # (a new producer after a fatal transactional error)
             msgs = self._fetch() if self.owned else []
             if msgs:
                 if self.eos and not self.in_txn:
                     self._call(self.producer.begin_transaction, "begin a transaction")
                     self.in_txn = True
                     txn_opened = clock.monotonic()
-                nbytes = 0
-                n = 0
-                for m in msgs:
-                    err = m.error()
-                    if err is not None:
-                        if err.code() != _EOF:
-                            if err.fatal():
-                                raise MirrorError(f"flow {self.flow.name}: the source consumer failed: {err.str()}")
-                            log.warning("flow %s: source consumer: %s", self.flow.name, err.str())
-                        continue
-                    src_topic, part, off = m.topic(), m.partition(), m.offset()
-                    st = self.owned.get((src_topic, part))
-                    if st is None or (st.next is not None and off < st.next):
-                        continue  # released meanwhile, or fetched before a rewind
-                    if st.next is None and st.first is None:
-                        st.first = off
-                    value, key = m.value(), m.key()
-                    ts_type, ts = m.timestamp()
-                    while True:
-                        try:
-                            produce(st.remote, value, key, partition=part, timestamp=ts if ts > 0 else 0,
-                                    headers=m.headers())
-                            break
-                        except BufferError:
-                            self.producer.poll(0.05)
-                        except KafkaException as e:
-                            self._unknown_partition(e, st)
-                    st.inflight.append((off, ts))
-                    st.next = off + 1
-                    n += 1
-                    nbytes += (len(value) if value else 0) + (len(key) if key else 0)
-                with self.progress.lock:
-                    self.progress.records += n
-                    self.progress.bytes += nbytes
+                self._copy(msgs)
             self.producer.poll(0)
             now = clock.monotonic()
             if self.eos:
@@ -487,6 +455,59 @@ class Replicator:
             if now - getattr(self, "_lag_at", 0.0) >= 1.0:
                 self._lag_at = now
                 self._update_lag()
+
+    def _copy(self, msgs: list) -> None:
+        """The hot path: each record to the same partition of the remote topic."""
+        owned = self.owned.get
+        produce = self.producer.produce
+        n = nbytes = 0
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() != _EOF:
+                    if err.fatal():
+                        raise MirrorError(f"flow {self.flow.name}: the source consumer failed: {err.str()}")
+                    log.warning("flow %s: source consumer: %s", self.flow.name, err.str())
+                continue
+            part = m.partition()
+            st = owned((m.topic(), part))
+            if st is None:
+                continue  # released meanwhile
+            off = m.offset()
+            nxt = st.next
+            if nxt is None:
+                if st.first is None:
+                    st.first = off
+            elif off < nxt:
+                continue  # fetched before a rewind
+            value = m.value()
+            ts = m.timestamp()[1]
+            try:
+                produce(st.remote, value, m.key(), partition=part, timestamp=ts if ts > 0 else 0, headers=m.headers())
+            except (BufferError, KafkaException) as e:
+                self._produce_retry(e, st, m)
+            st.inflight.append((off, ts))
+            st.next = off + 1
+            n += 1
+            if value:
+                nbytes += len(value)
+        with self.progress.lock:
+            self.progress.records += n
+            self.progress.bytes += nbytes
+
+    def _produce_retry(self, e: Exception, st: Owned, m) -> None:
+        """A full producer queue (wait for deliveries) or a partition not yet in its metadata."""
+        while True:
+            if isinstance(e, BufferError):
+                self.producer.poll(0.05)
+            else:
+                self._unknown_partition(e, st)
+            try:
+                self.producer.produce(st.remote, m.value(), m.key(), partition=m.partition(),
+                                      timestamp=max(m.timestamp()[1], 0), headers=m.headers())
+                return
+            except (BufferError, KafkaException) as again:
+                e = again
 
     def _fetch(self) -> list:
         """What the source consumer has, without waiting for a whole batch (librdkafka's consume()

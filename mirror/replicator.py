@@ -162,7 +162,8 @@ class Replicator:
                  "linger.ms": 5, "batch.size": 1048576, "queue.buffering.max.kbytes": 65536}
         if self.eos:
             extra["transactional.id"] = f"{self.flow.group_id}-{self.flow.name}-{self.instance_id}"
-            extra.setdefault("transaction.timeout.ms", 10000)
+            # a crashed instance's open transaction holds B's last stable offset until it times out
+            extra["transaction.timeout.ms"] = self.target.conf("producer").get("transaction.timeout.ms", 10000)
         p = clients.producer(self.target, **extra)
         if self.eos:
             self._call(lambda: p.init_transactions(self.timeout), "initialize the transactional producer")

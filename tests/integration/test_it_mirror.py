@@ -204,6 +204,10 @@ def test_a_consumer_group_fails_over_to_the_target_and_resumes_without_gaps(clus
         return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0}
     got = wait_until(lambda: len(target_offsets()) == 2 and target_offsets(), 60, "group app's offsets on B")
     assert all(500 <= off <= 800 for off in got.values()), got
+    # what MM2's RemoteClusterUtils.translateOffsets gives an application, from the checkpoints
+    from mirror.client import translate_offsets, upstream_clusters
+    assert translate_offsets({"bootstrap.servers": b.bootstrap}, "A", "app") == got
+    assert upstream_clusters({"bootstrap.servers": b.bootstrap}) == {"A"}
     # the application moves to B: it subscribes to the remote topic and resumes from the committed offsets
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "app", "enable.auto.commit": False,
                   "auto.offset.reset": "latest"})  # (latest: a missing offset would lose records and fail the test)

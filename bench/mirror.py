@@ -1,7 +1,8 @@
 """``krafty mirror`` between two local single-node krafty clusters (A -> B, prefix naming):
 
 1. throughput: N records (1 KiB values by default) written to A first, then one mirror process
-   copies them; MB/s (and records/s) from the first record on B to the last one;
+   copies them; MB/s (and records/s) from the first record on B to the last one, and MB per CPU
+   second of the mirror process (its cost, less sensitive to what else runs on the machine);
 2. end-to-end lag: with the mirror caught up, a producer writes to A at a fixed rate and a
    consumer on B (read_committed in the exactly-once mode) measures, per record, its arrival
    time on B minus its timestamp (set by the producer when it called produce()): p50/p99/max;
@@ -64,6 +65,12 @@ def preload(bootstrap: str, topic: str, partitions: int, records: int, size: int
     return records * size / 1e6 / (time.monotonic() - t0)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its threads so far (librdkafka's threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def throughput(a, b, topic: str, remote: str, partitions: int, records: int, size: int, mirror: MirrorProcess):
     mirror.start()
     first = None
@@ -76,15 +83,19 @@ def throughput(a, b, topic: str, remote: str, partitions: int, records: int, siz
             n = 0
         now = time.monotonic()
         if n > 0 and first is None:
-            first = (now, n)
+            first = (now, n, cpu_seconds(mirror.proc.pid))
         if n >= records:
+            cpu = cpu_seconds(mirror.proc.pid)
             break
         time.sleep(0.05)
     else:
         raise RuntimeError(f"the mirror copied {n} of {records} records in 600 s\n{mirror.log()[-3000:]}")
-    t0, n0 = first
+    t0, n0, cpu0 = first
     dt = max(time.monotonic() - t0, 1e-6)
-    return {"records_per_s": (records - n0) / dt, "mb_per_s": (records - n0) * size / 1e6 / dt, "seconds": dt}
+    mb = (records - n0) * size / 1e6
+    # MB per CPU second of the mirror process: what the mirror costs, whatever else the machine runs
+    return {"records_per_s": (records - n0) / dt, "mb_per_s": mb / dt, "seconds": dt,
+            "mb_per_cpu_s": mb / max(cpu - cpu0, 1e-6)}
 
 
 def lag(a, b, topic: str, remote: str, partitions: int, rate: float, seconds: float, size: int, committed: bool):
@@ -177,7 +188,8 @@ def main() -> int:
             res["round"] = r + 1
             res["load"] = os.getloadavg()[0]
             results.append(res)
-            print(f"round {r + 1} {mode:3}: {res['mb_per_s']:7.1f} MB/s ({res['records_per_s']:,.0f} records/s) "
+            print(f"round {r + 1} {mode:3}: {res['mb_per_s']:7.1f} MB/s ({res['records_per_s']:,.0f} records/s, "
+                  f"{res['mb_per_cpu_s']:.1f} MB per CPU second of the mirror) "
                   f"copying {args.records:,} x {args.size} B over {args.partitions} partitions; lag at "
                   f"{args.rate:,.0f} records/s: p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, max {res['max_ms']} ms "
                   f"(direct on A: p50 {res['direct']['p50_ms']} ms, p99 {res['direct']['p99_ms']} ms; source written "

@@ -151,3 +151,32 @@ def test_two_instances_share_the_partitions_and_take_over(tmp_path, request, tar
             m2.close()
     finally:
         a.close()
+
+
+def test_two_source_clusters_gather_into_one_target(tmp_path, target):
+    """Seed 003: "a single cluster can mirror any number of source clusters"; one process, two flows."""
+    a = start_cluster(tmp_path / "a", "A")
+    c = start_cluster(tmp_path / "c", "C")
+    try:
+        for node in (a, c):
+            _create(node.bootstrap, "events", 2, 1)
+            stream = ProduceStream(node.bootstrap, "events", 2, rate=1000).start()
+            time.sleep(1)
+            stream.stop()
+        cfg = (mirror_config(a.bootstrap, target.bootstrap, **{"clusters": "A, B, C", "A->B.topics": "events",
+                                                                "C->B.enabled": "true", "C->B.topics": "events"})
+               + f"C.bootstrap.servers = {c.bootstrap}\n")
+        m = MirrorProcess(tmp_path, cfg, "mirror").start()
+        try:
+            for node, remote in ((a, "A.events"), (c, "C.events")):
+                for p in range(2):
+                    wait_until(lambda node=node, remote=remote, p=p: dedupe(read_partition(target.bootstrap, remote, p))
+                               == read_partition(node.bootstrap, "events", p) != [], 90, f"{remote}-{p} copied")
+            flows = {x["flow"] for x in m.progress()}
+            assert flows == {"A->B", "C->B"}
+            assert m.stop() == 0, m.log()[-3000:]
+        finally:
+            m.close()
+    finally:
+        c.close()
+        a.close()

@@ -27,7 +27,7 @@ NODE_PROPS = {
     "transaction.state.log.min.isr": "1",
     "transaction.state.log.num.partitions": "5",
 }
-CLUSTER_IDS = {"A": "MVwAhj2lQR2sdYQm2rUjbw", "B": "a8W1Xr6mQwCJ7iPrJcvX1A"}
+CLUSTER_IDS = {"A": "MVwAhj2lQR2sdYQm2rUjbw", "B": "a8W1Xr6mQwCJ7iPrJcvX1A", "C": "3KR7h1PnT5qNhMjTmzdfSw"}
 
 
 def start_cluster(workdir: Path, alias: str) -> KraftyNode:

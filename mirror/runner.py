@@ -147,7 +147,7 @@ class Mirror:
             total = sum(lag.values())
             worst = sorted(((v, k) for k, v in lag.items() if v), reverse=True)
             shown = ", ".join(f"{k}: {v:,}" for v, k in worst[:10]) + (f", ... {len(worst) - 10} more" if len(worst) > 10 else "")
-            line = (f"{time.strftime('%H:%M:%S')} {rep.flow.name} [{state}] {rate:,.0f} records/s, {mbs:,.2f} MB/s, "
+            line = (f"{time.strftime('%H:%M:%S', time.localtime(self.clock.wall_ms() / 1000))} {rep.flow.name} [{state}] {rate:,.0f} records/s, {mbs:,.2f} MB/s, "
                     f"{records:,} copied, {len(lag)} partitions, lag {total:,}" + (f" ({shown})" if shown else ""))
             if p99 is not None:
                 line += f", latency p99 {p99} ms"

@@ -8,8 +8,15 @@ it stopped on A, re-reading at most the records after the closest sync, skipping
 from __future__ import annotations
 
 import logging
+import time
 
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from common.clock import SYSTEM, Clock
 from mirror import clients
@@ -26,12 +33,18 @@ def read_to_end(consumer, topic: str, partition: int, handle, timeout: float, cl
     """Consumes ``topic``-``partition`` (already assigned) up to its current end, passing each
     record to ``handle``; True when the end was reached within ``timeout``."""
     tp = TopicPartition(topic, partition)
-    try:
-        _, end = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
-    except KafkaException as e:
-        log.warning("cannot read the end of %s: %s", topic, e.args[0].str())
-        return False
     deadline = clock.monotonic() + timeout
+    while True:
+        try:
+            _, end = consumer.get_watermark_offsets(tp, timeout=max(1.0, deadline - clock.monotonic()), cached=False)
+            break
+        except KafkaException as e:
+            # a topic just created may not have reached every broker's metadata yet
+            if clock.monotonic() > deadline or not e.args[0].retriable() and \
+                    e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                log.warning("cannot read the end of %s: %s", topic, e.args[0].str())
+                return False
+            time.sleep(0.2)
     while True:
         pos = consumer.position([tp])[0].offset
         if end <= 0 or (pos >= 0 and pos >= end):

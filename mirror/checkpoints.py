@@ -78,10 +78,12 @@ class CheckpointTask:
         self.started = False
         self._target = target
 
-    def start(self) -> None:
-        """Creates the checkpoints topic, loads the checkpoints emitted before and the offset syncs."""
+    def create_topic(self) -> None:
         self.target_admin.ensure_compacted_topic(self.checkpoints_topic, self.flow["checkpoints.topic.replication.factor"],
                                                  f"{self.flow.name}.checkpoints.topic.replication.factor")
+
+    def start(self) -> None:
+        """Loads the checkpoints emitted before and the offset syncs."""
         reader = clients.consumer(self._target, **{"client.id": f"krafty-mirror-{self.flow.name}-checkpoints-reader"})
         try:
             reader.assign([TopicPartition(self.checkpoints_topic, 0, 0)])

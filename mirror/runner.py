@@ -16,8 +16,10 @@ mirror cannot do without (one line saying what), 2 for a bad config (one line na
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -32,6 +34,7 @@ from mirror.replicator import Replicator
 from mirror.topics import TopicSync
 
 log = logging.getLogger("krafty.mirror")
+STOP_S = 30.0  # how long a stop waits for the flows to commit
 
 
 class Periodic:
@@ -102,14 +105,13 @@ class Mirror:
             if flow["emit.checkpoints.enabled"] and flow["emit.offset-syncs.enabled"]:
                 cp = CheckpointTask(flow, self.cfg.clusters[flow.source], self.cfg.clusters[flow.target], src, tgt,
                                     self.clock)
-                cp.start()
-                cp.refresh_groups()
+                cp.create_topic()
+                self._start_checkpoints(cp)
                 if flow["refresh.groups.enabled"]:
                     self.tasks.append(Periodic(f"{flow.name} refresh groups", flow["refresh.groups.interval.seconds"],
-                                               cp.refresh_groups, now=now))
+                                               lambda cp=cp: cp.refresh_groups() if cp.started else None, now=now))
                 self.tasks.append(Periodic(f"{flow.name} emit checkpoints", flow["emit.checkpoints.interval.seconds"],
-                                           lambda cp=cp, rep=rep: cp.emit_checkpoints() if rep.is_leader() else 0,
-                                           now=now))
+                                           lambda cp=cp, rep=rep: self._emit_checkpoints(cp, rep), now=now))
                 if flow["sync.group.offsets.enabled"]:
                     self.tasks.append(Periodic(f"{flow.name} sync group offsets",
                                                flow["sync.group.offsets.interval.seconds"],
@@ -117,6 +119,20 @@ class Mirror:
                                                now=now))
         if self.progress_interval > 0:
             self.tasks.append(Periodic("progress", self.progress_interval, self._report, now=now))
+
+    def _start_checkpoints(self, cp) -> None:
+        """Loads the checkpoints and offset syncs; an internal topic that is unavailable now (its
+        leader down) is tried again at the next emission, while the records keep flowing."""
+        try:
+            cp.start()
+            cp.refresh_groups()
+        except MirrorError as e:
+            log.error("%s; checkpoints start later", e)
+
+    def _emit_checkpoints(self, cp, rep) -> int:
+        if not cp.started:
+            self._start_checkpoints(cp)
+        return cp.emit_checkpoints() if cp.started and rep.is_leader() else 0
 
     def _heartbeat(self, source: str, target: str) -> None:
         hb = Heartbeat(source, target, self.clock.wall_ms())
@@ -202,10 +218,18 @@ class Mirror:
             self.stop.set()
             for rep, _ in self.replicators:
                 rep.stopping.set()
-            for t in threads:
-                t.join(60)
+            # a stop that hangs (a client waiting on a dead broker) shows where, in the log
+            faulthandler.dump_traceback_later(STOP_S / 2, exit=False)
+            deadline = self.clock.monotonic() + STOP_S
+            for t in threads[:-1]:  # the flows commit what they copied
+                t.join(max(0.1, deadline - self.clock.monotonic()))
+            threads[-1].join(2)     # housekeeping may be inside an admin call: not worth waiting for
+            faulthandler.cancel_dump_traceback_later()
+            self.stuck = [t.name for t in threads if t.is_alive()]
+            if self.stuck:
+                log.warning("still busy at exit: %s", ", ".join(self.stuck))
             for p in getattr(self, "hb_producers", {}).values():
-                p.flush(5)
+                p.flush(2)
             if self.progress_interval > 0:
                 self._report()
         if self.error:
@@ -252,4 +276,10 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    return mirror.run()
+    code = mirror.run()
+    # what had to be committed is; clients still waiting on an unreachable broker must not keep the
+    # process (or its interpreter shutdown) alive
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

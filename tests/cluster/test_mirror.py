@@ -76,7 +76,10 @@ def _explain(src: str, dst: str, topic: str, remote: str, exactly_once: bool) ->
 
 @pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
 def test_kill_9_of_the_mirror_and_a_source_broker_loses_nothing(tmp_path, request, target, exactly_once):
-    keys = {"A->B.topics": "stream", "sync.topic.configs.enabled": "false"}
+    # the source's internal topic with 3 replicas: it outlives the broker kill (the mirror would
+    # wait for it, copying records meanwhile, with 1)
+    keys = {"A->B.topics": "stream", "sync.topic.configs.enabled": "false",
+            "offset-syncs.topic.replication.factor": "3"}
     if exactly_once:
         keys["exactly.once.source.support"] = "enabled"
     with _source(tmp_path, request) as source:

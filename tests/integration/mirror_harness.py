@@ -27,6 +27,9 @@ NODE_PROPS = {
     "transaction.state.log.min.isr": "1",
     "transaction.state.log.num.partitions": "5",
 }
+# record timestamps of the tests: recent, as time-based retention (7 days by default, 30 minutes
+# on some test topics) would delete records stamped long ago while a test runs
+T0 = int(time.time() * 1000) - 120_000
 CLUSTER_IDS = {"A": "MVwAhj2lQR2sdYQm2rUjbw", "B": "a8W1Xr6mQwCJ7iPrJcvX1A", "C": "3KR7h1PnT5qNhMjTmzdfSw"}
 
 
@@ -216,7 +219,7 @@ class ProduceStream:
                 continue
             part = seq % self.partitions
             p.produce(self.topic, key=f"k{seq}".encode(), value=b"v%d-" % seq + pad, partition=part,
-                      headers=[("seq", str(seq).encode())], timestamp=1_700_000_000_000 + seq,
+                      headers=[("seq", str(seq).encode())], timestamp=T0 + seq,
                       on_delivery=delivered)
             seq += 1
             p.poll(0)

@@ -21,6 +21,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from mirror_harness import (
+    T0,
     MirrorProcess,
     mirror_config,
     read_partition,
@@ -102,7 +103,7 @@ def test_records_are_copied_with_keys_headers_timestamps_under_prefix_names(clus
     a, b = clusters
     create(a.bootstrap, "orders", 3, {"retention.ms": "7200000", "max.message.bytes": "2000000"})
     recs = [(i % 3, None if i % 7 == 0 else f"k{i}".encode(), None if i % 11 == 0 else b"v%d" % i,
-             [("h1", b"x%d" % i), ("h2", None)] if i % 2 else None, 1_600_000_000_000 + i * 1000)
+             [("h1", b"x%d" % i), ("h2", None)] if i % 2 else None, T0 + i * 100)
             for i in range(600)]
     produce(a.bootstrap, "orders", recs)
     m = mirrors(mirror_config(a.bootstrap, b.bootstrap, **{"A->B.topics": "orders", "A->B.group.id": "t1-mm2"}))
@@ -136,7 +137,7 @@ def test_records_are_copied_with_keys_headers_timestamps_under_prefix_names(clus
 def test_identity_naming_config_and_partition_sync_and_new_topics(clusters, mirrors):
     a, b = clusters
     create(a.bootstrap, "inv.items", 2, {"retention.ms": "3600000"})
-    produce(a.bootstrap, "inv.items", [(i % 2, b"k", b"v%d" % i, None, 1_650_000_000_000 + i) for i in range(100)])
+    produce(a.bootstrap, "inv.items", [(i % 2, b"k", b"v%d" % i, None, T0 + i) for i in range(100)])
     mirrors(mirror_config(a.bootstrap, b.bootstrap, **{
         "A->B.topics": r"inv\..*",
         "replication.policy.class": "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
@@ -153,14 +154,14 @@ def test_identity_naming_config_and_partition_sync_and_new_topics(clusters, mirr
     assert topic_config(b.bootstrap, "inv.items")["cleanup.policy"] == "compact,delete"
     # the source grows: so does the target, and the new partition is copied
     admin_a.create_partitions([NewPartitions("inv.items", 4)])["inv.items"].result(30)
-    produce(a.bootstrap, "inv.items", [(3, b"k", b"new", None, 1_650_000_001_000)])
+    produce(a.bootstrap, "inv.items", [(3, b"k", b"new", None, T0)])
     wait_until(lambda: partitions_of(b.bootstrap, "inv.items") == 4, 30, "4 partitions on B")
     wait_until(lambda: read_partition(b.bootstrap, "inv.items", 3) == read_partition(a.bootstrap, "inv.items", 3),
                60, "partition 3 copied")
     # a new matching topic is picked up; one that does not match is not
     create(a.bootstrap, "inv.prices", 1)
     create(a.bootstrap, "other", 1)
-    produce(a.bootstrap, "inv.prices", [(0, b"p", b"1.5", [("cur", b"EUR")], 1_650_000_002_000)])
+    produce(a.bootstrap, "inv.prices", [(0, b"p", b"1.5", [("cur", b"EUR")], T0)])
     wait_until(lambda: read_partition(b.bootstrap, "inv.prices", 0) == read_partition(a.bootstrap, "inv.prices", 0),
                60, "the new topic copied")
     assert partitions_of(b.bootstrap, "other") == 0 and partitions_of(b.bootstrap, "A.other") == 0
@@ -170,7 +171,7 @@ def test_a_consumer_group_fails_over_to_the_target_and_resumes_without_gaps(clus
     a, b = clusters
     create(a.bootstrap, "clicks", 2)
     n = 1000
-    produce(a.bootstrap, "clicks", [(i % 2, f"k{i}".encode(), b"%d" % i, None, 1_660_000_000_000 + i) for i in range(n)])
+    produce(a.bootstrap, "clicks", [(i % 2, f"k{i}".encode(), b"%d" % i, None, T0 + i) for i in range(n)])
     # the application consumes 300 records per partition on A and commits
     c = Consumer({"bootstrap.servers": a.bootstrap, "group.id": "app", "enable.auto.commit": False,
                   "auto.offset.reset": "earliest"})
@@ -184,7 +185,7 @@ def test_a_consumer_group_fails_over_to_the_target_and_resumes_without_gaps(clus
     c.close()
     # the remote topic already holds 500 other records per partition: B's offsets differ from A's
     create(b.bootstrap, "A.clicks", 2)
-    produce(b.bootstrap, "A.clicks", [(i % 2, None, b"old-%d" % i, None, 1_600_000_000_000) for i in range(1000)])
+    produce(b.bootstrap, "A.clicks", [(i % 2, None, b"old-%d" % i, None, T0) for i in range(1000)])
     mirrors(mirror_config(a.bootstrap, b.bootstrap, **{"A->B.topics": "clicks", "A->B.group.id": "t3-mm2",
                                                        "A->B.sync.group.offsets.enabled": "true"}))
     wait_until(lambda: caught_up(a.bootstrap, "clicks", b.bootstrap, "A.clicks", 2), 60, "the copy")

@@ -128,11 +128,19 @@ def test_kill_9_of_the_mirror_and_a_source_broker_loses_nothing(tmp_path, reques
                     m.close()
 
 
-def test_two_instances_share_the_partitions_and_take_over(tmp_path, request, target):
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
+def test_two_instances_share_the_partitions_and_take_over(tmp_path, request, target, exactly_once):
     a = start_cluster(tmp_path / "a", "A")
     try:
         _create(a.bootstrap, "shared", 4, 1)
-        cfg = mirror_config(a.bootstrap, target.bootstrap, **{"A->B.topics": "shared", "emit.heartbeats.enabled": "false"})
+        keys = {"A->B.topics": "shared", "emit.heartbeats.enabled": "false"}
+        if exactly_once:
+            keys["exactly.once.source.support"] = "enabled"
+        cfg = mirror_config(a.bootstrap, target.bootstrap, **keys)
+
+        def copied(p):
+            d = read_partition(target.bootstrap, "A.shared", p, committed=exactly_once)
+            return d if exactly_once else dedupe(d)
         m1 = MirrorProcess(tmp_path, cfg, "mirror-1").start()
         m2 = MirrorProcess(tmp_path, cfg, "mirror-2").start()
         stream = ProduceStream(a.bootstrap, "shared", 4, rate=300).start()
@@ -148,12 +156,11 @@ def test_two_instances_share_the_partitions_and_take_over(tmp_path, request, tar
             assert stream.errors == []
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
-                if all(dedupe(read_partition(target.bootstrap, "A.shared", p)) == read_partition(a.bootstrap, "shared", p)
-                       for p in range(4)):
+                if all(copied(p) == read_partition(a.bootstrap, "shared", p) for p in range(4)):
                     break
                 time.sleep(1)
-            for p in range(4):
-                assert dedupe(read_partition(target.bootstrap, "A.shared", p)) == read_partition(a.bootstrap, "shared", p)
+            for p in range(4):  # (exactly once: each record once, through the rebalances and the kill)
+                assert copied(p) == read_partition(a.bootstrap, "shared", p), p
             assert m2.stop() == 0, m2.log()[-3000:]
         finally:
             stream.stop()

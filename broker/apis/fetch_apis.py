@@ -203,6 +203,9 @@ class FetchApis:
                     limit = min(p.partition_max_bytes, remaining)
                     if ver <= 3:  # magic 0/1: converted from what is read here, below (_down_convert)
                         self._check_down_conversion(lg.config, from_consumer)
+                    elif ver < 10 and lg.config.compression_type == "zstd":  # as Kafka: zstd came with v10
+                        raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                                         "zstd-compressed topics need Fetch v10 or later")
                     sl = lg.read(p.fetch_offset, limit, max_offset, min_one_batch=(total == 0))
                     if sl is not None and sl.size > 0:
                         r.records = FileRegion(sl.fd, sl.position, sl.size, sl.file)

@@ -6,7 +6,7 @@ the records of one v2 records section (decompressed) written as magic 0/1 messag
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from libc.string cimport memcpy
 
-cdef unsigned int CRC_TABLE[256]
+cdef unsigned int CRC_TABLE[8][256]  # slicing-by-8: [k][n] is the CRC of byte n followed by k zero bytes
 cdef unsigned int ALL_ONES = 0xFFFFFFFFU
 cdef unsigned int POLY = 0xEDB88320U
 
@@ -20,17 +20,32 @@ cdef void _init_table():
                 c = POLY ^ (c >> 1)
             else:
                 c = c >> 1
-        CRC_TABLE[n] = c
+        CRC_TABLE[0][n] = c
+    for n in range(256):
+        for k in range(1, 8):
+            CRC_TABLE[k][n] = (CRC_TABLE[k - 1][n] >> 8) ^ CRC_TABLE[0][CRC_TABLE[k - 1][n] & 0xFF]
 
 
 _init_table()
 
 
 cdef inline unsigned int _crc32(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    """zlib's CRC-32, eight bytes a step (slicing-by-8), the tail a byte a step."""
     cdef unsigned int c = ALL_ONES
-    cdef Py_ssize_t i
-    for i in range(n):
-        c = CRC_TABLE[(c ^ p[i]) & 0xFF] ^ (c >> 8)
+    cdef unsigned int one, two
+    cdef Py_ssize_t i = 0
+    while n - i >= 8:
+        one = c ^ (<unsigned int>p[i] | (<unsigned int>p[i + 1] << 8) | (<unsigned int>p[i + 2] << 16)
+                   | (<unsigned int>p[i + 3] << 24))
+        two = (<unsigned int>p[i + 4] | (<unsigned int>p[i + 5] << 8) | (<unsigned int>p[i + 6] << 16)
+               | (<unsigned int>p[i + 7] << 24))
+        c = (CRC_TABLE[7][one & 0xFF] ^ CRC_TABLE[6][(one >> 8) & 0xFF] ^ CRC_TABLE[5][(one >> 16) & 0xFF]
+             ^ CRC_TABLE[4][one >> 24] ^ CRC_TABLE[3][two & 0xFF] ^ CRC_TABLE[2][(two >> 8) & 0xFF]
+             ^ CRC_TABLE[1][(two >> 16) & 0xFF] ^ CRC_TABLE[0][two >> 24])
+        i += 8
+    while i < n:
+        c = CRC_TABLE[0][(c ^ p[i]) & 0xFF] ^ (c >> 8)
+        i += 1
     return c ^ ALL_ONES
 
 

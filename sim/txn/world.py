@@ -75,6 +75,7 @@ class Params:
     zombie: float = 0.05  # per transaction: a second instance of the transactional id starts
     stall: float = 0.05  # per transaction: the producer waits past its timeout before EndTxn
     clock_step: float = 0.3  # per failover: some broker's wall clock steps
+    park: bool = True  # AddPartitionsToTxn waits for the previous transaction's markers (as the shell does)
 
 
 @dataclasses.dataclass
@@ -336,7 +337,7 @@ class World:
     def __init__(self, seed: int, params: Params | None = None, trace=None):
         self.rng = random.Random(seed)
         self.seed = seed
-        self.p = params or Params(tv_level=TV_0 if self.rng.random() < 0.5 else TV_2)
+        self.p = params or Params(tv_level=TV_0 if self.rng.random() < 0.5 else TV_2, park=self.rng.random() < 0.7)
         self.trace_fn = trace
         self.now = 0
         self.queue: list = []
@@ -365,7 +366,7 @@ class World:
         self.live_producers: set[Producer] = set()
         self.events_run = 0
         b0 = self.brokers[0]
-        b0.core.begin_load(0, 0)
+        self.run_fx(b0, b0.core.begin_load(0, 0))
         self.run_fx(b0, b0.core.complete_load(0, 0, TxnShard(0, 0), self.now_of(b0)))
         for i in range(self.p.producers):
             self.start_producer(f"tx-{i}")
@@ -416,7 +417,9 @@ class World:
                 fx = core.init_producer_id(reply, *args, now, new_pid=self.next_pid)
         elif kind == "add":
             tid, pid, epoch, parts, tv = args
-            fx = core.add_partitions(reply, tid, pid, epoch, parts, now, tv)
+            fx = core.add_partitions(reply, tid, pid, epoch, parts, now, tv, park=self.p.park)
+            if fx.parked:  # the shell's bound on the wait (CONCURRENT_WAIT_S)
+                self.at(self.now + 500, lambda: core.unpark(tid, reply) and reply(E.CONCURRENT_TRANSACTIONS))
         else:
             tid, pid, epoch, commit, tv = args
             fx = core.end_txn(reply, tid, pid, epoch, commit, now, tv)
@@ -452,9 +455,10 @@ class World:
             return
         entry = Pending(b.id, self.leader_epoch, a, a.record(self.p.tv_level))
         self.pending.append(entry)
-        self.run_fx(b, b.core.on_appended(a, self.now_of(b)))  # in the leader's log, not committed yet
         self.last_commit_at = max(self.last_commit_at, self.now + self.rng.randint(1, 40))
         self.at(self.last_commit_at, lambda: self.commit(entry))
+        # in the leader's log, not committed yet (what this appends goes after it, committed after it)
+        self.run_fx(b, b.core.on_appended(a, self.now_of(b)))
 
     def commit(self, entry: Pending) -> None:
         if not self.pending or self.pending[0] is not entry:
@@ -489,7 +493,7 @@ class World:
         for entry in self.pending[:keep]:
             self.commit_record(entry.record)
         lost, self.pending = self.pending, []
-        old.core.unload(0)
+        self.run_fx(old, old.core.unload(0))
         if new == old.id:  # a restart loses the in-memory state
             old.core = TxnCoordinatorCore(dataclasses.replace(old.core.config))
             old.inflight.clear()
@@ -502,7 +506,7 @@ class World:
             self.trace(f"broker {victim.id}'s wall clock steps to offset {victim.wall_offset}")
         self.leader, self.leader_epoch = new, self.leader_epoch + 1
         b, epoch = self.brokers[new], self.leader_epoch
-        b.core.begin_load(0, epoch)
+        self.run_fx(b, b.core.begin_load(0, epoch))
 
         def loaded() -> None:
             if self.leader_epoch != epoch:

@@ -269,6 +269,105 @@ def test_a_complete_commit_in_the_log_frees_the_next_transaction_before_it_is_co
     assert h2.core.retry_complete().appends == []
 
 
+def _park(h: Harness, tid: str, pid: int, epoch: int, *tps) -> Waiter:
+    w = Waiter("add")
+    fx = h.core.add_partitions(w, tid, pid, epoch, list(tps), h.now, park=True)
+    assert fx.parked and not fx.appends and not fx.replies
+    h.run(fx)
+    return w
+
+
+def test_an_add_partitions_during_the_markers_waits_for_them_and_goes_right_behind_the_complete_commit():
+    """Kafka answers CONCURRENT_TRANSACTIONS and the client retries after its backoff (librdkafka
+    20 ms); with ``park`` the request waits for the markers instead, and its Ongoing is appended in
+    the same step as the CompleteCommit (one replication round for both, no wake-up between)."""
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    w = _park(h, "t1", pid, epoch, TP2)
+    assert h.add("t1", pid, epoch, TP2) == E.CONCURRENT_TRANSACTIONS  # without park: Kafka's answer
+    h.run(h.core.on_marker_result("t1", 5, TP0, 0))
+    assert w.result is None and h.md().parked  # one marker to go
+    h.hold = True
+    h.run(h.core.on_marker_result("t1", 5, TP1, 0))
+    complete, = h.held
+    assert complete.transit.state == TxnState.COMPLETE_COMMIT and w.result is None
+    h.run(h.core.on_appended(complete, h.now))  # the CompleteCommit is in the log: the add goes on at once
+    assert [a.transit.state for a in h.held] == [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]
+    assert h.md().parked is None and h.core.unpark("t1", w) is False
+    h.release()
+    assert w.result == 0
+    assert [r.status for r in h.records()][-2:] == [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]
+    assert (h.md().state, h.md().partitions) == (TxnState.ONGOING, {TP2})
+
+
+def test_a_parked_add_partitions_goes_on_when_the_complete_commit_is_committed_without_on_appended():
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, False)
+    w = _park(h, "t1", pid, epoch, TP0)
+    h.ack_markers()
+    assert w.result == 0 and (h.md().state, h.md().partitions) == (TxnState.ONGOING, {TP0})
+    assert [r.status for r in h.records()][-2:] == [TxnState.COMPLETE_ABORT, TxnState.ONGOING]
+
+
+def test_a_parked_add_partitions_is_checked_again_when_it_goes_on():
+    """Parked requests go on in order; the second finds the first one's write pending; a request of a
+    producer fenced meanwhile is refused as it would be then."""
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    w1, w2 = _park(h, "t1", pid, epoch, TP0), _park(h, "t1", pid, epoch, TP1)
+    h.ack_markers()
+    assert (w1.result, w2.result) == (0, E.CONCURRENT_TRANSACTIONS)
+
+
+def test_a_parked_add_partitions_taken_back_by_the_shell_stays_out():
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    w = _park(h, "t1", pid, epoch, TP2)
+    assert h.core.unpark("t1", w) is True and h.core.unpark("t1", w) is False
+    h.ack_markers()
+    assert w.result is None and h.md().state == TxnState.COMPLETE_COMMIT and h.md().partitions == set()
+
+
+def test_parked_add_partitions_get_not_coordinator_when_the_partition_moves():
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    w = _park(h, "t1", pid, epoch, TP2)
+    h.run(h.core.unload(0))
+    assert w.result == E.NOT_COORDINATOR
+    h2 = Harness()
+    pid, epoch = begun(h2)
+    h2.end("t1", pid, epoch, True)
+    w = _park(h2, "t1", pid, epoch, TP2)
+    h2.run(h2.core.begin_load(0, 6))  # a new epoch of the same partition
+    assert w.result == E.NOT_COORDINATOR
+
+
+def test_parked_add_partitions_get_concurrent_transactions_when_the_markers_stop():
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    w = _park(h, "t1", pid, epoch, TP2)
+    h.run(h.core.on_marker_result("t1", 5, TP0, E.TRANSACTION_COORDINATOR_FENCED))
+    assert w.result == E.CONCURRENT_TRANSACTIONS
+
+
+def test_add_partitions_is_not_parked_outside_the_markers():
+    """Only a transaction whose markers this coordinator writes parks: a pending write of another
+    kind (here the PrepareCommit itself) is CONCURRENT_TRANSACTIONS at once, as in Kafka."""
+    h = Harness()
+    pid, epoch = begun(h)
+    h.hold = True
+    h.end("t1", pid, epoch, True)
+    w = Waiter("add")
+    fx = h.core.add_partitions(w, "t1", pid, epoch, [TP2], h.now, park=True)
+    assert not fx.parked and fx.replies == [(w, E.CONCURRENT_TRANSACTIONS)]
+
+
 @pytest.mark.parametrize("state_commit,commit,code", [
     (True, True, E.NONE), (True, False, E.INVALID_TXN_STATE), (False, False, E.NONE),
     (False, True, E.INVALID_TXN_STATE)])

@@ -123,13 +123,23 @@ class TransactionCoordinator:
             self.markers.wake()
 
     def _append(self, a: Append) -> None:
-        err, committed = self.runtime.append(a.partition, [a.record(self.core.config.tv_level)],
-                                             timeout_ms=max(a.timeout_ms, 1), epoch=a.coordinator_epoch)
-        if committed is None:
+        committed: list[int] = []  # its result, if it comes before on_appended ran
+
+        def done(err: int) -> None:
+            if in_log:
+                self._run(self.core.on_append_done(a, err, self.now()))
+            else:
+                committed.append(err)
+        in_log = False
+        err, fut = self.runtime.append(a.partition, [a.record(self.core.config.tv_level)],
+                                       timeout_ms=max(a.timeout_ms, 1), epoch=a.coordinator_epoch, on_done=done)
+        if fut is None:
             self._run(self.core.on_append_done(a, err, self.now()))
-        else:
-            committed.add_done_callback(lambda f: self._run(self.core.on_append_done(a, f.result(), self.now())))
-            self._run(self.core.on_appended(a, self.now()))  # in the log: a Complete* is taken as done
+            return
+        self._run(self.core.on_appended(a, self.now()))  # in the log: a Complete* is taken as done
+        in_log = True
+        if committed:  # acknowledged at once (one replica, or the watermark already past it)
+            self._run(self.core.on_append_done(a, committed[0], self.now()))
 
     async def _call(self, build, needs_pid: bool = True, tid: str | None = None):
         """Run one request through the core: ``build(waiter, new_pid)`` returns its effects."""

@@ -175,6 +175,10 @@ class TxnMetadata:
     deadline_mono: int | None = None  # Ongoing: when the transaction times out (monotonic ms)
     markers: PendingComplete | None = None
     parked: list[ParkedAdd] | None = None  # requests waiting for the markers to complete
+    # the producer began its next transaction while this one's markers were written: an
+    # AddPartitionsToTxn/AddOffsetsToTxn of its epoch came after the decision and was refused
+    # (CONCURRENT_TRANSACTIONS), so that transaction has nothing in it (see TxnCoordinatorCore._end)
+    next_empty: bool = False
 
     # --- prepared transitions -----------------------------------------------------------------
     def _transit(self, state: TxnState, **changes) -> TxnTransit:
@@ -298,6 +302,8 @@ class TxnMetadata:
         self.start_ms, self.last_update_ms, self.client_tv = t.start_ms, t.last_update_ms, t.client_tv
         self.pending = None
         self.state = to
+        if to not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            self.next_empty = False
         if to == TxnState.ONGOING:
             if was != TxnState.ONGOING or self.deadline_mono is None:
                 self.set_deadline(now)
@@ -579,6 +585,8 @@ class TxnCoordinatorCore:
                 md.parked = (md.parked or []) + [ParkedAdd(waiter, producer_id, epoch, parts, client_tv)]
                 fx.parked = True
                 return fx
+            if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                md.next_empty = True
             return fx.reply(waiter, ErrorCode.CONCURRENT_TRANSACTIONS)
         if md.state == TxnState.ONGOING and parts <= md.partitions:
             return fx.reply(waiter, ErrorCode.NONE)  # already there
@@ -597,6 +605,7 @@ class TxnCoordinatorCore:
         if len(kept) == len(md.parked):
             return False
         md.parked = kept or None
+        md.next_empty = True
         return True
 
     def _resume_parked(self, md: TxnMetadata, now: Now | None, err: int = ErrorCode.NONE) -> Effects:
@@ -606,6 +615,7 @@ class TxnCoordinatorCore:
         parked, md.parked = md.parked, None
         for p in parked or ():
             if err:
+                md.next_empty = True
                 fx.reply(p.waiter, err)
             else:
                 fx.add(self.add_partitions(p.waiter, md.transactional_id, p.producer_id, p.epoch, p.partitions, now,
@@ -697,6 +707,11 @@ class TxnCoordinatorCore:
                 return answer(ErrorCode.CONCURRENT_TRANSACTIONS)
             if state == TxnState.ONGOING:
                 return prepare(prepare_state, False)
+            if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and md.next_empty:
+                # the end of the transaction begun after this one, which added nothing (Kafka answers
+                # INVALID_TXN_STATE to one of the two outcomes: librdkafka, whose AddPartitionsToTxn
+                # was refused while it already sent this EndTxn, fails fatally; librdkafka issue 4849)
+                return answer(ErrorCode.NONE)
             if state == TxnState.COMPLETE_COMMIT:
                 return answer(ErrorCode.NONE) if commit else invalid_state()
             if state == TxnState.COMPLETE_ABORT:

@@ -76,6 +76,7 @@ class Params:
     stall: float = 0.05  # per transaction: the producer waits past its timeout before EndTxn
     clock_step: float = 0.3  # per failover: some broker's wall clock steps
     park: bool = True  # AddPartitionsToTxn waits for the previous transaction's markers (as the shell does)
+    abort_refused: float = 0.2  # a producer whose AddPartitionsToTxn is refused aborts at once (librdkafka)
 
 
 @dataclasses.dataclass
@@ -179,6 +180,7 @@ class Producer:
         self.acked: set[int] = set()
         self.seq: dict[int, int] = {}
         self.bump = False  # after aborting over a lost batch: InitProducerId with our epoch (KIP-360)
+        self.refused_in: int | None = None  # the coordinator epoch that refused the add of an empty abort
         self.stopping = False
         world.live_producers.add(self)
 
@@ -191,16 +193,25 @@ class Producer:
             self.coord = w.leader if w.rng.random() < 0.8 else w.rng.randrange(len(w.brokers))
         broker = self.coord
 
-        def reply(resp) -> None:
-            w.net(lambda: self.on_reply(rid, kind, resp, sent))
-        w.net(lambda: w.handle(broker, kind, args, reply))
+        def at_broker() -> None:
+            epoch = w.leader_epoch  # of the coordinator answering (only the leader has the state loaded)
+            w.handle(broker, kind, args, lambda resp: w.net(lambda: self.on_reply(rid, kind, resp, sent, epoch)))
+        w.net(at_broker)
         w.at(w.now + 400, lambda: self.on_reply(rid, kind, "timeout", sent))
 
-    def on_reply(self, rid: int, kind: str, resp, sent: int) -> None:
+    def on_reply(self, rid: int, kind: str, resp, sent: int, epoch: int | None = None) -> None:
         if rid != self.rpc_id or self.state == "dead":
             return
         self.rpc_id += 1  # later answers to this request are stale
         err = resp if resp == "timeout" else (resp if isinstance(resp, int) else resp[0])
+        if (kind == "add" and err == E.CONCURRENT_TRANSACTIONS and self.state == "add"
+                and self.w.rng.random() < self.w.p.abort_refused):
+            # librdkafka's abort_transaction() right after begin: its EndTxn was already queued
+            # behind the AddPartitionsToTxn the coordinator refused (librdkafka issue 4849)
+            self.w.trace(f"producer {self.id} aborts transaction {self.uid} before any partition was added")
+            self.commit, self.parts, self.state = False, [], "end"
+            self.refused_in = epoch
+            return self.retry()
         if resp == "timeout" or err in RETRIABLE_RPC:
             if resp == "timeout" or err in (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE):
                 self.coord = None
@@ -313,6 +324,11 @@ class Producer:
         w = self.w
         if err in FENCED:
             return self.die(f"EndTxn: {E(err).name}")
+        if err == E.INVALID_TXN_STATE and not self.parts and self.refused_in not in (None, w.leader_epoch):
+            # the coordinator that refused the add moved (what it knew went with it): Kafka's answer
+            return self.die("EndTxn(abort) of a transaction that added nothing, after the coordinator moved: "
+                            "INVALID_TXN_STATE")
+        self.refused_in = None
         if err:
             raise InvariantViolation(f"producer {self.id}: EndTxn({'commit' if self.commit else 'abort'}) "
                                      f"answered {E(err).name}")

@@ -356,6 +356,53 @@ def test_parked_add_partitions_get_concurrent_transactions_when_the_markers_stop
     assert w.result == E.CONCURRENT_TRANSACTIONS
 
 
+@pytest.mark.parametrize("commit_first", [True, False])
+@pytest.mark.parametrize("refused_by", ["concurrent", "unpark"])
+def test_ending_a_next_transaction_that_added_nothing_succeeds(commit_first, refused_by):
+    """librdkafka's abort (or commit) right after beginning a transaction sends EndTxn while its
+    AddPartitionsToTxn is outstanding; the coordinator refuses the add (CONCURRENT_TRANSACTIONS:
+    the previous transaction's markers are being written) and then gets the EndTxn. Kafka answers
+    INVALID_TXN_STATE to one of the two outcomes once the previous transaction completed, which
+    librdkafka takes as fatal (its issue 4849; once per partition chaos run here). The add came
+    after the decision with the producer's epoch: the EndTxn ends that new, empty transaction."""
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, commit_first)
+    if refused_by == "concurrent":
+        assert h.add("t1", pid, epoch, TP2) == E.CONCURRENT_TRANSACTIONS
+    else:
+        w = _park(h, "t1", pid, epoch, TP2)
+        assert h.core.unpark("t1", w)  # the shell's wait ran out: answered CONCURRENT_TRANSACTIONS
+    n = len(h.log)
+    assert h.end("t1", pid, epoch, not commit_first) == (E.CONCURRENT_TRANSACTIONS, -1, -1)  # markers pending
+    h.ack_markers()
+    n = len(h.log)
+    assert h.end("t1", pid, epoch, not commit_first) == (0, -1, -1)
+    assert h.end("t1", pid, epoch, commit_first) == (0, -1, -1)
+    assert len(h.log) == n  # nothing written: there is nothing to end
+    # the next transaction that adds a partition is an ordinary one again
+    assert h.add("t1", pid, epoch, TP2) == 0
+    assert h.end("t1", pid, epoch, False) == (0, -1, -1)
+    h.ack_markers()
+    assert h.end("t1", pid, epoch, True) == (E.INVALID_TXN_STATE, -1, -1)
+
+
+def test_ending_the_other_way_without_a_refused_add_is_invalid_txn_state_as_in_kafka():
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    assert h.end("t1", pid, epoch, False) == (E.CONCURRENT_TRANSACTIONS, -1, -1)
+    h.ack_markers()
+    assert h.end("t1", pid, epoch, False) == (E.INVALID_TXN_STATE, -1, -1)
+    # an add of an older epoch (a fenced producer) does not mark anything
+    h2 = Harness()
+    pid, epoch = begun(h2)
+    h2.end("t1", pid, epoch, True)
+    assert h2.add("t1", pid, epoch - 1, TP2) == E.PRODUCER_FENCED
+    h2.ack_markers()
+    assert h2.end("t1", pid, epoch, False) == (E.INVALID_TXN_STATE, -1, -1)
+
+
 def test_add_partitions_is_not_parked_outside_the_markers():
     """Only a transaction whose markers this coordinator writes parks: a pending write of another
     kind (here the PrepareCommit itself) is CONCURRENT_TRANSACTIONS at once, as in Kafka."""

@@ -240,12 +240,38 @@ class CoordinatorRuntime:
             log.exception("%s-%d: loading coordinator state failed; will retry on the next leadership change",
                           self.topic, pid)
             return
+        # The state counts once it is committed: records above the high watermark (the previous
+        # leader's, never acknowledged) may still be truncated away if the leadership moves on, and
+        # an answer read from them, or markers written for a PrepareCommit among them, would then
+        # outlive them. Until the followers have them: COORDINATOR_LOAD_IN_PROGRESS (Kafka 4.x's
+        # coordinator runtime reads its state as of the last committed offset).
+        if not await self._committed_through(pid, epoch, end):
+            return
         slot = self.slots.get(pid)
         if slot is None or slot.epoch != epoch:
             return
         slot.shard = shard
         slot.task = None
         self.hooks.on_loaded(pid, epoch, shard, n, bad, self.clock.monotonic() - t0)
+
+    async def _committed_through(self, pid: int, epoch: int, end: int) -> bool:
+        """True once our partition ``pid``'s high watermark reaches ``end`` in leader epoch
+        ``epoch``; False if the leadership moves first."""
+        tp = (self.topic, pid)
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        def check() -> None:
+            if done.done():
+                return
+            part = self.replicas.partitions.get(tp)
+            if part is None or not part.state.is_leader or part.state.leader_epoch != epoch or not self.current(pid, epoch):
+                done.set_result(False)
+            elif part.state.high_watermark >= end:
+                done.set_result(True)
+            else:
+                self.replicas.on_next_change(tp, check)
+        check()
+        return await done
 
     def slot_for(self, key: str) -> tuple[int, Slot]:
         """(partition, loaded slot) of a key; raises NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS."""

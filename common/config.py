@@ -287,6 +287,10 @@ KEYS: dict[str, Key] = {
         Key("group.consumer.max.heartbeat.interval.ms", _int, 15_000, min=1),
         Key("group.consumer.max.size", _int, 2**31 - 1, min=1),
         Key("group.consumer.assignors", _assignors, ["uniform", "range"]),
+        # KIP-848's online upgrade (a classic group becomes a consumer group with its first
+        # consumer-protocol member) and downgrade (back, when the last one leaves)
+        Key("group.consumer.migration.policy", _choice("disabled", "upgrade", "downgrade", "bidirectional"),
+            "bidirectional"),
         Key("group.coordinator.rebalance.protocols", _rebalance_protocols, ["classic", "consumer"]),
         # transactions (broker/txn)
         Key("transaction.state.log.num.partitions", _int, 50, min=1),

@@ -214,7 +214,10 @@ class GroupApis:
             shard = self.coordinator.shard_for(req.group_id)
             top, members, fx = shard.leave(self.coordinator.now(), req.group_id, identities,
                                            wall=self.coordinator.wall())
-            self.coordinator.run(shard, fx)
+            # answered once the leave is written (Kafka's LeaveGroup waits for its records too)
+            err = await self.coordinator.run_and_wait(shard, fx)
+            if err and not top:
+                top = err
         except KafkaError as e:
             top, members = e.code, []
         if ver < 3:

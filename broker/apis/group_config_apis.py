@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from common.dynamic_config import SOURCE_DEFAULT, DynamicConfigError, apply_ops
 from common.errors import ErrorCode, KafkaError
-from common.group_config import CONFIG_TYPE_INT, CONFIG_TYPE_STRING, GROUP_KEYS, group_config, validate_group_config
+from common.group_config import (
+    CONFIG_TYPE_INT,
+    CONFIG_TYPE_STRING,
+    GROUP_KEYS,
+    group_config,
+    validate_group_config,
+)
 from metadata import records as r
 
 GROUP = 32

@@ -4,7 +4,7 @@ acknowledge types, the start offset, and what is persisted."""
 from __future__ import annotations
 
 from broker.share.partition import ACCEPT, GAP, REJECT, RELEASE, RENEW, Acquired, SharePartition
-from broker.share.records import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, StateBatch
+from broker.share.records import ACKNOWLEDGED, ARCHIVED, AVAILABLE, StateBatch
 from common.errors import ErrorCode
 
 
@@ -132,7 +132,3 @@ def test_log_start_moving_past_the_window_drops_it():
     p.move_start(3)
     assert p.start == 3 and p.acquired == 2 and p.holder(3) == "m"
     assert p.state_of(0)[0] == ARCHIVED
-
-
-def test_state_names_cover_acquired():
-    assert ACQUIRED == 1

@@ -43,7 +43,8 @@ class ShareApis:
         self.coordinator = coordinator
         self.persister = persister
         self.manager = manager
-        self._initializing: set[tuple[str, uuid.UUID, int]] = set()
+        # share partitions whose InitializeShareGroupState is in flight -> resolved when it ends
+        self._initializing: dict[tuple[str, uuid.UUID, int], asyncio.Future] = {}
 
     def handlers(self) -> dict:
         return {
@@ -163,18 +164,25 @@ class ShareApis:
     async def _initialize_new(self, shard, g: ShareGroup, topics) -> bool:
         """Initializes the share-group state of subscribed partitions that have none (Kafka 4.1's
         InitializeShareGroupState from the group coordinator), then records them initialized,
-        which makes them assignable. Whether any was."""
+        which makes them assignable. Whether any was (here or by a request already doing it, which
+        this one waits for, so that a member joining meanwhile gets its partitions at once)."""
         want = {}
+        others = []
         for tid, (name, ps) in g.needs_initializing(topics).items():
+            others += [self._initializing[(g.group_id, tid, p)] for p in ps if (g.group_id, tid, p) in self._initializing]
             todo = frozenset(p for p in ps if (g.group_id, tid, p) not in self._initializing)
             if todo:
                 want[tid] = (name, todo)
         if not want:
-            return False
+            if others:
+                await asyncio.wait(others, timeout=self.persister.timeout_s)
+            return bool(others)
         records: list = []
         g.mark_initializing(records, want)
         keys = [(g.group_id, tid, p) for tid, (_, ps) in want.items() for p in sorted(ps)]
-        self._initializing.update(keys)
+        mine = asyncio.get_running_loop().create_future()
+        for k in keys:
+            self._initializing[k] = mine
         try:
             if await self._write(shard, records):
                 return False
@@ -195,7 +203,10 @@ class ShareApis:
             g.mark_initialized(records, done, self._topics())
             return not await self._write(shard, records)
         finally:
-            self._initializing.difference_update(keys)
+            for k in keys:
+                if self._initializing.get(k) is mine:
+                    del self._initializing[k]
+            mine.set_result(None)
 
     # --- ShareGroupDescribe ----------------------------------------------------------------------
     async def describe(self, ctx, body, ver):

@@ -17,8 +17,14 @@ import uuid
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
-
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from conftest import MOCK, _start_node
 
 pytestmark = pytest.mark.krafty_only
@@ -233,3 +239,72 @@ def test_killed_consumer_records_are_redelivered_after_the_lock_duration(node, t
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(10)
+
+
+def test_share_groups_cli_lists_describes_resets_and_deletes(node):
+    from cli_inproc import krafty
+
+    b = node.bootstrap
+    group = setup_group(b, "sq-cli", 10)
+    c = consumer(b, group, **{"share.acknowledgement.mode": "explicit"})
+    try:
+        c.subscribe(["sq-cli"])
+        got = poll_until(c, lambda g: len(g) >= 10)
+        for m in got[:4]:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        for m in got[4:]:
+            c.acknowledge(m, AcknowledgeType.RELEASE)
+        c.commit_sync(30)
+        assert group in krafty("share-groups", "--bootstrap-server", b, "--list").stdout.split()
+        st = krafty("share-groups", "--bootstrap-server", b, "--list", "--state").stdout
+        assert any(line.split() == [group, "Stable"] for line in st.splitlines()), st
+        members = krafty("share-groups", "--bootstrap-server", b, "--describe", "--group", group, "--members",
+                         "--verbose").stdout
+        assert "CONSUMER-ID" in members and "sq-cli:0" in members, members
+        state = krafty("share-groups", "--bootstrap-server", b, "--describe", "--group", group, "--state").stdout
+        assert "Stable" in state, state
+        # members: no reset, no delete
+        r = krafty("share-groups", "--bootstrap-server", b, "--reset-offsets", "--group", group, "--topic",
+                   "sq-cli", "--to-earliest", "--execute", check=1)
+        assert "not empty" in r.stderr
+        r = krafty("share-groups", "--bootstrap-server", b, "--delete", "--group", group, check=1)
+        assert "NON_EMPTY_GROUP" in r.stderr
+    finally:
+        c.close()
+    # offsets: 4 accepted records are behind the start offset, 6 released records left
+    deadline = time.monotonic() + 20
+    while True:
+        out = krafty("share-groups", "--bootstrap-server", b, "--describe", "--group", group).stdout
+        rows = [line.split() for line in out.splitlines() if line.startswith(group)]
+        if rows == [[group, "sq-cli", "0", "0", "4", "6"]] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)  # the group becomes empty once the consumer's leave is written
+    assert rows == [[group, "sq-cli", "0", "0", "4", "6"]], out
+    r = krafty("share-groups", "--bootstrap-server", b, "--reset-offsets", "--group", group, "--topic", "sq-cli",
+               "--to-offset", "8", "--execute")
+    assert [group, "sq-cli", "0", "8"] in [line.split() for line in r.stdout.splitlines()], r.stdout
+    c = consumer(b, group, **{"share.acknowledgement.mode": "explicit"})
+    try:
+        c.subscribe(["sq-cli"])
+        got = poll_until(c, lambda g: len(g) >= 2)
+        assert [(m.offset(), m.delivery_count()) for m in got] == [(8, 1), (9, 1)]
+        for m in got:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        c.commit_sync(30)
+    finally:
+        c.close()
+    deadline = time.monotonic() + 20
+    while True:
+        r = krafty("share-groups", "--bootstrap-server", b, "--delete-offsets", "--group", group, "--topic",
+                   "sq-cli", check=None)
+        if r.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert r.returncode == 0 and "Successful" in r.stdout, (r.stdout, r.stderr)
+    out = krafty("share-groups", "--bootstrap-server", b, "--describe", "--group", group).stdout
+    assert "sq-cli" not in out.replace(f"'{group}'", "")
+    r = krafty("share-groups", "--bootstrap-server", b, "--delete", "--group", group)
+    assert "successful" in r.stdout
+    assert group not in krafty("share-groups", "--bootstrap-server", b, "--list").stdout.split()
+    r = krafty("share-groups", "--bootstrap-server", b, "--describe", "--group", group, check=1)
+    assert "does not exist" in r.stderr

@@ -297,7 +297,7 @@ class ShareApis:
                 "partition_index": o.partition, "error_code": int(o.error), "error_message": o.error_message,
                 "acknowledge_error_code": int(o.ack_error), "acknowledge_error_message": o.ack_error_message,
                 "current_leader": {"leader_id": o.leader[0], "leader_epoch": o.leader[1]},
-                "records": o.records,
+                "records": o.records or b"",
                 "acquired_records": [{"first_offset": a.first_offset, "last_offset": a.last_offset,
                                       "delivery_count": a.delivery_count} for a in o.acquired]})
         return {"throttle_time": 0, "error_code": 0, "error_message": None,

@@ -288,6 +288,11 @@ class SharePartitionManager:
         if part is None or not part.state.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         lg, hw = part.log, part.state.high_watermark
+        # share.isolation.level read_committed: up to the last stable offset, aborted transactions' batches
+        # are never delivered (archived, as transaction markers are)
+        committed = self.group_config(sh.key.group).get("share.isolation.level") == "read_committed"
+        if committed:
+            hw = lg.last_stable_offset(hw)
         core = sh.core
         if core.start < lg.log_start_offset:
             core.move_start(lg.log_start_offset)
@@ -301,11 +306,18 @@ class SharePartitionManager:
             return 0
         data = lg.read_bytes(sl)
         headers = parse_batches(data)
-        got = core.acquire(member, [(h.base_offset, h.last_offset, h.is_control) for h in headers], max_records,
-                           self.clock.monotonic_ms())
+        aborted = (lg.aborted_transactions(offset, hw) if committed and headers and lg.has_aborted_transactions(offset)
+                   else [])
+
+        def skipped(h) -> bool:
+            return h.is_control or (bool(aborted) and h.is_transactional and any(
+                a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset for a in aborted))
+        skip = [skipped(h) for h in headers]
+        got = core.acquire(member, [(h.base_offset, h.last_offset, sk) for h, sk in zip(headers, skip, strict=True)],
+                           max_records, self.clock.monotonic_ms())
         if not got:
             return 0
-        keep = [h for h in headers if not h.is_control and any(
+        keep = [h for h, sk in zip(headers, skip, strict=True) if not sk and any(
             a.first_offset <= h.last_offset and h.base_offset <= a.last_offset for a in got)]
         self._kick()  # the timer learns of the new lock deadlines
         out.records = b"".join(data[h.pos:h.pos + h.size] for h in keep)

@@ -141,8 +141,9 @@ class SharePartition:
 
     # --- acquisition ---------------------------------------------------------------------------
     def acquire(self, member: str, batches, max_records: int, now: int) -> list[Acquired]:
-        """``batches``: (first offset, last offset, is control batch) of what the shell read from
-        the log, in order, from ``fetch_offset()`` on. Acquires up to ``max_records`` available
+        """``batches``: (first offset, last offset, nothing to deliver) of what the shell read from
+        the log, in order, from ``fetch_offset()`` on; a batch with nothing to deliver (a transaction
+        marker, an aborted transaction's batch under read_committed) is archived. Acquires up to ``max_records`` available
         records for ``member``; returns them as ranges of one delivery count."""
         out: list[Acquired] = []
         n = 0

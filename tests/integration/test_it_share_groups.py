@@ -308,3 +308,29 @@ def test_share_groups_cli_lists_describes_resets_and_deletes(node):
     assert group not in krafty("share-groups", "--bootstrap-server", b, "--list").stdout.split()
     r = krafty("share-groups", "--bootstrap-server", b, "--describe", "--group", group, check=1)
     assert "does not exist" in r.stderr
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_share_isolation_level(node, isolation):
+    b = node.bootstrap
+    topic = f"sq-txn-{isolation}"
+    group = setup_group(b, topic, 0, **{"share.isolation.level": isolation})
+    p = Producer({"bootstrap.servers": b, "transactional.id": f"tx-{isolation}"})
+    p.init_transactions(30)
+    for commit, values in ((True, [b"c1", b"c2"]), (False, [b"a1", b"a2"]), (True, [b"c3"])):
+        p.begin_transaction()
+        for v in values:
+            p.produce(topic, value=v)
+        p.flush(30)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+    c = consumer(b, group)
+    try:
+        c.subscribe([topic])
+        want = 3 if isolation == "read_committed" else 5
+        got = poll_until(c, lambda g: len(g) >= want)
+        got += poll_until(c, lambda g: False, timeout=2)
+        values = [m.value() for m in got]
+        assert values == ([b"c1", b"c2", b"c3"] if isolation == "read_committed"
+                          else [b"c1", b"c2", b"a1", b"a2", b"c3"])
+    finally:
+        c.close()

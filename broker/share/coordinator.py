@@ -53,7 +53,6 @@ class ShareCoordinator:
 
     async def start(self) -> None:
         self.runtime.start()
-        self._tasks.append(asyncio.get_running_loop().create_task(self._prune_loop(), name="share-state-prune"))
 
     async def close(self) -> None:
         for t in self._tasks:
@@ -74,6 +73,8 @@ class ShareCoordinator:
         pass  # the share coordinator writes no transactional records
 
     def on_loaded(self, pid: int, epoch: int, shard: ShareStateShard, records: int, bad: int, seconds: float) -> None:
+        if not self._tasks:  # pruning starts with the first partition this broker coordinates
+            self._tasks.append(asyncio.get_running_loop().create_task(self._prune_loop(), name="share-state-prune"))
         log.log(logging.INFO if records else logging.DEBUG,
                 "%s-%d: loaded the state of %d share partitions (%d records%s) in epoch %d in %.3fs",
                 SHARE_STATE_TOPIC, pid, len(shard.states), records, f", {bad} undecodable" if bad else "", epoch,

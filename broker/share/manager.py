@@ -123,7 +123,13 @@ class SharePartitionManager:
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._timer_loop(), name="share-partitions")
+        self._started = True
+
+    def _ensure_timer(self) -> None:
+        """The timer task starts with the first share fetch: a broker without share groups runs none
+        (nor adds events to the simulator's schedules)."""
+        if self._task is None and getattr(self, "_started", False):
+            self._task = asyncio.get_running_loop().create_task(self._timer_loop(), name="share-partitions")
 
     async def close(self) -> None:
         tasks = [t for t in (self._task, *self._bg) if t is not None]
@@ -143,6 +149,7 @@ class SharePartitionManager:
         t.add_done_callback(self._bg.discard)
 
     def _kick(self) -> None:
+        self._ensure_timer()
         if self._wake is not None:
             self._wake.set()
 
@@ -349,6 +356,7 @@ class SharePartitionManager:
         err, session, replaced = self.sessions.fetch(group_id, member, epoch, requested, forgotten, now)
         if err:
             return err, None, []
+        self._kick()  # (idle sessions expire on the timer)
         if replaced is not None:
             await self._release_session(replaced)
         outs: dict[tuple[uuid.UUID, int], PartitionOut] = {}
@@ -511,6 +519,9 @@ class SharePartitionManager:
                 log.exception("share partition timer failed")
                 nearest = None
             self._wake.clear()
+            if nearest is None and not self.partitions and not self.sessions.sessions:
+                await self._wake.wait()  # nothing to time: no timer events
+                continue
             now = self.clock.monotonic_ms()
             wait = 1.0 if nearest is None else min(max((nearest - now) / 1000, 0.005), 1.0)
             try:

@@ -286,7 +286,7 @@ class ShareApis:
         renew = ver >= 2 and bool(getattr(req, "is_renew_ack", False))
         err, msg, outs = await self.manager.share_fetch(
             gid, req.member_id, req.share_session_epoch, requested, forgotten, self._acks(req.topics),
-            0 if renew else _ms(req.max_wait), req.min_bytes, req.max_bytes if req.max_bytes > 0 else 2**31 - 1,
+            0 if renew else _ms(req.max_wait), req.min_bytes, max(req.max_bytes, 0),
             max(req.max_records, 1) if not renew else 0, renew, self._denied(ctx, {t for t, _ in requested}),
             park=ctx.park)
         if err:
@@ -337,20 +337,23 @@ class ShareApis:
     async def _state_api(self, ctx, body, ver, each, extra_fields: dict):
         req = self.apis.decode(ctx, body, ver)
         allowed = self.apis.authorize_cluster(ctx, Op.CLUSTER_ACTION)
-        results = []
+
+        async def one(t, p) -> dict:
+            k = StateKey(req.group_id, t.topic_id, p.partition)
+            if not allowed:
+                r = {"error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "error_message": None}
+            else:
+                try:
+                    r = await each(k, p)
+                except KafkaError as e:
+                    r = {"error_code": int(e.code), "error_message": e.message}
+            return {**extra_fields, **r, "partition": p.partition}
+        # the partitions' records are appended together and wait for one replication round trip
+        done = await asyncio.gather(*(one(t, p) for t in req.topics for p in t.partitions))
+        results, i = [], 0
         for t in req.topics:
-            parts = []
-            for p in t.partitions:
-                k = StateKey(req.group_id, t.topic_id, p.partition)
-                if not allowed:
-                    r = {"error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "error_message": None}
-                else:
-                    try:
-                        r = await each(k, p)
-                    except KafkaError as e:
-                        r = {"error_code": int(e.code), "error_message": e.message}
-                parts.append({**extra_fields, **r, "partition": p.partition})
-            results.append({"topic_id": t.topic_id, "partitions": parts})
+            results.append({"topic_id": t.topic_id, "partitions": done[i:i + len(t.partitions)]})
+            i += len(t.partitions)
         return {"results": results}
 
     async def initialize_state(self, ctx, body, ver):

@@ -2,7 +2,9 @@
 DefaultStatePersister): ReadShareGroupState, WriteShareGroupState, InitializeShareGroupState,
 DeleteShareGroupState and ReadShareGroupStateSummary for one share partition, sent to the leader
 of its ``__share_group_state`` partition: in process when that is this broker, else over the
-inter-broker listener (the replica fetchers' endpoints and security). Retriable answers
+inter-broker listener (the replica fetchers' endpoints and security), where the calls for one
+group that wait while a request to the same coordinator is in flight go together in the next one
+(Kafka's persister batches so too). Retriable answers
 (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, a lost connection)
 are tried again, at the then current coordinator, until ``timeout_s``; the last error is returned.
 """
@@ -38,6 +40,10 @@ class SharePersister:
         self.timeout_s = timeout_s
         self.clock = clock
         self.conns: dict[int, KafkaConnection] = {}
+        # (broker, api, version, group) -> partitions waiting for the next request: (topic id, partition
+        # data, future of its partition result); one request in flight per connection
+        self._queued: dict[tuple[int, int, int, str], list] = {}
+        self._sending: set[tuple[int, int, int, str]] = set()
 
     def close(self) -> None:
         for c in self.conns.values():
@@ -80,15 +86,8 @@ class SharePersister:
                 elif leader < 0:
                     res = err
                 else:
-                    conn = self._conn(leader)
-                    if conn is None:
-                        res = err
-                    else:
-                        resp = await conn.request(api_key, version, data, timeout=max(deadline - self.clock.monotonic(),
-                                                                                        0.1))
-                        p = getattr(resp, result_key)[0].partitions[0]
-                        res = {f: getattr(p, f) for f in p.__dataclass_fields__}
-                        res["error_code"] = int(res["error_code"])
+                    res = await self._remote(leader, api_key, version, data, result_key,
+                                             max(deadline - self.clock.monotonic(), 0.1))
             except KafkaError as e:
                 res = {"error_code": int(e.code), "error_message": e.message}
             except (ConnectionError, OSError, TimeoutError, IndexError) as e:
@@ -99,6 +98,57 @@ class SharePersister:
             err = res
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def _remote(self, broker: int, api_key: int, version: int, data: dict, result_key: str,
+                      timeout: float) -> dict:
+        """One partition's request to another broker, sent with the others of its group that are
+        queued for that broker."""
+        if self._conn(broker) is None:
+            return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "error_message": None}
+        key = (broker, api_key, version, data["group_id"])
+        t = data["topics"][0]
+        fut = asyncio.get_running_loop().create_future()
+        self._queued.setdefault(key, []).append((t["topic_id"], t["partitions"][0], fut))
+        if key not in self._sending:
+            self._sending.add(key)
+            asyncio.get_running_loop().create_task(self._send(key, result_key, timeout))
+        return await fut
+
+    async def _send(self, key, result_key: str, timeout: float) -> None:
+        broker, api_key, version, group = key
+        try:
+            while self._queued.get(key):
+                batch = self._queued.pop(key)
+                topics: dict = {}
+                for tid, pdata, _ in batch:
+                    topics.setdefault(tid, []).append(pdata)
+                try:
+                    conn = self._conn(broker)
+                    if conn is None:
+                        raise ConnectionError(f"no endpoint for broker {broker}")
+                    resp = await conn.request(api_key, version, {"group_id": group, "topics": [
+                        {"topic_id": tid, "partitions": ps} for tid, ps in topics.items()]}, timeout=timeout)
+                    got = {}
+                    for r in getattr(resp, result_key):
+                        for p in r.partitions:
+                            d = {f: getattr(p, f) for f in p.__dataclass_fields__}
+                            d["error_code"] = int(d["error_code"])
+                            got[(r.topic_id, int(p.partition))] = d
+                    missing = {"error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR), "error_message": "no answer"}
+                    for tid, pdata, fut in batch:
+                        if not fut.done():
+                            fut.set_result(got.get((tid, pdata["partition"]), missing))
+                except (ConnectionError, OSError, TimeoutError) as e:
+                    log.debug("share coordinator request to broker %d failed: %s", broker, e)
+                    for _, _, fut in batch:
+                        if not fut.done():
+                            fut.set_result({"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                                            "error_message": None})
+        finally:
+            self._sending.discard(key)
+            for _, _, fut in self._queued.pop(key, []):
+                if not fut.done():
+                    fut.set_result({"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "error_message": None})
 
     # --- the five calls ------------------------------------------------------------------------
     async def read(self, k: StateKey, leader_epoch: int) -> dict:

@@ -309,9 +309,9 @@ class ShareApis:
         req = self.apis.decode(ctx, body, ver)
         gid = req.group_id or ""
 
-        def error(code, msg=None):
+        def error(code, msg=None):  # (acquisition_lock_timeout: v2, KIP-1222's RENEW)
             return {"throttle_time": 0, "error_code": int(code), "error_message": msg, "responses": [],
-                    "node_endpoints": []}
+                    "node_endpoints": [], "acquisition_lock_timeout": 0}
         if not self.enabled():
             return error(ErrorCode.UNSUPPORTED_VERSION, _NOT_ENABLED)
         if not self.apis.authorize(ctx, Op.READ, RT.GROUP, gid):
@@ -331,7 +331,7 @@ class ShareApis:
                 "current_leader": {"leader_id": o.leader[0], "leader_epoch": o.leader[1]}})
         return {"throttle_time": 0, "error_code": 0, "error_message": None,
                 "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()],
-                "node_endpoints": self._endpoints(ctx, outs)}
+                "node_endpoints": self._endpoints(ctx, outs), "acquisition_lock_timeout": self.manager.lock_ms(gid)}
 
     # --- the share coordinator's APIs (inter-broker) -------------------------------------------------
     async def _state_api(self, ctx, body, ver, each, extra_fields: dict):

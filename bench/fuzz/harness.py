@@ -47,10 +47,12 @@ from bench.fuzz.oracle import Finding, LogScanner, check_response
 from bench.fuzz.target import (
     CANARY_TOPIC,
     TOPICS,
+    TopicIdSwap,
     api_versions_ok,
     create_scram_users,
     create_topics,
     make_node,
+    to_node_ids,
 )
 
 log = logging.getLogger("krafty.fuzz")
@@ -248,6 +250,7 @@ class Fuzzer:
         self.inflight: dict[int, Input] = {}
         self.node = None
         self.sasl_port = 0
+        self.ids = TopicIdSwap({})  # the corpus' topic ids -> the node's
         self.node_up = asyncio.Event()
         self.stopping = False
         self.canary: Canary | None = None
@@ -271,6 +274,7 @@ class Fuzzer:
                                               root=self.o.krafty_root)
         self.node.start()
         create_topics(self.node.bootstrap)
+        self.ids = to_node_ids(self.node.bootstrap)
         create_scram_users(self.node.bootstrap)
         self.scanner = LogScanner(self.node.log_path)
         self.scanner.skip_to_end()
@@ -394,7 +398,7 @@ class Fuzzer:
             for k, f in enumerate(inp.frames):
                 expect[cid_of(inp.id, k)] = (inp, k)
                 order.append((inp, k))
-                out += frames.sized(f)
+                out += frames.sized(self.ids(f))
         out += frames.sized(sentinel(s_cid))
         pos_of = {(inp.id, k): n for n, (inp, k) in enumerate(order)}
         last = -1  # position of the last answered frame
@@ -462,7 +466,7 @@ class Fuzzer:
                 self._sent(inp)
                 what = "left-waiting"  # the node still waits for the rest of a frame: fine
                 try:
-                    conn.w.write(inp.wire)
+                    conn.w.write(self.ids(inp.wire))
                     async with asyncio.timeout(self.o.solo_timeout):
                         while await conn.r.read(65536):
                             pass
@@ -491,7 +495,7 @@ class Fuzzer:
                 what = "answered"
                 try:
                     for k, f in enumerate(inp.frames):  # one at a time: a login is a dialogue
-                        conn.w.write(frames.sized(f))
+                        conn.w.write(frames.sized(self.ids(f)))
                         async with asyncio.timeout(self.o.sasl_timeout):
                             (size,) = struct.unpack(">i", await conn.r.readexactly(4))
                             raw = await conn.r.readexactly(max(0, min(size, 64 << 20)))
@@ -611,6 +615,8 @@ class Fuzzer:
             if self.node_up.is_set():
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(_delete_extra_topics, self.node.bootstrap, keep)
+                    # a fuzz topic it recreated has a new id
+                    self.ids = await asyncio.to_thread(to_node_ids, self.node.bootstrap)
 
     def progress_line(self) -> str:
         el = time.monotonic() - self.t0
@@ -725,6 +731,7 @@ async def replay(path: Path, bootstrap: str | None, sasl_port: int | None, memor
         node, sasl_port = make_node(tmp, memory_limit_mb=memory_mb, root=root)
         await asyncio.to_thread(node.start)
         await asyncio.to_thread(create_topics, node.bootstrap)
+        ids = await asyncio.to_thread(to_node_ids, node.bootstrap)
         await asyncio.to_thread(create_scram_users, node.bootstrap)
         host, port = "127.0.0.1", node.port
         scanner = LogScanner(node.log_path)
@@ -732,6 +739,7 @@ async def replay(path: Path, bootstrap: str | None, sasl_port: int | None, memor
     else:
         host, port = bootstrap.rsplit(":", 1)
         port = int(port)
+        ids = await asyncio.to_thread(to_node_ids, bootstrap)
     found = 0
     try:
         for inp in inputs:
@@ -745,9 +753,9 @@ async def replay(path: Path, bootstrap: str | None, sasl_port: int | None, memor
                 break
             try:
                 if inp.wire is not None:
-                    w.write(inp.wire)
+                    w.write(ids(inp.wire))
                 for k, f in enumerate(inp.frames):
-                    w.write(frames.sized(f))
+                    w.write(frames.sized(ids(f)))
                     async with asyncio.timeout(timeout):
                         (size,) = struct.unpack(">i", await r.readexactly(4))
                         raw = await r.readexactly(size)

@@ -256,6 +256,40 @@ class TlsIO:
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return None
 
+    def buffered(self) -> bool:
+        """Whether TLS bytes already received wait to be decrypted (the handshake's last read
+        can bring the client's first records with it)."""
+        return self._in.pending > 0 or self.obj.pending() > 0
+
+    def feed(self, sock, chunks: list, read: bool = True) -> int | None:
+        """The connection's reader (broker/server.py): takes what the socket has (if ``read``),
+        decrypts every whole record and appends the plaintext to ``chunks``. Returns the bytes
+        appended, None at the end of the stream (with nothing appended). Records the session
+        writes meanwhile (a TLS 1.3 key update) go out with the next response."""
+        if read:
+            try:
+                data = sock.recv(_TLS_READ)
+            except (BlockingIOError, InterruptedError):
+                data = None
+            if data is not None:
+                if data:
+                    self._in.write(data)
+                else:
+                    self._in.write_eof()
+        got = 0
+        while True:
+            try:
+                plain = self.obj.read(_TLS_READ)
+            except ssl.SSLWantReadError:
+                break
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return got or None
+            if not plain:
+                return got or None
+            chunks.append(plain)
+            got += len(plain)
+        return got
+
     async def recv_into(self, view: memoryview) -> int:
         return await self._read(len(view), view) or 0
 

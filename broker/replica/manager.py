@@ -355,6 +355,30 @@ class ReplicaManager:
             return part.state.leader_epoch
         return leader_epoch
 
+    def try_append(self, part: Partition, buf, headers, verification_guard: object = None):
+        """``append_async`` done at once when it needs no wait (batches small enough to validate
+        on the loop, log writes on the loop, no other append of the partition in progress):
+        its AppendInfo; None, having done nothing, when ``append_async`` must be awaited."""
+        lg = part.log
+        writer = self.logs.writer
+        turn = lg._turn
+        if writer is not None or (turn is not None and (turn.locked() or turn._waiters)):
+            return None
+        now = self.clock.wall_ms()  # record timestamps: the wall clock
+        checked = lg.validate_client_batches_now(buf, headers, now)
+        if checked is None:
+            return None
+        buf, headers = checked
+        try:
+            info = lg.try_append_as_leader(buf, headers, self._leader_epoch_of(part), now, None,
+                                           verification_guard=verification_guard,
+                                           require_verification=self.verification_enabled)
+        except (OSError, KafkaError) as e:
+            self.io_error(part, e)
+            raise
+        self._appended(part)
+        return info
+
     async def append_async(self, part: Partition, buf, headers, verification_guard: object = None):
         """Append produced batches after validating their records (Kafka's LogValidator, off the
         event loop unless small), the write syscall in a log writer thread if there are any

@@ -142,9 +142,15 @@ class Broker:
         d.add_reconfigurable(lambda k: k.startswith(("listener.name.", "ssl.", "sasl.")), self._reload_security,
                              "listener security")
         d.add_reconfigurable({"background.threads"}, lambda _: self._resize_background(), "background threads")
+        d.add_reconfigurable({"num.replica.fetchers"}, lambda _: self._resize_fetchers(), "replica fetchers")
         d.add_reconfigurable({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
                               "replica.alter.log.dirs.io.max.bytes.per.second"},
                              lambda _: self._set_replication_rates(), "replication throttles")
+
+    def _resize_fetchers(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.replicas.fetchers.resize(), name="resize-fetchers")
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
 
     def _set_replication_rates(self) -> None:
         """leader/follower.replication.throttled.rate set or removed (kafka-reassign-partitions

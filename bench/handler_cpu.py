@@ -8,7 +8,7 @@ bench/request_read.py; the whole broker under a client is bench/request_cpu.py.
     PYTHONPATH=<other checkout> .venv/bin/python bench/handler_cpu.py   # compare checkouts
 
 Kinds: produce (one record of 100 B, acks=all, idempotent, Produce v9), produce-v3 (the same
-in Produce v3, classic encoding), fetch (an empty Fetch v16 with max_wait 0: the long poll's
+in Produce v3, classic encoding), produce-1m (1,000 records of 1 KiB in one batch: CPU per MB), fetch (an empty Fetch v16 with max_wait 0: the long poll's
 answer without its wait), metadata (Metadata v12 for one topic)."""
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from broker.protocol.apis import ApiKey, is_flexible  # noqa: E402
 from broker.server import RequestContext  # noqa: E402
 
 
-def _batch(producer_id: int, epoch: int, seq: int, value: bytes) -> bytes:
+def _batch(producer_id: int, epoch: int, seq: int, value: bytes, n: int = 1) -> bytes:
     from broker.log.batch import Record, build_batch
 
     ts = int(time.time() * 1000)
-    return bytes(build_batch([Record(0, ts, None, value, [])], producer_id=producer_id, producer_epoch=epoch,
-                             base_sequence=seq))
+    return bytes(build_batch([Record(i, ts, None, value, []) for i in range(n)], producer_id=producer_id,
+                             producer_epoch=epoch, base_sequence=seq))
 
 
 def _frame(api_key: int, version: int, data: dict, cid: int = 1) -> bytearray:
@@ -54,7 +54,7 @@ async def run(args) -> None:
     from tests.protocol.conftest import start_node
 
     with tempfile.TemporaryDirectory(prefix="krafty-handler-cpu-") as d:
-        node = await start_node(Path(d))
+        node = await start_node(Path(d), message_max_bytes="4000000")
         try:
             for res in await node.controller.create_topics([NewTopic("t", 1, 1), NewTopic("e", 1, 1)]):
                 assert res.error == 0, res
@@ -81,14 +81,14 @@ async def run(args) -> None:
             topic_id = mdr.topics[0].topic_id
             seq = [0]
 
-            def produce_frames(version: int, n: int) -> list[bytearray]:
+            def produce_frames(version: int, n: int, records: int = 1, size: int = 100) -> list[bytearray]:
                 out = []
                 for _ in range(n):
                     out.append(_frame(ApiKey.PRODUCE, version, {
                         "transactional_id": None, "acks": -1, "timeout": 30000, "topic_data": [{
-                            "name": "t", "partition_data": [{"index": 0, "records": _batch(pid, epoch, seq[0],
-                                                                                           b"x" * 100)}]}]}))
-                    seq[0] += 1
+                            "name": "t", "partition_data": [{"index": 0, "records": _batch(
+                                pid, epoch, seq[0], bytes(size), records)}]}]}))
+                    seq[0] += records
                 return out
 
             def fetch_frames(n: int) -> list[bytearray]:
@@ -107,10 +107,12 @@ async def run(args) -> None:
                 return [bytearray(f) for _ in range(n)]
 
             makers = {"produce": lambda n: produce_frames(9, n), "produce-v3": lambda n: produce_frames(3, n),
+                      "produce-1m": lambda n: produce_frames(9, n, 1000, 1024),
                       "fetch": fetch_frames, "metadata": metadata_frames}
             def check(kind: str, resp) -> None:
                 """The answer must be a success: a benchmark of error answers measures nothing."""
-                key, ver = {"produce": (0, 9), "produce-v3": (0, 3), "fetch": (1, 16), "metadata": (3, 12)}[kind]
+                key, ver = {"produce": (0, 9), "produce-v3": (0, 3), "produce-1m": (0, 9), "fetch": (1, 16),
+                            "metadata": (3, 12)}[kind]
                 obj, _ = codec._reader(codec.response_type(key, ver))(b"".join(resp[1:]), 0)
                 if key == 0:
                     errs = [p.error_code for t in obj.responses for p in t.partition_responses]
@@ -143,7 +145,8 @@ async def run(args) -> None:
                     check(kind, await call(makers[kind](1)[0]))
                     if pr:
                         pr.disable()
-                    print(f"{kind:11} {cpu / len(frames) * 1e6:7.1f} us/request (handler, no sockets; "
+                    per_mb = f", {cpu / (len(frames) * 1.024) * 1e3:.3f} ms/MB" if kind == "produce-1m" else ""
+                    print(f"{kind:11} {cpu / len(frames) * 1e6:7.1f} us/request{per_mb} (handler, no sockets; "
                           f"{len(frames)} requests){' [profiled]' if pr else ''}", flush=True)
                     if pr:
                         pstats.Stats(pr).sort_stats(args.sort).print_stats(args.top)

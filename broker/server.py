@@ -481,6 +481,7 @@ class Connection:
             from broker.security.ssl import TlsIO
 
             self.tls = TlsIO(self.sock, sec.ssl_context, server_side=True)
+            self.sock = self.tls.sock  # (the TLS socket over the same fd)
             await self.tls.handshake(timeout=30.0)
             dn = self.tls.peer_dn()
             if dn:

@@ -56,6 +56,14 @@ def _str(v: str) -> str:
     return v.strip()
 
 
+def _message_format_version(v: str) -> str:
+    """A Kafka release as message.format.version takes it: 0.8.0 ... 0.10.0-IV1 ... 3.0-IV1."""
+    v = v.strip()
+    if not re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+){0,2}(-IV[0-9]+)?", v):
+        raise ValueError(f"{v!r} is not a Kafka version such as 0.10.0 or 3.0-IV1")
+    return v
+
+
 def _list(v: str) -> list[str]:
     return [x.strip() for x in v.split(",") if x.strip()]
 
@@ -243,6 +251,11 @@ KEYS: dict[str, Key] = {
         Key("log.message.timestamp.before.max.ms", _int, 2**63 - 1, min=0, topic_key="message.timestamp.before.max.ms"),
         Key("log.message.timestamp.after.max.ms", _int, 3_600_000, min=0, topic_key="message.timestamp.after.max.ms"),
         Key("message.max.bytes", _int, 1024 * 1024 + 12, min=0, max=_INT32_MAX, topic_key="max.message.bytes"),
+        # Fetch v0-3 read magic 0/1 messages converted from the log's v2 batches (false: UNSUPPORTED_VERSION)
+        Key("log.message.downconversion.enable", _bool, True, topic_key="message.downconversion.enable"),
+        # accepted and ignored, as Kafka 3.x does once inter.broker.protocol.version >= 3.0: logs
+        # hold v2 batches whatever it says (older clients get theirs converted; Kafka 4 removed it)
+        Key("log.message.format.version", _message_format_version, "3.0-IV1", topic_key="message.format.version"),
         Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer",
             topic_key="compression.type"),
         Key("min.insync.replicas", _int, 1, min=1, max=_INT32_MAX, topic_key="min.insync.replicas"),
@@ -287,6 +300,10 @@ KEYS: dict[str, Key] = {
         Key("group.consumer.max.heartbeat.interval.ms", _int, 15_000, min=1),
         Key("group.consumer.max.size", _int, 2**31 - 1, min=1),
         Key("group.consumer.assignors", _assignors, ["uniform", "range"]),
+        # KIP-848's online upgrade (a classic group becomes a consumer group with its first
+        # consumer-protocol member) and downgrade (back, when the last one leaves)
+        Key("group.consumer.migration.policy", _choice("disabled", "upgrade", "downgrade", "bidirectional"),
+            "bidirectional"),
         Key("group.coordinator.rebalance.protocols", _rebalance_protocols, ["classic", "consumer"]),
         # transactions (broker/txn)
         Key("transaction.state.log.num.partitions", _int, 50, min=1),

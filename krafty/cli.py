@@ -88,9 +88,11 @@ VERBS: dict[str, tuple[str, str]] = {
     "storage": ("krafty.storage", "format a node's directories, show their cluster identity, make a cluster id"),
     "healthcheck": ("krafty.healthcheck", "exit 0 when a broker answers ApiVersions / a controller is in the quorum"),
     "chaos": ("chaos.runner", "run a cluster under faults and check the history"),
+    "mirror": ("mirror.runner", "replicate topics, consumer-group offsets and configs between clusters "
+               "(MirrorMaker 2's config file)"),
 }
-# modules that come with an extra, not with krafty itself: the extra that brings each
-EXTRAS = {"confluent_kafka": "chaos", "yaml": "chaos"}
+# verb -> the modules that come with an extra, not with krafty itself, and the extra that brings each
+EXTRAS = {"chaos": {"confluent_kafka": "chaos", "yaml": "chaos"}, "mirror": {"confluent_kafka": "mirror"}}
 LOG_LEVELS = {"TRACE": 5, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
               "WARNING": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL,
               "CRITICAL": logging.CRITICAL, "OFF": logging.CRITICAL + 10}
@@ -112,7 +114,7 @@ def run_verb(verb: str, argv: list[str]) -> int:
     try:  # (a module of an extra may also be imported late, e.g. chaos --cluster compose's yaml)
         return importlib.import_module(module).main(argv)
     except ModuleNotFoundError as e:
-        extra = EXTRAS.get((e.name or "").split(".")[0])
+        extra = EXTRAS.get(verb, {}).get((e.name or "").split(".")[0])
         if extra is None:
             raise
         print(f"krafty {verb} needs the '{extra}' extra ({e.name} is not installed): "

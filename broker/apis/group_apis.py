@@ -214,7 +214,10 @@ class GroupApis:
             shard = self.coordinator.shard_for(req.group_id)
             top, members, fx = shard.leave(self.coordinator.now(), req.group_id, identities,
                                            wall=self.coordinator.wall())
-            self.coordinator.run(shard, fx)
+            # answered once the leave is written (Kafka's LeaveGroup waits for its records too)
+            err = await self.coordinator.run_and_wait(shard, fx)
+            if err and not top:
+                top = err
         except KafkaError as e:
             top, members = e.code, []
         if ver < 3:
@@ -242,10 +245,14 @@ class GroupApis:
         except KafkaError as e:
             return self._commit_error(topics + denied + unknown, e.code)
         c = self.coordinator
-        out, w = shard.commit_offsets(c.now(), req.group_id, req.member_id,
+        # v0 (no member, no generation: a simple consumer's commit; there is no ZooKeeper here, so
+        # it is kept in __consumer_offsets as from v1) and v1 (a commit timestamp per partition)
+        stamps = {(t.name, p.partition_index): p.commit_timestamp for t in req.topics for p in t.partitions
+                  if p.commit_timestamp != -1} if ver == 1 else None
+        out, w = shard.commit_offsets(c.now(), req.group_id, req.member_id if ver >= 1 else "",
                                       req.group_instance_id if ver >= 7 else None,
-                                      req.generation_id_or_member_epoch, ver, topics, retention_ms=retention_ms,
-                                      wall=c.wall())
+                                      req.generation_id_or_member_epoch if ver >= 1 else -1, ver, topics,
+                                      retention_ms=retention_ms, wall=c.wall(), commit_timestamps=stamps)
         out += self._commit_error(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED)["topics"]
         out += self._commit_error(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)["topics"]
         out = _merge_topics(out)

@@ -55,6 +55,7 @@ class GroupCoordinator:
             session_timeout_ms=config["group.consumer.session.timeout.ms"],
             heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
             max_size=config["group.consumer.max.size"], assignors=tuple(config["group.consumer.assignors"]),
+            migration_policy=config["group.consumer.migration.policy"], classic_max_size=config["group.max.size"],
             group_config=lambda gid: self.loader.image.configs.get((mrec.RESOURCE_GROUP, gid), {}))
         self._topics_image = None
         self._topics: Topics = {}
@@ -125,7 +126,8 @@ class GroupCoordinator:
 
     def new_shard(self, pid: int, epoch: int) -> GroupShard:
         return GroupShard(pid, self.group_config, metadata_max_bytes=self.metadata_max_bytes,
-                          consumer_config=self.consumer_config, topics=self.topics)
+                          consumer_config=self.consumer_config, topics=self.topics,
+                          image_version=lambda: self.loader.image.offset)
 
     def replay(self, shard: GroupShard, key: bytes | None, value: bytes | None, offset: int = -1,
                producer_id: int = -1) -> None:
@@ -177,6 +179,16 @@ class GroupCoordinator:
     def run(self, shard: GroupShard, fx: Effects | None) -> None:
         self._run(shard.partition, fx)
         self._kick()
+
+    async def run_and_wait(self, shard: GroupShard, fx: Effects) -> int:
+        """``run``, then wait until the writes are committed: the first error, or 0."""
+        for waiter, resp in fx.replies:
+            if not waiter.done():
+                waiter.set_result(resp)
+        written = [self.write(shard.partition, w) for w in fx.writes]
+        self._kick()
+        errors = [await f for f in written]
+        return next((e for e in errors if e), 0)
 
     def _kick(self) -> None:
         if self._wake is not None:

@@ -225,7 +225,7 @@ def decode_key(key: bytes):
         return OffsetKey(r.string(), r.string(), r.i32())
     if version == 2:
         return GroupKey(r.string())
-    if 3 <= version <= 8:  # a consumer group's (KIP-848) records
+    if 3 <= version <= 8 or version == 16:  # a consumer group's (KIP-848) records
         from broker.group.consumer_records import decode_consumer_key
         return decode_consumer_key(version, r)
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")

@@ -17,6 +17,10 @@ Phases (each on a fresh topic of the same node):
   produce-mb  1 KiB records, acks=1, linger 5 ms, 1 MiB batches (rdkafka_performance): MB/s and broker
               CPU per MB produced (MB = 10^6 bytes of record values)
   consume-mb  the produce-mb topic read from the beginning (rdkafka_performance -C): MB/s and CPU per MB
+  floor-mb    the machine's floor for produce-mb, in this process: CPU per MB of writing new data to a
+              growing file in the page cache (os.pwrite of 1 MiB, as the log does) and of reading 1 MiB
+              off a loopback socket. On a VM the first write of new page-cache data also pays for the
+              guest's first touch of that memory (2 ms/MB here at first, 0.3 once reused)
 
 The fetch and metadata load comes from a raw-socket client in a child process (the frames are
 encoded once; responses are only counted), which reads the broker's CPU time at the start and the
@@ -326,10 +330,51 @@ def phase_consume_mb(args, t: Target, rnd: int) -> dict:
     return {"mb": args.mb_records * 1024 / 1e6, "seconds": dt, "cpu": cpu}
 
 
+def phase_floor_mb(args, d: str) -> dict:
+    """CPU per MB of the two copies a produced MB costs any broker: socket to user memory, user
+    memory to new page-cache pages (the thread's own CPU clock)."""
+    import socket
+    import threading
+
+    data = os.urandom(1 << 20)
+    n = max(50, args.mb_records * 1024 >> 20)
+    fd = os.open(os.path.join(d, "floor.bin"), os.O_RDWR | os.O_CREAT)
+    try:
+        c0 = time.thread_time()
+        for i in range(n):
+            os.pwrite(fd, data, i << 20)
+        write = (time.thread_time() - c0) / (n * 1.048576)
+    finally:
+        os.close(fd)
+        os.unlink(os.path.join(d, "floor.bin"))
+    a, b = socket.socketpair()
+    sender = threading.Thread(target=lambda: [a.sendall(data) for _ in range(n)] and a.close(), daemon=True)
+    sender.start()
+    c0, got = time.thread_time(), 0
+    while chunk := b.recv(_READ):
+        got += len(chunk)
+    read = (time.thread_time() - c0) / (got / 1e6)
+    sender.join()
+    b.close()
+    return {"write": write, "read": read}
+
+
+_READ = 127 * 1024  # as broker/server.py reads a large frame
+
+
 def run_phases(args, t: Target, rnd: int, results: dict) -> None:
     for ph in args.phases:
         if ph == "consume-mb" and t.mock:
             continue  # the mock keeps ~5 MB per partition
+        if ph == "floor-mb":
+            if t.mock:
+                continue
+            with tempfile.TemporaryDirectory(prefix="krafty-floor-") as d:
+                f = phase_floor_mb(args, d)
+            print(f"floor  {ph:10} page-cache write of new data {f['write'] * 1e3:.3f} ms/MB, socket read "
+                  f"{f['read'] * 1e3:.3f} ms/MB  [{load()}]", flush=True)
+            results.setdefault(("floor", "write-mb"), []).append(f["write"] * 1e3)
+            continue
         if ph == "produce":
             r = phase_produce(args, t, rnd)
         elif ph in ("fetch", "metadata"):
@@ -354,7 +399,7 @@ def run_phases(args, t: Target, rnd: int, results: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--phases", default="produce,fetch,metadata,produce-mb,consume-mb")
+    ap.add_argument("--phases", default="produce,fetch,metadata,produce-mb,consume-mb,floor-mb")
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each per-request phase")
     ap.add_argument("--rounds", type=int, default=1, help="rounds, alternating krafty and mock first")
     ap.add_argument("--produce-rate", type=int, default=5000)

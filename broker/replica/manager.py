@@ -48,7 +48,9 @@ def _expire(fut: asyncio.Future) -> None:
 
 class _Waiters:
     def __init__(self) -> None:
-        self._by_tp: dict[TopicPartition, list[asyncio.Future]] = {}
+        # per partition, the futures of the long polls waiting on it (a dict: O(1) removal when
+        # a poll times out, with thousands of consumers on one partition)
+        self._by_tp: dict[TopicPartition, dict[asyncio.Future, None]] = {}
 
     def wake(self, tp: TopicPartition) -> None:
         for fut in self._by_tp.pop(tp, ()):
@@ -59,8 +61,12 @@ class _Waiters:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         keys = list(tps)
+        by_tp = self._by_tp
         for tp in keys:
-            self._by_tp.setdefault(tp, []).append(fut)
+            waiting = by_tp.get(tp)
+            if waiting is None:
+                waiting = by_tp[tp] = {}
+            waiting[fut] = None
         # the timeout resolves the future like a wake does (most long polls end so): a plain
         # timer, none of wait_for's waiter future, callbacks and cancellation
         timer = loop.call_later(timeout_s, _expire, fut)
@@ -69,14 +75,9 @@ class _Waiters:
         finally:
             timer.cancel()
             for tp in keys:
-                lst = self._by_tp.get(tp)
-                if lst:
-                    try:
-                        lst.remove(fut)
-                    except ValueError:
-                        pass
-                    if not lst:
-                        del self._by_tp[tp]
+                waiting = by_tp.get(tp)
+                if waiting and waiting.pop(fut, 0) is None and not waiting:
+                    del by_tp[tp]
 
     def wake_all(self) -> None:
         for tp in list(self._by_tp):

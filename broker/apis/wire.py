@@ -1,17 +1,17 @@
 """Hand-written codecs for the hot paths: the Produce request and the Fetch response.
 
-Produce request v3-v12 (flexible from v9: compact strings/arrays/bytes + tagged fields):
-    transactional_id nullable string | acks int16 | timeout_ms int32
+Produce request v0-v12 (flexible from v9: compact strings/arrays/bytes + tagged fields):
+    [v3+ transactional_id nullable string] | acks int16 | timeout_ms int32
     topic_data [ name string | partition_data [ index int32 | records nullable bytes ] ]
 The records are returned as writable memoryviews into the request frame, so offsets are
 patched in place and the same bytes are appended to the log: no copy, no record decoding.
 
-Fetch response v4-v17 (flexible from v12; topic ids instead of names from v13):
-    throttle_time_ms int32 | [v7+ error_code int16 | session_id int32]
+Fetch response v0-v17 (flexible from v12; topic ids instead of names from v13):
+    [v1+ throttle_time_ms int32] | [v7+ error_code int16 | session_id int32]
     responses [ topic (name string | topic_id uuid) |
         partitions [ partition_index int32 | error_code int16 | high_watermark int64 |
-                     last_stable_offset int64 | [v5+ log_start_offset int64] |
-                     aborted_transactions nullable array [ producer_id int64 | first_offset int64 ] |
+                     [v4+ last_stable_offset int64] | [v5+ log_start_offset int64] |
+                     [v4+ aborted_transactions nullable array [ producer_id int64 | first_offset int64 ]] |
                      [v11+ preferred_read_replica int32] |
                      records nullable bytes | [flexible: tagged fields] ] ]
     [v16+: node_endpoints as tagged field 0]
@@ -117,7 +117,7 @@ class _Reader:
 
 def parse_produce(body: memoryview, version: int) -> ProduceRequest:
     r = _Reader(body, version >= 9)
-    txn = r.string()
+    txn = r.string() if version >= 3 else None  # (v0-2: no transactional id)
     acks = r.i16()
     timeout = r.i32()
     topics = []
@@ -165,6 +165,8 @@ class FetchPartitionResult:
 def encode_fetch_response(version: int, topics: list[tuple[str, uuid.UUID, list[FetchPartitionResult]]],
                           *, error: int = 0, session_id: int = 0, throttle_ms: int = 0) -> list:
     """The Fetch response body as chunks (bytes and FileRegions)."""
+    if version < 4:
+        return _encode_fetch_response_v0_3(version, topics, throttle_ms)
     flex = version >= 12
     chunks: list = []
     out = bytearray(_i.pack(throttle_ms))
@@ -221,3 +223,18 @@ def encode_fetch_response(version: int, topics: list[tuple[str, uuid.UUID, list[
         out += b"\x00"
     chunks.append(bytes(out))
     return chunks
+
+
+def _encode_fetch_response_v0_3(version: int, topics: list[tuple[str, uuid.UUID, list[FetchPartitionResult]]],
+                                throttle_ms: int) -> list:
+    """Fetch v0-3: no last stable offset, log start offset or aborted transactions, and the
+    records are converted messages in memory (broker/log/legacy.py), never a file region."""
+    out = bytearray(_i.pack(throttle_ms) if version >= 1 else b"")
+    out += _i.pack(len(topics))
+    for name, _tid, parts in topics:
+        b = name.encode()
+        out += _h.pack(len(b)) + b + _i.pack(len(parts))
+        for p in parts:
+            rec = p.records or b""
+            out += _i.pack(p.index) + _hq.pack(p.error, p.high_watermark) + _i.pack(len(rec)) + rec
+    return [bytes(out)]

@@ -5,7 +5,8 @@ replica manager and the acks=all wait."""
 from __future__ import annotations
 
 from broker.apis import wire
-from broker.log.batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_BIT, validate_produce_batches
+from broker.log import legacy
+from broker.log.batch import ATTRIBUTES_OFFSET, MAGIC_OFFSET, TRANSACTIONAL_BIT, validate_produce_batches
 from broker.log.validator import RecordValidationError
 from broker.protocol import codec
 from broker.replica.txn_verifier import produce_error
@@ -35,7 +36,7 @@ class ProduceApis:
         todo: list[tuple[str, object, dict, object, list]] = []  # (topic, partition data, result, partition, headers)
         any_error = False
         # Kafka: transactional records need a transactional id the principal may write
-        txn_denied = (req.transactional_id is not None or _has_transactional_records(req)) and (
+        txn_denied = (req.transactional_id is not None or _has_transactional_records(req, ver)) and (
             req.transactional_id is None or not self.authorize(ctx, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id))
         for name, parts in req.topics:
             out = results.setdefault(name, [])
@@ -57,6 +58,8 @@ class ProduceApis:
                     part = self.replicas.leader_partition((name, p.index))
                     if p.records is None:
                         raise KafkaError(ErrorCode.INVALID_RECORD, "null records")
+                    if ver < 3 and legacy.is_legacy(p.records):  # magic 0/1: one v2 batch from here on
+                        p.records = memoryview(await legacy.to_v2_async(p.records, part.log.config, f"{name}-{p.index}"))
                     headers = validate_produce_batches(p.records, part.log.config.max_message_bytes,
                                                        produce_version=ver)
                     if req.acks == -1:
@@ -75,7 +78,10 @@ class ProduceApis:
                     code, message = unverified[tp]
                     raise KafkaError(code, message)
                 min_isr = self.replicas.min_insync_replicas(image, name)
-                info = await self.replicas.append_async(part, p.records, headers, verification_guard=guards.get(tp))
+                guard = guards.get(tp) if guards else None
+                info = self.replicas.try_append(part, p.records, headers, guard)
+                if info is None:
+                    info = await self.replicas.append_async(part, p.records, headers, verification_guard=guard)
                 res["base_offset"] = info.first_offset
                 res["log_append_time"] = info.log_append_time_ms
                 res["log_start_offset"] = info.log_start_offset
@@ -91,10 +97,9 @@ class ProduceApis:
             if any_error:
                 raise CloseConnection()
             return None
-        if appended:
+        if appended and not self._replicated(appended):
             await self._await_replication(ctx, appended, req.timeout_ms)
-        return {"responses": [{"name": n, "partition_responses": ps} for n, ps in results.items()],
-                "throttle_time": throttle}
+        return [wire.encode_produce_response(ver, results, throttle)]
 
     def _produce_error(self, image, name: str, p, res: dict, e: KafkaError) -> None:
         if self.metrics is not None:
@@ -130,6 +135,18 @@ class ProduceApis:
             supports_epoch_bump=tv2)
         return guards, {tp: produce_error(code, tv2) for tp, code in errors.items()}
 
+    def _replicated(self, appended) -> bool:
+        """Whether every acks=all append is done already (the high watermark passed it, as
+        with a single in-sync replica): its result set, no purgatory."""
+        parts = self.replicas.partitions
+        for tp, last_offset, min_isr, _res in appended:
+            part = parts.get(tp)
+            if part is None or not part.state.is_leader or part.state.acks_all_result(last_offset, min_isr) is None:
+                return False
+        for tp, last_offset, min_isr, res in appended:
+            res["error_code"] = parts[tp].state.acks_all_result(last_offset, min_isr)
+        return True
+
     async def _await_replication(self, ctx, appended, timeout_ms: int) -> None:
         """The produce purgatory: acks=all completes when the HW passes each batch."""
         deadline = self.clock.monotonic() + max(timeout_ms, 0) / 1000
@@ -150,9 +167,11 @@ class ProduceApis:
                 await ctx.park(self.replicas.wait_for_data([tp], left))
 
 
-def _has_transactional_records(req) -> bool:
+def _has_transactional_records(req, ver: int) -> bool:
     """Whether a partition's first batch is transactional (Kafka's hasTransactionalRecords):
-    one attribute byte per partition, no parsing."""
+    one attribute byte per partition, no parsing (before v3 also the magic byte: magic 0/1
+    messages have no such bit)."""
     at = ATTRIBUTES_OFFSET + 1  # the low byte of the int16 attributes
     return any(p.records is not None and len(p.records) > at and p.records[at] & TRANSACTIONAL_BIT
+               and (ver >= 3 or p.records[MAGIC_OFFSET] == 2)
                for _name, parts in req.topics for p in parts)

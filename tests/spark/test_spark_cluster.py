@@ -12,6 +12,8 @@ from collections import Counter
 
 import pytest
 
+from tests.spark.topics import read_values
+
 pytestmark = [pytest.mark.krafty_only, pytest.mark.krafty_cluster]
 
 RECENT = int(time.time() * 1000) - 3_600_000
@@ -100,25 +102,6 @@ def _leader_of(kafka, topic, partition):
     return kafka.admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
 
 
-def _read_all(bootstrap, topic, partitions, read_committed, idle_s=4.0):
-    import confluent_kafka as ck
-
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"chk-{uuid.uuid4().hex[:6]}",
-                     "enable.auto.commit": False,
-                     "isolation.level": "read_committed" if read_committed else "read_uncommitted"})
-    try:
-        c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
-        out, last = [], time.monotonic()
-        while time.monotonic() - last < idle_s:
-            msgs = [m for m in c.consume(1000, 0.5) if m.error() is None]
-            if msgs:
-                out += [m.value() for m in msgs]
-                last = time.monotonic()
-        return out
-    finally:
-        c.close()
-
-
 def test_streaming_survives_kill_9_of_a_worker_and_of_a_partition_leader(spark, standalone, kafka, bootstrap,
                                                                           krafty_cluster, tmp_path):
     n = 4000
@@ -177,8 +160,8 @@ def test_streaming_survives_kill_9_of_a_worker_and_of_a_partition_leader(spark, 
         if 1 not in standalone.workers:
             standalone.start_worker(1)
     want = {f"m{i}".encode() for i in range(n)}
-    eo = Counter(_read_all(bootstrap, out_eo, 2, read_committed=True))
+    eo = Counter(read_values(bootstrap, out_eo, 2, read_committed=True, idle_s=4.0))
     assert eo == Counter(want), (len(want - set(eo)), [v for v, c in eo.items() if c > 1][:5])
-    al = Counter(_read_all(bootstrap, out_al, 2, read_committed=False))
+    al = Counter(read_values(bootstrap, out_al, 2, read_committed=False, idle_s=4.0))
     assert set(al) == want, len(want - set(al))  # at least once: every input record, maybe twice
     print(f"at-least-once sink: {sum(al.values()) - n} duplicates after the kills; exactly-once sink: none")

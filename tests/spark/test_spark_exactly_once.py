@@ -6,7 +6,6 @@ read_committed. The same replay through the at-least-once sink writes the batch 
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections import Counter
 
@@ -15,25 +14,9 @@ import pytest
 
 from pipeline import client
 from pipeline.options import OptionError, parse_write_options
+from tests.spark.topics import read_values
 
 pytestmark = pytest.mark.krafty_only
-
-
-def _read_committed(bootstrap: str, topic: str, partitions: int, idle_s: float = 3.0) -> list[bytes]:
-    import confluent_kafka as ck
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"rc-{uuid.uuid4().hex[:6]}",
-                     "enable.auto.commit": False, "isolation.level": "read_committed"})
-    try:
-        c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
-        out, last = [], time.monotonic()
-        while time.monotonic() - last < idle_s:
-            msgs = [m for m in c.consume(1000, 0.5) if m.error() is None]
-            if msgs:
-                out += [m.value() for m in msgs]
-                last = time.monotonic()
-        return out
-    finally:
-        c.close()
 
 
 def test_a_task_run_twice_for_the_same_batch_writes_once(kafka, bootstrap):
@@ -44,7 +27,7 @@ def test_a_task_run_twice_for_the_same_batch_writes_once(kafka, bootstrap):
     assert client.write_batches_exactly_once(kafka_conf, out, iter([rows]), tid, batch_id=0) == 50
     assert client.write_batches_exactly_once(kafka_conf, out, iter([rows]), tid, batch_id=0) == 0  # a re-run
     assert client.write_batches_exactly_once(kafka_conf, out, iter([rows]), tid, batch_id=1) == 50  # the next batch
-    assert Counter(_read_committed(bootstrap, out, 2)) == Counter({b"v%d" % i: 2 for i in range(50)})
+    assert Counter(read_values(bootstrap, out, 2)) == Counter({b"v%d" % i: 2 for i in range(50)})
 
 
 B = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
@@ -90,7 +73,7 @@ def test_a_replayed_micro_batch_is_written_once(spark, kafka, bootstrap, tmp_pat
         if os.path.exists(os.path.join(ckpt, "commits", name)):
             os.remove(os.path.join(ckpt, "commits", name))
     run()  # Spark runs batch 2 again, with the same offsets
-    got = Counter(_read_committed(bootstrap, out, 2))
+    got = Counter(read_values(bootstrap, out, 2))
     if exactly_once:
         assert got == Counter(f"m{i}".encode() for i in range(300))
     else:  # the at-least-once sink writes the replayed batches again

@@ -444,9 +444,13 @@ def phase_idle(c: Cluster, a, out: dict, log) -> None:
     target = sorted(ports)[0]
     port = ports[target]
     pid = c.procs[target].pid
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    # the target broker and this process each need a descriptor per connection
+    with open(f"/proc/{pid}/limits") as f:
+        limit = next(int(line.split()[3]) for line in f if line.startswith("Max open files"))
+    room = min(limit - open_fds(pid), resource.getrlimit(resource.RLIMIT_NOFILE)[0] - open_fds(os.getpid())) - 500
+    n_conns = min(a.idle_connections, max(room, 0))
+    if n_conns < a.idle_connections:
+        log(f"idle: only {n_conns:,} of {a.idle_connections:,} connections fit under the open files limit ({limit})")
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     topic = f"idle-probe-{time.time_ns()}"
     leader_id = int(target.split("-")[1])
@@ -464,7 +468,7 @@ def phase_idle(c: Cluster, a, out: dict, log) -> None:
     socks = []
     t0 = time.monotonic()
     try:
-        for _ in range(a.idle_connections):
+        for _ in range(n_conns):
             s = socket.create_connection(("127.0.0.1", port), timeout=30)
             s.sendall(frame)
             socks.append(s)
@@ -539,6 +543,21 @@ def main() -> int:
 
     def log(msg):
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    # a broker keeps one descriptor per partition (its active segment) and the idle phase opens
+    # --idle-connections sockets here and on one broker: the nodes inherit this process's limit
+    want = a.partitions + a.idle_connections + 10000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(want, soft), max(want, hard)))
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        cap = hard - 2000
+        if a.partitions > cap and not a.reuse and "create" in phases:
+            ap.error(f"this machine's open files limit is {hard} (raising it needs CAP_SYS_RESOURCE) and every "
+                     f"broker holds a replica of every partition (RF 3 on 3 brokers) with one open descriptor "
+                     f"each: --partitions {a.partitions} does not fit, at most ~{cap}")
+        log(f"open files limit {hard} (could not raise it to {want}): at most ~{cap} partitions and fewer "
+            f"idle connections than asked fit")
     c = make_cluster(directory, a.base_port, overrides, a.reuse)
     out: dict = {"partitions": a.partitions, "per_topic": a.per_topic, "overrides": overrides, "load_start": load_avg()}
     log(f"cluster in {directory}, brokers {c.bootstrap}; load {load_avg()}")

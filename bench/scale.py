@@ -294,6 +294,14 @@ def phase_create(c: Cluster, a, out: dict, log) -> None:
     t_conv = time.monotonic() - t0
     time.sleep(5)  # let the last logs settle before the memory figure
     full = {n: rss_kib(pid) for n, pid in pids.items()}
+    # an idle cluster's brokers still replicate: every follower fetch round (a long poll of
+    # replica.fetch.wait.max.ms) walks the partitions it follows
+    c0, t0i = {n: cpu_s(pid) for n, pid in pids.items()}, time.monotonic()
+    time.sleep(a.idle_cpu_seconds)
+    idle_cpu = {n: (cpu_s(pid) - c0[n]) / (time.monotonic() - t0i) for n, pid in pids.items()}
+    out["idle_cpu_share"] = idle_cpu
+    log("idle cluster: broker CPU " + ", ".join(f"{n} {v * 100:.0f}%" for n, v in sorted(idle_cpu.items()))
+        + f" of a core over {a.idle_cpu_seconds:.0f}s (load {load_avg()})")
     per_part = {n: (full[n] - empty[n]) * 1024 / a.partitions for n in full}
     out.update(create_acked_s=t_acked, create_converged_s=t_conv, refused=refused, curve=curve,
                rss_full_kib=full, bytes_per_partition=per_part,
@@ -517,6 +525,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=10000, help="records (topics + partitions) per CreateTopics request at most")
     ap.add_argument("--prefix", default="scale-", help="topic name prefix")
     ap.add_argument("--phases", default=",".join(PHASES))
+    ap.add_argument("--idle-cpu-seconds", type=float, default=20, help="broker CPU measured idle after create")
     ap.add_argument("--changes", type=int, default=100, help="metadata changes timed")
     ap.add_argument("--change-interval", type=float, default=0.05)
     ap.add_argument("--controller-trials", type=int, default=3)

@@ -204,7 +204,12 @@ class FetcherThread:
                     hw, log_start = unchanged[tp]
                     effects = fs.on_fetch_response(act, part.log, FetchAnswer(high_watermark=hw,
                                                                              log_start_offset=log_start), now)
-                    todo.append((tp, part, fs, effects, (b"", []), f"fetch({act.fetch_offset}) -> nothing new"))
+                    if (len(effects) == 1 and type(effects[0]) is SetHighWatermark
+                            and effects[0].high_watermark == part.state.high_watermark):
+                        # the usual idle round for most partitions: the HW stays, nothing to apply
+                        # (the apply step costs more than the rest of the round per partition)
+                        continue
+                    todo.append((tp, part, fs, effects, (b"", []), "nothing new"))
                 else:
                     fs.on_request_failed(act, now)
                 continue

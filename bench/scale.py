@@ -323,7 +323,7 @@ def pct(xs: list[float], q: float) -> float:
 def phase_metadata(c: Cluster, a, out: dict, log) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     conns = {n: MetadataConn(p) for n, p in broker_ports(c).items()}
-    samples, per_broker = [], {n: [] for n in conns}
+    samples, per_broker, failed = [], {n: [] for n in conns}, []
     run = time.time_ns()
     for i in range(a.changes):
         name = f"mdprobe-{run}-{i}"
@@ -331,6 +331,8 @@ def phase_metadata(c: Cluster, a, out: dict, log) -> None:
         fut = admin.create_topics([NewTopic(name, 1, RF)], operation_timeout=30, request_timeout=60)[name]
         seen: dict[str, float] = {}
         while len(seen) < len(conns) and time.monotonic() - t0 < 60:
+            if fut.done() and fut.exception() is not None:
+                break
             for n, conn in conns.items():
                 if n in seen:
                     continue
@@ -339,10 +341,17 @@ def phase_metadata(c: Cluster, a, out: dict, log) -> None:
                 if err == 0 and parts and parts[0][1] >= 0:
                     seen[n] = time.monotonic() - t0
             time.sleep(0.001)
-        fut.result(60)
+        try:
+            fut.result(60)
+        except KafkaException as e:  # e.g. NOT_CONTROLLER while the quorum elects: counted, not timed
+            failed.append(e.args[0].code())
+            log(f"  change {i}: CreateTopics failed after {time.monotonic() - t0:.1f}s: {e.args[0]}")
+            continue
         if len(seen) < len(conns):
             log(f"  change {i}: not on every broker after 60 s: {seen}")
             continue
+        if i % 10 == 9:
+            log(f"  {i + 1} changes, the last on every broker after {max(seen.values()) * 1000:.0f} ms")
         samples.append(max(seen.values()))
         for n, v in seen.items():
             per_broker[n].append(v)
@@ -350,9 +359,12 @@ def phase_metadata(c: Cluster, a, out: dict, log) -> None:
     for conn in conns.values():
         conn.close()
     ms = [x * 1000 for x in samples]
-    out.update(metadata_ms=ms)
+    out.update(metadata_ms=ms, metadata_failed=len(failed))
+    if not ms:
+        log(f"metadata: no change succeeded ({len(failed)} failed)")
+        return
     log(f"metadata: a change (CreateTopics of 1 partition) on every broker after p50 {pct(ms, .5):.0f} ms, "
-        f"p99 {pct(ms, .99):.0f} ms, max {max(ms):.0f} ms (n={len(ms)}); per broker p99 "
+        f"p99 {pct(ms, .99):.0f} ms, max {max(ms):.0f} ms (n={len(ms)}, {len(failed)} CreateTopics failed); per broker p99 "
         + ", ".join(f"{n} {pct([x * 1000 for x in v], .99):.0f}" for n, v in sorted(per_broker.items())) + " ms")
 
 

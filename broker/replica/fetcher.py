@@ -167,7 +167,8 @@ class FetcherThread:
 
     async def _fetch(self, conn: KafkaConnection, items) -> None:
         cfg = self.m.config
-        wanted = {tp: PartitionData(tp[1], act.fetch_offset, cfg["replica.fetch.max.bytes"], act.current_leader_epoch,
+        max_bytes = cfg["replica.fetch.max.bytes"]  # once per round, not per partition
+        wanted = {tp: PartitionData(tp[1], act.fetch_offset, max_bytes, act.current_leader_epoch,
                                     act.last_fetched_epoch, act.log_start_offset) for tp, _, act in items}
         session_id, epoch, send, forget = self.session.build(wanted)
         by_topic: dict[str, list] = {}

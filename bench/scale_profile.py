@@ -11,6 +11,7 @@ Prints per phase: wall and CPU time (per partition), RSS growth (per partition),
   create    the deltas' publisher calls plus the background creation of every log
   small     a delta of one new RF-3 topic with one partition, after all of them exist (x --small)
   restart   a new LogManager + ReplicaManager on the same dir, the image loaded as a snapshot
+            (after a kill -9 right after the creation, or with --synced once the flush check ran)
 """
 
 from __future__ import annotations
@@ -148,6 +149,10 @@ async def run(a) -> None:
             img, offset = publish(rm, img, offset, [t.NewTopic(f"small-{i}", 1, 3)], rng)
         await wait_created(rm, a.partitions + a.small)
     await rm.close()
+    if a.synced:  # the broker's periodic flush check ran (new logs' directories and partition.metadata durable)
+        t0 = time.perf_counter()
+        lm.flush_check(int(time.time() * 1000))
+        print(f"   flush check of the new logs: {time.perf_counter() - t0:.1f}s wall")
     if a.clean:
         lm.close()
     else:  # as after kill -9: nothing flushed or closed, only the descriptors dropped
@@ -180,6 +185,9 @@ def main() -> None:
     ap.add_argument("--per-topic", type=int, default=100)
     ap.add_argument("--small", type=int, default=20, help="single-partition deltas timed after the creation")
     ap.add_argument("--clean", action="store_true", help="close the logs cleanly before the restart (else as kill -9)")
+    ap.add_argument("--synced", action="store_true",
+                    help="run the flush check before the kill -9 (as the broker does every few seconds): else the "
+                         "restart also writes every partition.metadata that creation deferred")
     ap.add_argument("--tracemalloc", type=int, default=0, help="print the N top allocation sites after create")
     ap.add_argument("--cprofile", choices=["create", "small", "restart"], help="cProfile one phase")
     ap.add_argument("--top", type=int, default=25)

@@ -475,7 +475,7 @@ def phase_idle(c: Cluster, a, out: dict, log) -> None:
     topic = f"idle-probe-{time.time_ns()}"
     leader_id = int(target.split("-")[1])
     others = [int(n.split("-")[1]) for n in sorted(ports) if n != target]
-    admin.create_topics([NewTopic(topic, -1, -1, replica_assignment=[[leader_id, *others]])])[topic].result(60)
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[leader_id, *others]])])[topic].result(60)
     # the probe's partition led by the target broker: its produce latency is the target's
     wait_until(lambda: _leader_of(port, topic) >= 0, 60, "probe topic leader")
     producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "acks": "all", "linger.ms": 0})

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from common.config import TOPIC_KEYS, ConfigError, validate_topic_config
+from common.config import TOPIC_KEYS, ConfigError, validate_topic_config, validate_topic_configs
 from common.errors import ErrorCode, KafkaError
 from common.topic_names import INTERNAL_TOPICS, collision_key, validate_topic_name  # noqa: F401
 from controller.placement import BrokerPlacement, RandomLike, assign_replicas, validate_manual_assignment
@@ -87,6 +87,10 @@ def create_topics(image: MetadataImage, topics: Sequence[NewTopic], defaults: To
                 except ConfigError as e:
                     raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
                 configs[k] = v
+            try:
+                validate_topic_configs(configs)
+            except ConfigError as e:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
             live = _placement_brokers(image)
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
@@ -223,4 +227,8 @@ def alter_topic_configs(image: MetadataImage, topic: str, ops: Sequence[tuple[st
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
         current[name] = value
         recs.append(r.ConfigRecord(r.RESOURCE_TOPIC, topic, name, value))
+    try:
+        validate_topic_configs(current)
+    except ConfigError as e:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
     return recs

@@ -352,7 +352,8 @@ class LogAppends:
             waited = max_ts - first_ts
         else:
             waited = now_ms - seg.created_ms
-        return waited > cfg.segment_ms
+        return seg.size > 0 and waited > cfg.max_segment_ms - cfg.roll_jitter_ms(self.topic, self.partition,
+                                                                                  seg.base_offset)
 
     @_locked
     def roll(self, now_ms: int, new_base: int | None = None) -> LogSegment:

@@ -101,6 +101,7 @@ class Broker:
         # after the replica manager's publisher: a partition we now lead has its log when we load it
         self.loader.add_publisher(self.apis.group_coordinator.on_metadata, catch_up=False)
         self.loader.add_publisher(self.apis.txn_coordinator.on_metadata, catch_up=False)
+        self.loader.add_publisher(self.apis.share_coordinator.on_metadata, catch_up=False)
         self._add_reconfigurables()
         log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), self.clock.monotonic() - t0)
 
@@ -245,6 +246,8 @@ class Broker:
                                                  clock=self.clock)
             self.lag_monitor.start()
         await self.apis.txn_coordinator.start()
+        await self.apis.share_coordinator.start()
+        self.apis.share_partitions.start()
         await self._register()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_loop()))
@@ -425,6 +428,9 @@ class Broker:
         if self.apis:
             await self.apis.group_coordinator.close()
             await self.apis.txn_coordinator.close()
+            await self.apis.share_partitions.close()
+            await self.apis.share_coordinator.close()
+            self.apis.share_persister.close()
         if self.replicas:
             await self.replicas.close()
         if self.logs:

@@ -72,6 +72,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "configs": ("krafty.configs", "describe/alter topic and broker configs, broker log levels, users' SCRAM "
                 "credentials and client quotas"),
     "consumer-groups": ("krafty.consumer_groups", "list, describe, delete consumer groups, reset offsets"),
+    "share-groups": ("krafty.share_groups", "list, describe, delete share groups, reset and delete their offsets"),
     "console-producer": ("krafty.console_producer", "produce lines from stdin (kafka-console-producer.sh)"),
     "console-consumer": ("krafty.console_consumer", "print records to stdout (kafka-console-consumer.sh)"),
     "get-offsets": ("krafty.get_offsets", "partitions' offsets at a time (kafka-get-offsets.sh)"),

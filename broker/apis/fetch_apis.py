@@ -25,10 +25,13 @@ class FetchApis:
 
     # --- Fetch ---------------------------------------------------------------------------------
     async def fetch(self, ctx, body, ver):
-        req = self.decode(ctx, body, ver)
+        if ver >= 4:  # (hand-parsed: broker/apis/wire.py)
+            req = wire.parse_fetch(body, ver)
+            replica_id, max_wait = req.replica_id, req.max_wait_ms / 1000
+        else:
+            req = self.decode(ctx, body, ver)
+            replica_id, max_wait = req.replica_id, req.max_wait.total_seconds()
         image = self.image
-        replica_id = req.replica_state.replica_id if ver >= 15 else req.replica_id
-        max_wait = req.max_wait.total_seconds()
         deadline = self.clock.monotonic() + max_wait
         # KIP-227: the request may name only what changed in a fetch session; the context
         # gives every partition to read (keyed by topic id from v13, by name before)

@@ -22,6 +22,7 @@ log = logging.getLogger("krafty.apis.group")
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2  # "group:topicId:partition" -> the share coordinator (KIP-932), for brokers
 
 
 def _ms(v) -> int:
@@ -111,7 +112,10 @@ class GroupApis:
             res["error_code"] = (ErrorCode.GROUP_AUTHORIZATION_FAILED if key_type == KEY_TYPE_GROUP
                                  else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             return res
-        if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        if key_type == KEY_TYPE_SHARE and not self.apis.authorize_cluster(ctx, Op.CLUSTER_ACTION):
+            res["error_code"] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            return res
+        if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE):
             res["error_code"] = ErrorCode.INVALID_REQUEST
             res["error_message"] = f"unsupported coordinator key type {key_type}"
             return res
@@ -119,7 +123,8 @@ class GroupApis:
             res["error_code"] = ErrorCode.INVALID_REQUEST
             return res
         # __consumer_offsets or __transaction_state: created on the first FindCoordinator
-        runtime = (self.coordinator if key_type == KEY_TYPE_GROUP else self.apis.txn_coordinator).runtime
+        runtime = {KEY_TYPE_GROUP: self.coordinator, KEY_TYPE_TRANSACTION: self.apis.txn_coordinator,
+                   KEY_TYPE_SHARE: self.apis.share_coordinator}[key_type].runtime
         err = await runtime.ensure_topic()
         if err:
             res["error_code"] = err
@@ -448,7 +453,7 @@ class GroupApis:
                     entry.update(d)
                 elif ver >= 6:
                     entry["error_code"] = ErrorCode.GROUP_ID_NOT_FOUND
-                    entry["error_message"] = (f"Group {gid} is not a classic group." if gid in shard.consumer_groups
+                    entry["error_message"] = (f"Group {gid} is not a classic group." if shard.group_type(gid)
                                               else f"Group {gid} not found.")
             except KafkaError as e:
                 entry["error_code"] = e.code
@@ -467,6 +472,9 @@ class GroupApis:
                 shard = self.coordinator.shard_for(gid)
             except KafkaError as e:
                 codes[gid] = e.code
+                continue
+            if gid in shard.share_groups:  # with its share-partition state (broker/apis/share_apis.py)
+                codes[gid] = await self.apis.share_apis.delete_group(shard, gid)
                 continue
             by_shard.setdefault(shard.partition, (shard, []))[1].append(gid)
         for shard, gids in by_shard.values():

@@ -1,10 +1,18 @@
-"""Hand-written codecs for the hot paths: the Produce request and the Fetch response.
+"""Hand-written codecs for the hot paths: the Produce request and response, the Fetch response.
 
 Produce request v0-v12 (flexible from v9: compact strings/arrays/bytes + tagged fields):
     [v3+ transactional_id nullable string] | acks int16 | timeout_ms int32
     topic_data [ name string | partition_data [ index int32 | records nullable bytes ] ]
 The records are returned as writable memoryviews into the request frame, so offsets are
 patched in place and the same bytes are appended to the log: no copy, no record decoding.
+
+Produce response v0-v12 (flexible from v9):
+    responses [ name string | partition_responses [ index int32 | error_code int16 |
+        base_offset int64 | [v2+ log_append_time_ms int64] | [v5+ log_start_offset int64] |
+        [v8+ record_errors [ batch_index int32 | batch_index_error_message nullable string ] |
+              error_message nullable string] | [v10+ current_leader as tagged field 0:
+              leader_id int32 | leader_epoch int32] ] ] | [v1+ throttle_time_ms int32]
+    [v10+: node_endpoints as tagged field 0]
 
 Fetch response v0-v17 (flexible from v12; topic ids instead of names from v13):
     [v1+ throttle_time_ms int32] | [v7+ error_code int16 | session_id int32]
@@ -24,7 +32,7 @@ import dataclasses
 import struct
 import uuid
 
-from broker.protocol.codec import FramingError, read_uvarint
+from broker.protocol.codec import LEGACY_STRING_MAX, FramingError, read_uvarint
 from broker.server import FileRegion
 
 _h = struct.Struct(">h")
@@ -47,99 +55,342 @@ class ProduceRequest:
     topics: list[tuple[str, list[ProducePartition]]]
 
 
-class _Reader:
-    __slots__ = ("buf", "pos", "flexible")
-
-    def __init__(self, buf: memoryview, flexible: bool):
-        self.buf = buf
-        self.pos = 0
-        self.flexible = flexible
-
-    def need(self, n: int) -> None:
-        if self.pos + n > len(self.buf) or n < 0:
-            raise FramingError("produce request truncated")
-
-    def i16(self) -> int:
-        self.need(2)
-        (v,) = _h.unpack_from(self.buf, self.pos)
-        self.pos += 2
-        return v
-
-    def i32(self) -> int:
-        self.need(4)
-        (v,) = _i.unpack_from(self.buf, self.pos)
-        self.pos += 4
-        return v
-
-    def uvarint(self) -> int:
-        v, self.pos = read_uvarint(self.buf, self.pos)
-        return v
-
-    def length(self, classic) -> int:
-        """Length of a nullable string/bytes/array: -1 for null."""
-        return self.uvarint() - 1 if self.flexible else classic()
-
-    def string(self) -> str | None:
-        n = self.length(self.i16)
-        if n < 0:
-            return None
-        self.need(n)
-        s = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8", "replace")
-        self.pos += n
-        return s
-
-    def bytes_view(self) -> memoryview | None:
-        n = self.length(self.i32)
-        if n < 0:
-            return None
-        self.need(n)
-        v = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return v
-
-    def array_len(self, name: str) -> int:
-        n = self.length(self.i32)
-        if n > len(self.buf):
-            raise FramingError("array length larger than the request")
-        if n < 0:  # as Kafka's generated reader: the request does not parse
-            raise FramingError(f"non-nullable field {name} was serialized as null")
-        return n
-
-    def skip_tags(self) -> None:
-        if not self.flexible:
-            return
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            size = self.uvarint()
-            self.need(size)
-            self.pos += size
+def _truncated() -> FramingError:
+    return FramingError("produce request truncated")
 
 
 def parse_produce(body: memoryview, version: int) -> ProduceRequest:
-    r = _Reader(body, version >= 9)
-    txn = r.string() if version >= 3 else None  # (v0-2: no transactional id)
-    acks = r.i16()
-    timeout = r.i32()
-    topics = []
-    for _ in range(r.array_len("topic_data")):
-        name = r.string()
-        parts = []
-        for _ in range(r.array_len("partition_data")):
-            idx = r.i32()
-            parts.append(ProducePartition(idx, r.bytes_view()))
-            r.skip_tags()
-        r.skip_tags()
-        topics.append((name or "", parts))
-    r.skip_tags()
+    """The Produce request; FramingError if it does not parse. Written out flat (no reader
+    object): it runs once per produce request."""
+    end = len(body)
+    flex = version >= 9
+    try:
+        txn, pos = _string(body, 0, flex, end, "replace") if version >= 3 else (None, 0)  # (v0-2: none)
+        acks, timeout = _hi.unpack_from(body, pos)
+        n_topics, pos = _array_len(body, pos + 6, flex, end, "topic_data")
+        topics = []
+        for _ in range(n_topics):
+            name, pos = _string(body, pos, flex, end, "replace")
+            n_parts, pos = _array_len(body, pos, flex, end, "partition_data")
+            parts = []
+            for _ in range(n_parts):
+                if flex:
+                    (idx,) = _i.unpack_from(body, pos)
+                    n, pos = _uv(body, pos + 4)
+                    n -= 1
+                else:
+                    idx, n = _ii.unpack_from(body, pos)
+                    pos += 8
+                if n < 0:
+                    records = None
+                else:
+                    if pos + n > end:
+                        raise _truncated()
+                    records = body[pos:pos + n]
+                    pos += n
+                parts.append(ProducePartition(idx, records))
+                if flex:
+                    pos = _skip_tags(body, pos, end)
+            if flex:
+                pos = _skip_tags(body, pos, end)
+            topics.append((name or "", parts))
+        if flex:
+            pos = _skip_tags(body, pos, end)
+    except struct.error:
+        raise _truncated() from None
     return ProduceRequest(txn, acks, timeout, topics)
 
 
+_hi = struct.Struct(">hi")
+
+
+def _uv(buf, pos: int) -> tuple[int, int]:
+    """An unsigned varint (a compact length: one byte for lengths below 127)."""
+    if pos < len(buf):
+        b = buf[pos]
+        if b < 0x80:
+            return b, pos + 1
+    try:
+        return read_uvarint(buf, pos)
+    except FramingError:
+        raise _truncated() from None
+
+
+def _check_array(n: int, end: int, name: str) -> None:
+    if n > end:
+        raise FramingError("array length larger than the request")
+    if n < 0:  # as Kafka's generated reader: the request does not parse
+        raise FramingError(f"non-nullable field {name} was serialized as null")
+
+
+def _skip_tags(buf, pos: int, end: int) -> int:
+    n, pos = _uv(buf, pos)
+    for _ in range(n):
+        _, pos = _uv(buf, pos)
+        size, pos = _uv(buf, pos)
+        pos += size
+        if pos > end:
+            raise _truncated()
+    return pos
+
+
+# --- Fetch request -------------------------------------------------------------------------
+#
+# Fetch request v4-v17 (flexible from v12; topic ids instead of names from v13):
+#     [v12+ tagged 0: cluster_id nullable string] | replica_id int32 (v4-v14; v15+: tagged 1
+#     replica_state: replica_id int32 | replica_epoch int64) | max_wait_ms int32 | min_bytes int32 |
+#     max_bytes int32 | isolation_level int8 | [v7+ session_id int32 | session_epoch int32] |
+#     topics [ topic string (v13+: topic_id uuid) | partitions [ partition int32 |
+#         [v9+ current_leader_epoch int32] | fetch_offset int64 | [v12+ last_fetched_epoch int32] |
+#         [v5+ log_start_offset int64] | partition_max_bytes int32 | [v17+ tagged 0: replica_directory_id] ] ] |
+#     [v7+ forgotten_topics_data [ topic string (v13+: topic_id uuid) | partitions [int32] ]] |
+#     [v11+ rack_id string]
+
+@dataclasses.dataclass(slots=True)
+class FetchRequestPartition:
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+
+
+@dataclasses.dataclass(slots=True)
+class FetchRequestTopic:
+    topic: str | None  # before v13
+    topic_id: uuid.UUID | None  # v13+
+    partitions: list[FetchRequestPartition]
+
+
+@dataclasses.dataclass(slots=True)
+class ForgottenTopic:
+    topic: str | None
+    topic_id: uuid.UUID | None
+    partitions: list[int]
+
+
+@dataclasses.dataclass(slots=True)
+class FetchRequest:
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    topics: list[FetchRequestTopic]
+    forgotten_topics_data: list[ForgottenTopic]
+    rack_id: str
+
+
+_UUIDS: dict[bytes, uuid.UUID] = {}
+_iiqiqi = struct.Struct(">iiqiqi")
+_iiqqi = struct.Struct(">iiqqi")
+_iqqi = struct.Struct(">iqqi")
+_iqi = struct.Struct(">iqi")
+_iiiib = struct.Struct(">iiiib")
+_iiib = struct.Struct(">iiib")
+_ii_ = struct.Struct(">ii")
+
+
+def _uuid(body, pos: int) -> uuid.UUID:
+    raw = bytes(body[pos:pos + 16])
+    if len(raw) != 16:
+        raise FramingError("fetch request truncated")
+    u = _UUIDS.get(raw)
+    if u is None:
+        if len(_UUIDS) > 10_000:
+            _UUIDS.clear()
+        u = _UUIDS[raw] = uuid.UUID(bytes=raw)
+    return u
+
+
+def _fetch_truncated() -> FramingError:
+    return FramingError("fetch request truncated")
+
+
+def parse_fetch(body: memoryview, version: int) -> FetchRequest:
+    """The Fetch request (v4+); FramingError when it does not parse, as the generated reader
+    with its bounds check (broker/protocol/guard.py) would refuse it. Written out flat: it
+    runs for every consumer and follower fetch."""
+    flex = version >= 12
+    ids = version >= 13
+    end = len(body)
+    unpack_i = _i.unpack_from
+    try:
+        if version >= 15:
+            replica_id = -1
+            max_wait, min_bytes, max_bytes, isolation = _iiib.unpack_from(body, 0)
+            pos = 13
+        else:
+            replica_id, max_wait, min_bytes, max_bytes, isolation = _iiiib.unpack_from(body, 0)
+            pos = 17
+        if version >= 7:
+            session_id, session_epoch = _ii_.unpack_from(body, pos)
+            pos += 8
+        else:
+            session_id, session_epoch = 0, -1
+        n_topics, pos = _array_len(body, pos, flex, end, "topics")
+        topics = []
+        for _ in range(n_topics):
+            topic, topic_id, pos = _topic_key(body, pos, ids, flex, end)
+            n_parts, pos = _array_len(body, pos, flex, end, "partitions")
+            parts = []
+            for _ in range(n_parts):
+                if version >= 12:
+                    partition, leader_epoch, offset, last_epoch, start, max_part = _iiqiqi.unpack_from(body, pos)
+                    pos += 32
+                elif version >= 9:
+                    partition, leader_epoch, offset, start, max_part = _iiqqi.unpack_from(body, pos)
+                    last_epoch = -1
+                    pos += 28
+                elif version >= 5:
+                    partition, offset, start, max_part = _iqqi.unpack_from(body, pos)
+                    leader_epoch = last_epoch = -1
+                    pos += 24
+                else:
+                    partition, offset, max_part = _iqi.unpack_from(body, pos)
+                    leader_epoch = last_epoch = start = -1
+                    pos += 16
+                parts.append(FetchRequestPartition(partition, leader_epoch, offset, last_epoch, start, max_part))
+                if flex:
+                    pos = _skip_tags(body, pos, end)
+            if flex:
+                pos = _skip_tags(body, pos, end)
+            topics.append(FetchRequestTopic(topic, topic_id, parts))
+        forgotten = []
+        if version >= 7:
+            n_forgotten, pos = _array_len(body, pos, flex, end, "forgotten_topics_data")
+            for _ in range(n_forgotten):
+                topic, topic_id, pos = _topic_key(body, pos, ids, flex, end)
+                n, pos = _array_len(body, pos, flex, end, "partitions")
+                if pos + 4 * n > end:
+                    raise _fetch_truncated()
+                forgotten.append(ForgottenTopic(topic, topic_id, list(struct.unpack_from(f">{n}i", body, pos))))
+                pos += 4 * n
+                if flex:
+                    pos = _skip_tags(body, pos, end)
+        rack = ""
+        if version >= 11:
+            rack, pos = _string(body, pos, flex, end)
+            rack = rack or ""
+        if flex:  # tagged fields: 1 is the replica state (v15+), the others are skipped
+            n_tags, pos = _uv(body, pos)
+            for _ in range(n_tags):
+                tag, pos = _uv(body, pos)
+                size, pos = _uv(body, pos)
+                if pos + size > end:
+                    raise _fetch_truncated()
+                if tag == 1 and version >= 15:
+                    (replica_id,) = unpack_i(body, pos)
+                pos += size
+    except struct.error:
+        raise _fetch_truncated() from None
+    return FetchRequest(replica_id, max_wait, min_bytes, max_bytes, isolation, session_id, session_epoch, topics,
+                        forgotten, rack)
+
+
+def _topic_key(body, pos: int, ids: bool, flex: bool, end: int) -> tuple[str | None, uuid.UUID | None, int]:
+    """(name, None) before Fetch v13, (None, topic id) from v13; and the position after it."""
+    if ids:
+        return None, _uuid(body, pos), pos + 16
+    name, pos = _string(body, pos, flex, end)
+    return name, None, pos
+
+
+def _array_len(body, pos: int, flex: bool, end: int, name: str) -> tuple[int, int]:
+    if flex:
+        n, pos = _uv(body, pos)
+        n -= 1
+    else:
+        (n,) = _i.unpack_from(body, pos)
+        pos += 4
+    _check_array(n, end - pos, name)
+    return n, pos
+
+
+def _string(body, pos: int, flex: bool, end: int, errors: str = "strict") -> tuple[str | None, int]:
+    if flex:
+        n, pos = _uv(body, pos)
+        n -= 1
+    else:
+        (n,) = _h.unpack_from(body, pos)
+        pos += 2
+    if n < 0:
+        return None, pos
+    if pos + n > end:
+        raise FramingError("request truncated")
+    # strict: a malformed request (UnicodeDecodeError), as the generated reader has it
+    return bytes(body[pos:pos + n]).decode("utf-8", errors), pos + n
+
+
 def _uvarint(n: int) -> bytes:
+    if n < 0x80:
+        return _SMALL_UVARINT[n]
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
+    return bytes(out)
+
+
+_SMALL_UVARINT = [bytes([n]) for n in range(0x80)]
+_ihq = struct.Struct(">ihq")
+_q = struct.Struct(">q")
+_ii = struct.Struct(">ii")
+_NO_LEADER = {"leader_id": -1, "leader_epoch": -1}
+
+
+def _nullable_str(s: str | None, flex: bool) -> bytes:
+    if s is None:
+        return b"\x00" if flex else b"\xff\xff"
+    b = s.encode()
+    if not flex and len(b) > LEGACY_STRING_MAX:  # an error message: cut to fit, as codec.encode_response
+        b = b[:LEGACY_STRING_MAX - 3].decode("utf-8", "ignore").encode() + b"..."
+    return (_uvarint(len(b) + 1) if flex else _h.pack(len(b))) + b
+
+
+def encode_produce_response(version: int, results: dict[str, list[dict]], throttle_ms: int = 0) -> bytes:
+    """The Produce response body from the handler's per-partition dicts (``index``,
+    ``error_code``, ``base_offset``, ``log_append_time``, ``log_start_offset``,
+    ``record_errors`` [{batch_index, batch_index_error_message}], and ``error_message`` and
+    ``current_leader`` {leader_id, leader_epoch} when set): the bytes the generated codec
+    writes for the same dict (tests/unit/test_wire.py holds them equal), without building
+    its objects."""
+    flex = version >= 9
+    out = bytearray(_uvarint(len(results) + 1) if flex else _i.pack(len(results)))
+    for name, parts in results.items():
+        nb = name.encode()
+        out += (_uvarint(len(nb) + 1) if flex else _h.pack(len(nb))) + nb
+        out += _uvarint(len(parts) + 1) if flex else _i.pack(len(parts))
+        for r in parts:
+            out += _ihq.pack(r["index"], r["error_code"], r["base_offset"])
+            if version >= 5:
+                out += _qq.pack(r["log_append_time"], r["log_start_offset"])
+            elif version >= 2:
+                out += _q.pack(r["log_append_time"])
+            if version >= 8:
+                errs = r["record_errors"]
+                out += _uvarint(len(errs) + 1) if flex else _i.pack(len(errs))
+                for e in errs:
+                    out += _i.pack(e["batch_index"]) + _nullable_str(e.get("batch_index_error_message"), flex)
+                    if flex:
+                        out += b"\x00"
+                out += _nullable_str(r.get("error_message"), flex)
+            if flex:
+                leader = r.get("current_leader")
+                if version >= 10 and leader is not None and leader != _NO_LEADER:
+                    out += b"\x01\x00\x09" + _ii.pack(leader["leader_id"], leader["leader_epoch"]) + b"\x00"
+                else:
+                    out += b"\x00"
+        if flex:
+            out += b"\x00"
+    if version >= 1:
+        out += _i.pack(throttle_ms)
+    if flex:
+        out += b"\x00"
     return bytes(out)
 
 

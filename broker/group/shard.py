@@ -50,6 +50,8 @@ from broker.group.state import (
     join_error,
     sync_error,
 )
+from broker.share import records as sr
+from broker.share.group import GROUP_TYPE_SHARE, SHARE_PROTOCOL_TYPE, ShareGroup, ShareGroupConfig
 from common.errors import ErrorCode
 
 log = logging.getLogger("krafty.group")
@@ -71,6 +73,9 @@ class GroupShard:
         self.consumer_config = consumer_config or ConsumerGroupConfig()
         self.topics = topics  # the topics of the metadata image: name -> (topic id, partitions)
         self.image_version = image_version  # the metadata image's offset (regex resolutions record it)
+        # share groups (KIP-932, broker/share/group.py); a group id is of one type only
+        self.share_groups: dict[str, ShareGroup] = {}
+        self.share_config = ShareGroupConfig()
         self.offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
         # the log offset of the record of each committed offset: a transaction's offsets only
         # replace offsets committed before them (Kafka's OffsetAndMetadata.recordOffset)
@@ -95,6 +100,9 @@ class GroupShard:
         k = rec.decode_key(key)
         if isinstance(k, cr.ConsumerKey):
             self._replay_consumer(k, value)
+            return
+        if isinstance(k, sr.ShareKey):
+            self._replay_share(k, value)
             return
         if isinstance(k, rec.OffsetKey):
             tp = (k.topic, k.partition)
@@ -136,6 +144,24 @@ class GroupShard:
         g.replay(k, value)
         if g.dead:
             del self.consumer_groups[k.group]
+
+    def _replay_share(self, k: sr.ShareKey, value: bytes | None) -> None:
+        g = self.share_groups.get(k.group)
+        if g is None:
+            if value is None:
+                return
+            g = self.share_groups[k.group] = ShareGroup(k.group)
+        g.replay(k, value)
+        if g.dead:
+            del self.share_groups[k.group]
+
+    def group_type(self, group_id: str) -> str | None:
+        """classic, consumer, share, or None for a group id not in use."""
+        if group_id in self.share_groups:
+            return GROUP_TYPE_SHARE
+        if group_id in self.consumer_groups:
+            return GROUP_TYPE_CONSUMER
+        return GROUP_TYPE_CLASSIC if group_id in self.groups else None
 
     def _consumer_write(self, g: ConsumerGroup, records) -> Write | None:
         """The records a consumer group's change emitted (already applied to it), to append."""
@@ -189,6 +215,9 @@ class GroupShard:
         for cg in self.consumer_groups.values():
             cg.dead = True
         self.consumer_groups.clear()
+        for sg in self.share_groups.values():
+            sg.dead = True
+        self.share_groups.clear()
         self.offsets.clear()
         self.positions.clear()
         self.pending_txn.clear()
@@ -197,7 +226,8 @@ class GroupShard:
 
     # --- timers -------------------------------------------------------------------------------
     def next_deadline(self) -> int | None:
-        ds = [d for g in (*self.groups.values(), *self.consumer_groups.values()) if (d := g.next_deadline()) is not None]
+        ds = [d for g in (*self.groups.values(), *self.consumer_groups.values(), *self.share_groups.values())
+              if (d := g.next_deadline()) is not None]
         return min(ds) if ds else None
 
     def tick(self, now: int, wall: int | None = None) -> Effects:
@@ -216,6 +246,13 @@ class GroupShard:
                 if w is not None:
                     fx.writes.append(w)
                 fx.add(more)
+        for sg in list(self.share_groups.values()):
+            d = sg.next_deadline()
+            if d is not None and now >= d:
+                records = sg.tick(now)
+                if records:
+                    records += sg.refresh(now, self.topics())
+                    fx.writes.append(Write(records))
         return fx
 
     # --- ConsumerGroupHeartbeat / ConsumerGroupDescribe (KIP-848) --------------------------------
@@ -230,6 +267,8 @@ class GroupShard:
         upgraded = None
         cfg = self.consumer_config
         if g is None:
+            if gid in self.share_groups:
+                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
             classic = self.groups.get(gid)
             if req.member_epoch != 0:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
@@ -266,6 +305,10 @@ class GroupShard:
             w = self._consumer_write(g, g.on_metadata(topics, now))
             if w is not None:
                 out.append(w)
+        for sg in list(self.share_groups.values()):
+            records = sg.refresh(now, topics)
+            if records:
+                out.append(Write(records))
         return out
 
     def consumer_describe(self, group_id: str, names, default_assignor: str) -> dict:
@@ -286,6 +329,9 @@ class GroupShard:
             return fx
         if not (self.config.min_session_timeout_ms <= req.session_timeout_ms <= self.config.max_session_timeout_ms):
             fx.reply(waiter, join_error(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))
+            return fx
+        if req.group_id in self.share_groups:
+            fx.reply(waiter, join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
             return fx
         cg = self.consumer_groups.get(req.group_id)
         if cg is not None:
@@ -390,6 +436,8 @@ class GroupShard:
     # --- offsets ------------------------------------------------------------------------------
     def validate_offset_commit(self, now: int, group_id: str, member_id: str, instance_id: str | None,
                                generation: int, api_version: int, transactional: bool = False) -> int:
+        if group_id in self.share_groups:
+            return ErrorCode.GROUP_ID_NOT_FOUND  # a share group's offsets are its share-partition state
         cg = self.consumer_groups.get(group_id)
         if cg is not None:
             return cg.validate_offset_commit(member_id, generation, api_version, transactional)
@@ -693,6 +741,12 @@ class GroupShard:
     # --- ListGroups / DescribeGroups ------------------------------------------------------------
     def list_groups(self, states: set[str] | None, types: set[str] | None) -> list[dict]:
         out = []
+        if not types or GROUP_TYPE_SHARE in types:
+            for gid, sg in self.share_groups.items():
+                state = sg.state()
+                if not states or state.lower() in states:
+                    out.append({"group_id": gid, "protocol_type": SHARE_PROTOCOL_TYPE, "group_state": state,
+                                "group_type": GROUP_TYPE_SHARE})
         if not types or GROUP_TYPE_CONSUMER in types:
             for gid, cg in self.consumer_groups.items():
                 state = cg.state()

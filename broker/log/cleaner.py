@@ -6,8 +6,9 @@ Kafka's log cleaner in miniature, one log at a time:
    the high watermark and the first offset of any undecided transaction (Kafka's
    firstUncleanableOffset: the cleaner never judges a transaction before its marker), and before
    the first dirty segment with a record younger than min.compaction.lag.ms. A log is cleaned
-   when its dirty share of that range reaches min.cleanable.dirty.ratio, or when a dirty
-   segment's first batch is older than max.compaction.lag.ms (whatever the ratio).
+   when its dirty share of that range exceeds min.cleanable.dirty.ratio (1: never by the ratio,
+   as in Kafka), or when a dirty segment's first batch is older than max.compaction.lag.ms
+   (whatever the ratio).
 2. An offset map (key -> offset of its newest record) is built over that range, leaving out
    the records of aborted transactions (from the transaction indexes) and control batches.
 3. Each cleanable segment is rewritten to ``<base>.log.cleaned``: a batch whose records are
@@ -157,7 +158,7 @@ def compact(lg, now_ms: int, *, high_watermark: int | None = None, force: bool =
         return stats
     total, dirty = _cleanable_bytes(segs, lg.cleaner_offset)
     if not force and not (dirty and compaction_delay(lg, now_ms) > 0) and (
-            not total or dirty / total < lg.config.min_cleanable_dirty_ratio):
+            not total or dirty / total <= lg.config.min_cleanable_dirty_ratio):
         return stats
     with lg.lock:
         if lg.closed:

@@ -144,6 +144,17 @@ def test_min_cleanable_dirty_ratio_is_the_topics(tmp_path):
         assert (compact(log, now_ms=2000).segments > 0) is cleaned
 
 
+def test_a_log_is_cleaned_once_its_dirty_ratio_exceeds_the_minimum(tmp_path):
+    """Kafka's cleanableRatio > minCleanableRatio: a log never cleaned is all dirty (ratio 1),
+    cleaned with any ratio below 1 and never by the ratio with min.cleanable.dirty.ratio=1 (only
+    max.compaction.lag.ms, or a forced pass, cleans it then)."""
+    for ratio, cleaned in (("0.99", True), ("1", False)):
+        log = open_log(tmp_path / ratio, segment_bytes=400, min_cleanable_dirty_ratio=ratio)
+        fill(log)
+        assert dirty_ratio(log) == 1.0
+        assert (compact(log, now_ms=2000).segments > 0) is cleaned, ratio
+
+
 def test_min_cleanable_dirty_ratio_is_checked():
     from common.config import TOPIC_KEYS, ConfigError
     assert TOPIC_KEYS["min.cleanable.dirty.ratio"].convert("0.25") == 0.25

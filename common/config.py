@@ -754,12 +754,16 @@ def validate_topic_config(name: str, raw: str | None) -> Any:
     return key.convert(raw)
 
 
-def validate_topic_configs(configs: Mapping[str, str | None]) -> None:
+def validate_topic_configs(configs: Mapping[str, str | None], defaults: Mapping[str, Any] | None = None) -> None:
     """The checks of a topic's whole config (Kafka's LogConfig.validate, after each key's own):
-    raises ConfigError. ``configs``: the topic's keys as they will be (None: unset)."""
+    raises ConfigError. ``configs``: the topic's keys as they will be (None: unset);
+    ``defaults``: the typed values of the keys it does not set (``topic_defaults`` of the
+    checking node's config; Kafka's own defaults for keys it lacks)."""
     def value(name: str) -> Any:
         raw = configs.get(name)
-        return TOPIC_KEYS[name].default if raw is None else TOPIC_KEYS[name].convert(raw)
+        if raw is None:
+            return (defaults or {}).get(name, TOPIC_KEYS[name].default)
+        return TOPIC_KEYS[name].convert(raw)
     lo, hi = value("min.compaction.lag.ms"), value("max.compaction.lag.ms")
     if lo > hi:
         raise ConfigError(f"conflict topic config setting min.compaction.lag.ms ({lo}) > max.compaction.lag.ms ({hi})")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from common.config import TOPIC_KEYS, ConfigError, validate_topic_config, validate_topic_configs
@@ -43,6 +43,9 @@ def validate_total_partitions(topics: Sequence[NewTopic], default_num_partitions
 class TopicDefaults:
     num_partitions: int = 1
     replication_factor: int = 1
+    # the topic configs' defaults from this controller's broker keys (topic key -> typed value),
+    # under a topic's own configs when checking a whole config (Kafka's extractLogConfigMap)
+    log: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _placement_brokers(image: MetadataImage) -> list[BrokerPlacement]:
@@ -88,7 +91,7 @@ def create_topics(image: MetadataImage, topics: Sequence[NewTopic], defaults: To
                     raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
                 configs[k] = v
             try:
-                validate_topic_configs(configs)
+                validate_topic_configs(configs, defaults.log)
             except ConfigError as e:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
             live = _placement_brokers(image)
@@ -196,7 +199,8 @@ def create_partitions(image: MetadataImage, topic: str, count: int, assignments:
     return recs
 
 
-def alter_topic_configs(image: MetadataImage, topic: str, ops: Sequence[tuple[str, int, str | None]]) -> list[Any]:
+def alter_topic_configs(image: MetadataImage, topic: str, ops: Sequence[tuple[str, int, str | None]],
+                        defaults: TopicDefaults | None = None) -> list[Any]:
     """IncrementalAlterConfigs on a topic: ops of (name, op, value), op 0 SET 1 DELETE
     2 APPEND 3 SUBTRACT. Raises KafkaError."""
     if topic not in image.topics_by_name:
@@ -228,7 +232,7 @@ def alter_topic_configs(image: MetadataImage, topic: str, ops: Sequence[tuple[st
         current[name] = value
         recs.append(r.ConfigRecord(r.RESOURCE_TOPIC, topic, name, value))
     try:
-        validate_topic_configs(current)
+        validate_topic_configs(current, defaults.log if defaults else {})
     except ConfigError as e:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
     return recs

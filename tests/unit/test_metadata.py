@@ -162,3 +162,22 @@ def test_altering_a_topic_config_checks_the_whole_config():
     # the same change with the max removed in the same request is fine (the default max is unbounded)
     assert len(t.alter_topic_configs(img, "a", [("min.compaction.lag.ms", 0, "2000"),
                                                ("max.compaction.lag.ms", 1, None)])) == 2
+
+
+def test_the_whole_config_check_takes_unset_keys_from_the_controllers_defaults():
+    """Kafka checks a topic's configs over the broker's log defaults (extractLogConfigMap): with
+    log.cleaner.max.compaction.lag.ms=1000, a topic's min.compaction.lag.ms=5000 conflicts."""
+    from common.config import Config, topic_defaults
+    cfg = Config({"node.id": "1", "log.cleaner.max.compaction.lag.ms": "1000"})
+    defaults = t.TopicDefaults(1, 1, topic_defaults(cfg))
+    img = _cluster(1)
+    _, res = t.create_topics(img, [t.NewTopic("a", configs={"min.compaction.lag.ms": "5000"}),
+                                   t.NewTopic("b", configs={"min.compaction.lag.ms": "500"})], defaults,
+                             random.Random(1))
+    assert [x.error for x in res] == [ErrorCode.INVALID_CONFIG, ErrorCode.NONE]
+    assert "max.compaction.lag.ms (1000)" in res[0].message
+    recs, _ = t.create_topics(img, [t.NewTopic("c")], defaults, random.Random(1))
+    img = image_from_records(recs, 10, 1, base=img)
+    with pytest.raises(KafkaError) as e:
+        t.alter_topic_configs(img, "c", [("min.compaction.lag.ms", 0, "2000")], defaults)
+    assert e.value.code == ErrorCode.INVALID_CONFIG

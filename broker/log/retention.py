@@ -56,7 +56,7 @@ class LogRetention:
         self.abort_append()
         self._truncations += 1
         for s in self.segments:
-            s.delete()
+            s.delete(self.config.file_delete_delay_ms / 1000)
         seg = LogSegment.create(self.path, offset, **self._segment_kwargs(self.last_flush_ms))
         self.segments = [seg]
         self._bases = [offset]

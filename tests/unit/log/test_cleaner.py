@@ -338,9 +338,11 @@ def _fds_on_deleted_files(path) -> int:
     return n
 
 
-def test_file_delete_delay_is_how_long_a_deleted_segment_stays_on_disk(tmp_path):
-    """file.delete.delay.ms: a segment deleted by retention keeps its data on disk (its
-    descriptor held) for the topic's delay, 60 s by default; 0 frees it at once."""
+@pytest.mark.parametrize("how", ["retention", "truncate_fully"])
+def test_file_delete_delay_is_how_long_a_deleted_segment_stays_on_disk(tmp_path, how):
+    """file.delete.delay.ms: a segment deleted by retention or a full truncation keeps its data
+    on disk (its descriptors held, also those released earlier) for the topic's delay, 60 s by
+    default; 0 frees it at once."""
     for delay, held in ((None, True), ("0", False)):
         d = tmp_path / str(delay)
         log = open_log(d, cleanup_policy="delete", segment_bytes=400, retention_bytes="400",
@@ -348,6 +350,9 @@ def test_file_delete_delay_is_how_long_a_deleted_segment_stays_on_disk(tmp_path)
         fill(log)
         for s in log.segments:
             s.fd  # noqa: B018 - every segment's file open, as after reads
-        assert log.apply_retention(2000) > 0
+        if how == "retention":
+            assert log.apply_retention(2000) > 0
+        else:
+            log.truncate_fully_and_start_at(log.log_end_offset + 10)
         assert (_fds_on_deleted_files(d) > 0) is held, delay
         log.close()

@@ -9,7 +9,7 @@ SEEDS ?= 1000
 SIM_SAFETY_S ?= 4
 SIM_JOBS ?= $(shell nproc)
 
-.PHONY: run test lint sim bench fuzz system-deps clean chaos test-cluster docker-deps test-docker test-spark pipeline-demo pipeline-bench
+.PHONY: run test lint sim bench fuzz system-deps clean chaos test-cluster docker-deps test-docker test-spark pipeline-demo pipeline-bench bench-scale
 
 $(BIN)/krafty: pyproject.toml setup.py broker/log/_records.pyx broker/log/_legacy.pyx
 	$(PY) -m venv $(VENV)
@@ -84,6 +84,14 @@ bench: $(BIN)/krafty
 	$(BIN)/python bench/produce_consume.py
 	$(BIN)/python bench/raft_election.py --trials 20
 	$(BIN)/python bench/groups.py
+
+# Issue #24 goal 5 (scale): a 3+3 cluster of local processes with SCALE_PARTITIONS partitions (RF 3):
+# create, metadata propagation, controller fail-over, broker restart, idle connections (bench/scale.py).
+SCALE_PARTITIONS ?= 100000
+SCALE_PHASES ?= create,metadata,controller,restart,idle
+SCALE_BASE_PORT ?= 42000
+bench-scale: $(BIN)/krafty
+	$(BIN)/python bench/scale.py --partitions $(SCALE_PARTITIONS) --phases $(SCALE_PHASES) --base-port $(SCALE_BASE_PORT)
 
 # The Spark data source (pipeline/): pyspark and pyarrow come with the [spark] extra; Java 17
 # must be on the machine (Debian: openjdk-17-jre-headless).

@@ -127,7 +127,9 @@ def leader_trials(c: Cluster, trials: int, log) -> list[float]:
     return out
 
 
-def controller_trials(c: Cluster, trials: int, log) -> list[float]:
+def controller_trials(c: Cluster, trials: int, log, settle=None) -> list[float]:
+    """kill -9 of the active controller -> the first CreateTopics that succeeds, ``trials`` times.
+    ``settle(name)``, if given, waits for the restarted controller before the next trial (else 3 s)."""
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     out = []
     for i in range(trials):
@@ -158,7 +160,10 @@ def controller_trials(c: Cluster, trials: int, log) -> list[float]:
             log(f"  trial {i + 1}: killed {active}, CreateTopics ok after {ok:.2f}s ({attempt} attempts), "
                 f"new active {c.active_controller()}")
         c.start(active)
-        time.sleep(3.0)
+        if settle is None:
+            time.sleep(3.0)
+        else:
+            settle(active)
     return out
 
 

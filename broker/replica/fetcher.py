@@ -167,7 +167,8 @@ class FetcherThread:
 
     async def _fetch(self, conn: KafkaConnection, items) -> None:
         cfg = self.m.config
-        wanted = {tp: PartitionData(tp[1], act.fetch_offset, cfg["replica.fetch.max.bytes"], act.current_leader_epoch,
+        max_bytes = cfg["replica.fetch.max.bytes"]  # once per round, not per partition
+        wanted = {tp: PartitionData(tp[1], act.fetch_offset, max_bytes, act.current_leader_epoch,
                                     act.last_fetched_epoch, act.log_start_offset) for tp, _, act in items}
         session_id, epoch, send, forget = self.session.build(wanted)
         by_topic: dict[str, list] = {}
@@ -204,7 +205,12 @@ class FetcherThread:
                     hw, log_start = unchanged[tp]
                     effects = fs.on_fetch_response(act, part.log, FetchAnswer(high_watermark=hw,
                                                                              log_start_offset=log_start), now)
-                    todo.append((tp, part, fs, effects, (b"", []), f"fetch({act.fetch_offset}) -> nothing new"))
+                    if (len(effects) == 1 and type(effects[0]) is SetHighWatermark
+                            and effects[0].high_watermark == part.state.high_watermark):
+                        # the usual idle round for most partitions: the HW stays, nothing to apply
+                        # (the apply step costs more than the rest of the round per partition)
+                        continue
+                    todo.append((tp, part, fs, effects, (b"", []), "nothing new"))
                 else:
                     fs.on_request_failed(act, now)
                 continue

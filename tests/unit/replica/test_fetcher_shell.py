@@ -121,3 +121,59 @@ async def test_follower_whose_copy_is_corrupt_truncates_to_the_damage_and_fetche
         assert fs.next_action(part.log, 10**15).fetch_offset == 4
     finally:
         await m.close()
+
+
+class _Leader:
+    """A leader's Fetch answers over a fetch session (KIP-227): the first (full) one carries
+    the partition, the incremental ones leave it out while nothing changed."""
+
+    def __init__(self, high_watermark: int):
+        self.high_watermark = high_watermark
+        self.requests = []
+
+    async def request(self, api_key, version, body, timeout=None):
+        self.requests.append(body)
+        full = body["session_epoch"] == 0
+        parts = [types.SimpleNamespace(
+            partition_index=0, error_code=0, high_watermark=self.high_watermark, log_start_offset=0, records=b"",
+            diverging_epoch=types.SimpleNamespace(epoch=-1, end_offset=-1))] if full else []
+        return types.SimpleNamespace(error_code=0, session_id=7, responses=[
+            types.SimpleNamespace(topic="t", partitions=parts)] if parts else [])
+
+
+async def test_idle_incremental_round_applies_nothing_unless_the_high_watermark_moves():
+    """Issue 24 goal 5: with many partitions most of a follower's rounds are idle, and an
+    incremental response leaves every unchanged partition out. Such a partition's HW stays:
+    nothing is applied and its waiters are not woken (on_next_change: "the next time the high
+    watermark moves"), yet its request is done and the next round asks again. One whose HW
+    differs from what the leader last said (e.g. reset by a truncation) still gets it."""
+    cfg = Config({"node.id": "1"})
+    part, rm = _partition()
+    woken = []
+    rm.wake_hw = woken.append
+    m = ReplicaFetcherManager(rm, 1, cfg, lambda b: None)
+    try:
+        m.follow(("t", 0), leader=2, leader_epoch=1, high_watermark=0)
+        th = m.threads[(2, 0)]
+        th.task.cancel()  # the rounds are driven by hand below
+        fs = th.states[("t", 0)]
+        fs.phase = fs.phase.FETCHING
+        leader = _Leader(high_watermark=10)
+
+        async def round_():
+            act = fs.next_action(part.log, 0)
+            assert isinstance(act, FetchRequest)
+            await th._fetch(leader, [(("t", 0), fs, act)])
+            assert fs.in_flight is None  # answered: the next round fetches again
+
+        await round_()  # full: the session starts, the HW moves 0 -> 10
+        assert part.state.high_watermark == 10 and woken == [("t", 0)]
+        for _ in range(3):  # incremental, nothing new
+            await round_()
+        assert leader.requests[-1]["topics"] == []  # nothing changed: nothing sent
+        assert part.state.high_watermark == 10 and woken == [("t", 0)]
+        part.state.high_watermark = 4  # moved here meanwhile: the leader's (remembered) 10 is news again
+        await round_()
+        assert part.state.high_watermark == 10 and woken == [("t", 0), ("t", 0)]
+    finally:
+        await m.close()

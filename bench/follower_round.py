@@ -1,0 +1,60 @@
+"""CPU of one idle follower fetch round over N partitions (issue #24 goal 5): a replica
+fetcher following N partitions of one leader whose incremental Fetch responses (KIP-227) leave
+every partition out (nothing new), in-process, with the fake log of
+tests/unit/replica/test_fetcher_shell.py; the process's CPU time per round and per partition.
+
+    .venv/bin/python bench/follower_round.py . 6000
+    .venv/bin/python bench/follower_round.py /tmp/base 6000      # another checkout (A/B)
+"""
+import asyncio
+import os
+import sys
+import time
+import types
+import uuid
+
+sys.path.insert(0, os.path.abspath(sys.argv[1]))
+from broker.replica.fetcher import ReplicaFetcherManager
+from broker.replica.partition import PartitionState
+from broker.replica.throttle import UNLIMITED, ReplicationQuota
+from common.config import Config
+from tests.unit.replica.test_fetcher_shell import _Log
+
+N = int(sys.argv[2])
+
+class Leader:
+    async def request(self, api_key, version, body, timeout=None):
+        full = body["session_epoch"] == 0
+        parts = {}
+        for t in body["topics"]:
+            parts.setdefault(t["topic"], []).extend(types.SimpleNamespace(
+                partition_index=p["partition"], error_code=0, high_watermark=10, log_start_offset=0, records=b"",
+                diverging_epoch=types.SimpleNamespace(epoch=-1, end_offset=-1)) for p in t["partitions"])
+        return types.SimpleNamespace(error_code=0, session_id=7, responses=[
+            types.SimpleNamespace(topic=t, partitions=ps) for t, ps in parts.items()] if full else [])
+
+async def main():
+    parts = {(f"t{i // 100}", i % 100): types.SimpleNamespace(state=PartitionState(f"t{i // 100}", i % 100, uuid.uuid4(), 1), log=_Log()) for i in range(N)}
+    rm = types.SimpleNamespace(partitions=parts, wake_hw=lambda tp: None, logs=types.SimpleNamespace(writer=None),
+                               follower_quota=ReplicationQuota(1, "follower.replication.throttled.replicas", UNLIMITED),
+                               throttled=lambda *a: False)
+    m = ReplicaFetcherManager(rm, 1, Config({"node.id": "1"}), lambda b: None)
+    for tp in parts:
+        m.follow(tp, leader=2, leader_epoch=1, high_watermark=0)
+    th = next(iter(m.threads.values()))
+    for t in m.threads.values():
+        t.task.cancel()
+    for fs in th.states.values():
+        fs.phase = fs.phase.FETCHING
+    leader = Leader()
+    th._connection = lambda: leader
+    await th._round()  # full
+    rounds = 50
+    c0 = time.process_time()
+    for _ in range(rounds):
+        await th._round()
+    c = (time.process_time() - c0) / rounds
+    print(f"{len(th.states)} partitions: {c * 1000:.2f} ms CPU per idle round = {c / len(th.states) * 1e6:.2f} us per partition")
+    await m.close()
+
+asyncio.run(main())

@@ -77,9 +77,21 @@ class KafkaConnection:
                 self.close()
                 raise ConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None
 
+    async def request_raw(self, api_key: int, version: int, body: bytes, timeout: float = 30.0) -> tuple[bytes, int]:
+        """``request`` with a request body encoded by the caller (broker/apis/wire.py): returns
+        the response frame and where its body starts (after the header), undecoded."""
+        async with self._lock:
+            if self._session_end is not None and self.clock.monotonic() > self._session_end:
+                self.close()
+            if not self.connected:
+                await self.connect()
+            return await self._exchange(api_key, version, self._frame_body(api_key, version, body), timeout)
+
     def _frame(self, api_key: int, version: int, data: dict) -> bytes:
+        return self._frame_body(api_key, version, codec.encode(codec.build_request(api_key, version, data)))
+
+    def _frame_body(self, api_key: int, version: int, body: bytes) -> bytes:
         self._cid += 1
-        body = codec.encode(codec.build_request(api_key, version, data))
         cb = self.client_id.encode()
         header = struct.pack(">hhih", api_key, version, self._cid, len(cb)) + cb
         if is_flexible(api_key, version):
@@ -87,7 +99,12 @@ class KafkaConnection:
         return _I32.pack(len(header) + len(body)) + header + body
 
     async def _roundtrip(self, api_key: int, version: int, data: dict, timeout: float = 30.0):
-        frame = self._frame(api_key, version, data)
+        raw, pos = await self._exchange(api_key, version, self._frame(api_key, version, data), timeout)
+        obj, _ = codec._reader(codec.response_type(api_key, version))(raw, pos)
+        return obj
+
+    async def _exchange(self, api_key: int, version: int, frame: bytes, timeout: float) -> tuple[bytes, int]:
+        """Sends one framed request; returns the response frame and the offset of its body."""
         cid = self._cid
         try:
             self._w.write(frame)
@@ -109,8 +126,7 @@ class KafkaConnection:
                 _, pos = codec.read_uvarint(raw, pos)
                 size, pos = codec.read_uvarint(raw, pos)
                 pos += size
-        obj, _ = codec._reader(codec.response_type(api_key, version))(raw, pos)
-        return obj
+        return raw, pos
 
     def close(self) -> None:
         if self._w is not None:

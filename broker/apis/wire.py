@@ -492,14 +492,14 @@ def _encode_fetch_response_v0_3(version: int, topics: list[tuple[str, uuid.UUID,
 
 
 # --- the follower's side of Fetch v12 (broker/replica/fetcher.py) --------------------------------
-# The replica fetchers send a Fetch and read its answer on every replication round trip (about
-# four per replicated write with two followers): built and read here, flat, instead of through the
-# generated codec's objects, which cost each broker ~15% of its CPU in a transactional workload.
+# The replica fetchers send a Fetch on every replication round trip (about four per replicated
+# write with two followers): written here, flat, instead of through the generated codec's objects
+# (build_request + encode: 160-450 us a request on this machine, this: ~9 us). Its answer is read
+# by the generated codec, which is as fast as a hand-written reader for it.
 
 REPLICA_FETCH_VERSION = 12  # flexible, topic names, diverging epochs (KIP-320)
 _iiiibii = struct.Struct(">iiiibii")
 _iiqiqi_ = struct.Struct(">iiqiqi")
-_ihqqq = struct.Struct(">ihqqq")
 
 
 def encode_replica_fetch(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, session_id: int,
@@ -528,68 +528,3 @@ def encode_replica_fetch(replica_id: int, max_wait_ms: int, min_bytes: int, max_
     out += _compact_str(rack_id)
     out += b"\x00"
     return bytes(out)
-
-
-@dataclasses.dataclass(slots=True)
-class ReplicaFetchPartition:
-    """One partition of a Fetch v12 response, as the follower uses it."""
-    partition_index: int
-    error_code: int
-    high_watermark: int
-    log_start_offset: int
-    records: bytes | None
-    diverging_epoch: tuple[int, int] | None  # (epoch, end offset): tagged field 0
-
-
-def _response_truncated() -> FramingError:
-    return FramingError("fetch response truncated")
-
-
-def parse_replica_fetch_response(raw, pos: int) -> tuple[int, int, dict[tuple[str, int], ReplicaFetchPartition]]:
-    """(error_code, session_id, {(topic, partition): ReplicaFetchPartition}) of a Fetch v12
-    response body starting at ``pos`` of ``raw`` (after the response header); FramingError
-    when it does not parse."""
-    end = len(raw)
-    try:
-        _throttle, error, session_id = struct.unpack_from(">ihi", raw, pos)
-        pos += 10
-        out: dict[tuple[str, int], ReplicaFetchPartition] = {}
-        n, pos = _uv(raw, pos)
-        for _ in range(n - 1):
-            size, pos = _uv(raw, pos)
-            if size < 1 or pos + size - 1 > end:
-                raise _response_truncated()
-            name = bytes(raw[pos:pos + size - 1]).decode()
-            pos += size - 1
-            np_, pos = _uv(raw, pos)
-            for _ in range(np_ - 1):
-                index, err, hw, _lso, log_start = _ihqqq.unpack_from(raw, pos)
-                pos += 30
-                na, pos = _uv(raw, pos)  # aborted_transactions (none for a follower: isolation 0)
-                for _ in range(na - 1):
-                    pos = _skip_tags(raw, pos + 16, end)
-                pos += 4  # preferred_read_replica
-                size, pos = _uv(raw, pos)
-                if size == 0:
-                    records = None
-                else:
-                    if pos + size - 1 > end:
-                        raise _response_truncated()
-                    records = bytes(raw[pos:pos + size - 1])
-                    pos += size - 1
-                diverging = None
-                ntags, pos = _uv(raw, pos)
-                for _ in range(ntags):
-                    tag, pos = _uv(raw, pos)
-                    tsize, pos = _uv(raw, pos)
-                    if tag == 0:
-                        diverging = struct.unpack_from(">iq", raw, pos)
-                    pos += tsize
-                if pos > end:
-                    raise _response_truncated()
-                out[(name, index)] = ReplicaFetchPartition(index, err, hw, log_start, records, diverging)
-            pos = _skip_tags(raw, pos, end)
-        _skip_tags(raw, pos, end)
-    except struct.error:
-        raise _response_truncated() from None
-    return error, session_id, out

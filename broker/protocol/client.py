@@ -77,15 +77,15 @@ class KafkaConnection:
                 self.close()
                 raise ConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None
 
-    async def request_raw(self, api_key: int, version: int, body: bytes, timeout: float = 30.0) -> tuple[bytes, int]:
-        """``request`` with a request body encoded by the caller (broker/apis/wire.py): returns
-        the response frame and where its body starts (after the header), undecoded."""
+    async def request_encoded(self, api_key: int, version: int, body: bytes, timeout: float = 30.0):
+        """``request`` with a request body the caller encoded (broker/apis/wire.py)."""
         async with self._lock:
             if self._session_end is not None and self.clock.monotonic() > self._session_end:
                 self.close()
             if not self.connected:
                 await self.connect()
-            return await self._exchange(api_key, version, self._frame_body(api_key, version, body), timeout)
+            raw, pos = await self._exchange(api_key, version, self._frame_body(api_key, version, body), timeout)
+            return codec._reader(codec.response_type(api_key, version))(raw, pos)[0]
 
     def _frame(self, api_key: int, version: int, data: dict) -> bytes:
         return self._frame_body(api_key, version, codec.encode(codec.build_request(api_key, version, data)))

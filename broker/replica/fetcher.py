@@ -21,7 +21,6 @@ from broker.log.batch import parse_batches
 from broker.log.log import AppendAborted
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
-from broker.protocol.codec import FramingError
 from broker.replica.follower import (
     AppendRecords,
     FetchAnswer,
@@ -182,17 +181,13 @@ class FetcherThread:
         wait_ms = cfg["replica.fetch.wait.max.ms"]
         body = wire.encode_replica_fetch(self.m.broker_id, wait_ms, cfg["replica.fetch.min.bytes"],
                                          cfg["replica.fetch.response.max.bytes"], session_id, epoch, by_topic, forgotten)
-        raw, pos = await conn.request_raw(ApiKey.FETCH, FETCH_VERSION, body, timeout=wait_ms / 1000 + 30)
-        try:
-            error, new_session, answers = wire.parse_replica_fetch_response(raw, pos)
-        except FramingError as e:
-            conn.close()
-            raise ConnectionError(f"fetch response from leader {self.leader_id} does not parse: {e}") from None
-        unchanged = self.session.on_response(error, new_session,
+        resp = await conn.request_encoded(ApiKey.FETCH, FETCH_VERSION, body, timeout=wait_ms / 1000 + 30)
+        answers = {(t.topic, p.partition_index): p for t in resp.responses for p in t.partitions}
+        unchanged = self.session.on_response(int(resp.error_code), int(resp.session_id),
                                              {tp: (p.high_watermark, p.log_start_offset) for tp, p in answers.items()})
         if unchanged is None:
             log.info("fetch session with leader %d failed (%s): starting a new one", self.leader_id,
-                     ErrorCode(error).name)
+                     ErrorCode(int(resp.error_code)).name)
         now = self.m.clock.monotonic_ms()
         todo = []
         for tp, fs, act in items:
@@ -209,8 +204,8 @@ class FetcherThread:
                 else:
                     fs.on_request_failed(act, now)
                 continue
-            err = ErrorCode(p.error_code)
-            records = p.records or b""
+            err = ErrorCode(int(p.error_code))
+            records = bytes(p.records) if p.records else b""
             self.m.leader_hw[tp] = p.high_watermark  # for MaxLag and ReplicationBytesIn (broker metrics)
             self.m.bytes_in += len(records)
             if records and self.m.rm.follower_quota.enabled and self._follower_throttled(tp, part):
@@ -219,7 +214,7 @@ class FetcherThread:
             div = p.diverging_epoch
             answer = FetchAnswer(
                 error=err, high_watermark=p.high_watermark, log_start_offset=p.log_start_offset,
-                diverging_epoch=div if div is not None and (div[0] >= 0 or div[1] >= 0) else None,
+                diverging_epoch=(div.epoch, div.end_offset) if div.epoch >= 0 or div.end_offset >= 0 else None,
                 records_first_offset=headers[0].base_offset if headers else None,
                 records_next_offset=headers[-1].last_offset + 1 if headers else None,
                 leader_log_end_offset=await self._leader_end(conn, tp, act) if err == ErrorCode.OFFSET_OUT_OF_RANGE

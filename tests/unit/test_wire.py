@@ -1,4 +1,3 @@
-import dataclasses
 import struct
 import uuid
 
@@ -185,32 +184,3 @@ def test_replica_fetch_request_is_what_the_generated_codec_writes():
                             p.log_start_offset, p.partition_max_bytes) for p in t.partitions]) for t in got.topics] == [
             (t, ps) for t, ps in topics.items()]
 
-
-def test_replica_fetch_response_reads_what_the_leader_writes():
-    """The follower's parser reads the leader's Fetch v12 response (records, watermarks, errors,
-    the diverging epoch and current leader tagged fields, aborted transactions), and the
-    generated codec's writing of the same response too; a cut response is a FramingError."""
-    parts = [wire.FetchPartitionResult(0, 0, 100, 90, 5, b"0123456789"),
-             wire.FetchPartitionResult(1, 6, -1, -1, -1, None, current_leader=(3, 7)),
-             wire.FetchPartitionResult(2, 0, 50, 50, 0, b"", diverging_epoch=(4, 42), aborted=[(9, 10), (11, 12)]),
-             wire.FetchPartitionResult(3, 0, 60, 60, 0, None, preferred_read_replica=2)]
-    body = b"".join(bytes(c) for c in wire.encode_fetch_response(12, [("tøpic", None, parts), ("u", None, parts[:1])],
-                                                                  error=0, session_id=77))
-    frame = b"HDR" + body
-    error, session, got = wire.parse_replica_fetch_response(frame, 3)
-    assert (error, session) == (0, 77)
-    assert set(got) == {("tøpic", 0), ("tøpic", 1), ("tøpic", 2), ("tøpic", 3), ("u", 0)}
-    p0, p1, p2, p3 = (got[("tøpic", i)] for i in range(4))
-    assert (p0.error_code, p0.high_watermark, p0.log_start_offset, p0.records, p0.diverging_epoch) == (
-        0, 100, 5, b"0123456789", None)
-    assert (p1.error_code, p1.high_watermark, p1.records, p1.diverging_epoch) == (6, -1, b"", None)
-    assert (p2.records, p2.diverging_epoch, p2.high_watermark) == (b"", (4, 42), 50)
-    assert (p3.records, p3.high_watermark) == (b"", 60)
-    # the generated codec's writing of a response with a null records field and a session error
-    decoded, _ = codec._reader(codec.response_type(1, 12))(body, 0)
-    decoded = dataclasses.replace(decoded, error_code=type(decoded.error_code)(71), session_id=0)
-    error, session, got = wire.parse_replica_fetch_response(codec.encode(decoded), 0)
-    assert (error, session, got[("u", 0)].records) == (71, 0, b"0123456789")
-    for cut in (5, len(body) // 2, len(body) - 1):
-        with pytest.raises(codec.FramingError):
-            wire.parse_replica_fetch_response(body[:cut], 0)

@@ -26,7 +26,8 @@ nemesis wrote down (see ``chaos/history.py`` for the event shapes):
   value]]}`` — a fresh write to every partition after the heal (negative values).
 * ``{"f": "topic", "type": "ok"|"fail", "op": "create"|"delete", "topic"}``;
   ``{"f": "topics-final", "topics": [...], "complete": bool}``.
-* ``{"f": "nemesis", "type": "start"|"stop", "id", "kind", "nodes": [node ids]}``.
+* ``{"f": "nemesis", "type": "start"|"stop", "id", "kind", "nodes": [node ids], "began"}`` (``began``: when
+  the nemesis began to make or undo the fault; ``t``: when it was done).
 * ``{"f": "probe", "t", "leaders": {tp: leader id}, "controller": id}``.
 
 No I/O, no clock: the same history always gives the same verdict.
@@ -608,14 +609,16 @@ def summary(xs: list[float]) -> dict:
 
 
 def fault_windows(history: list[dict]) -> list[dict]:
-    """[{id, kind, desc, nodes, start, stop}] from nemesis start/stop events."""
+    """[{id, kind, desc, nodes, start, stop}] from nemesis start/stop events: a fault starts when the
+    nemesis began to make it (``began``; its start event is written once every rule is in) and stops
+    once it is undone."""
     wins: dict = {}
     for op in history:
         if op.get("f") != "nemesis":
             continue
         if op["type"] == "start":
             wins[op["id"]] = {"id": op["id"], "kind": op["kind"], "desc": op.get("desc", op["kind"]),
-                              "nodes": list(op.get("nodes", [])), "start": op["t"], "stop": None}
+                              "nodes": list(op.get("nodes", [])), "start": op.get("began", op["t"]), "stop": None}
         elif op["type"] == "stop" and op["id"] in wins:
             wins[op["id"]]["stop"] = op["t"]
     return sorted(wins.values(), key=lambda w: w["start"])

@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 
-from chaos.cluster import ROOT, BaseCluster, Node, sh
+from chaos.cluster import ROOT, BaseCluster, Node, pair_rules, restore_input, sh, sh_all
 from common.ports import free_port
 
 COMPOSE_FILE = os.path.join(ROOT, "deploy", "docker-compose.yml")
@@ -62,7 +62,8 @@ class ComposeNode(Node):
 
 
 class ComposeNet:
-    """iptables inside each container's network namespace, by peer address (like NetnsNet).
+    """iptables inside each container's network namespace, by peer address (like NetnsNet: one
+    atomic ``iptables-restore`` per container, all containers at once, the cut-off side's first).
 
     A container that is down (killed by another fault at the same time) has no namespace: its
     rules are kept and applied when it starts again (a restarted container gets a new one)."""
@@ -70,35 +71,45 @@ class ComposeNet:
     def __init__(self, cluster: ComposeCluster):
         self.c = cluster
         self.rules = 0
-        self.wanted: dict[str, list[tuple[str, ...]]] = {}
+        self.wanted: dict[str, list[str]] = {}
+        self.primary: set[str] = set()  # containers whose rules alone make the current fault (healed last)
 
-    def _ipt(self, name: str, *args: str) -> None:
-        self.wanted.setdefault(name, []).append(args)
-        self.rules += 1
-        self._apply(name, args)
-
-    def _apply(self, name: str, args: tuple[str, ...], check: bool = True) -> None:
+    def _nsenter(self, name: str) -> list[str] | None:
         pid = self.c.inspect(name, "{{.State.Pid}}") if self.c.nodes[name].up else ""
-        if pid not in ("", "0"):
-            sh("nsenter", "-t", pid, "-n", "iptables", "-w", *args, check=check)
+        return None if pid in ("", "0") else ["nsenter", "-t", pid, "-n"]
+
+    def _restore(self, rules: dict[str, list[str]]) -> None:
+        jobs = []
+        for name, r in rules.items():
+            self.wanted.setdefault(name, []).extend(r)
+            self.rules += len(r)
+            enter = self._nsenter(name)
+            if enter is not None:
+                jobs.append(([*enter, "iptables-restore", "-w", "--noflush"], restore_input(r)))
+        sh_all(jobs)
 
     def restarted(self, name: str) -> None:
-        for args in self.wanted.get(name, ()):
-            self._apply(name, args)
+        enter = self._nsenter(name)
+        if enter is not None and self.wanted.get(name):
+            sh_all([([*enter, "iptables-restore", "-w", "--noflush"], restore_input(self.wanted[name]))])
 
-    def block(self, src: str, dst: str) -> None:
-        s, d = self.c.nodes[src], self.c.nodes[dst]
-        self._ipt(src, "-A", "OUTPUT", "-d", self.c.ip[d.name], "-j", "DROP")
-        self._ipt(dst, "-A", "INPUT", "-s", self.c.ip[s.name], "-j", "DROP")
+    def block(self, pairs, primary: set[str] = frozenset()) -> None:
+        first, then = pair_rules(pairs, primary, lambda n: self.c.ip[n])
+        self._restore(first)
+        self.primary |= set(first)
+        self._restore(then)
 
-    def loss(self, name: str, probability: float) -> None:
-        self._ipt(name, "-A", "OUTPUT", "-m", "statistic", "--mode", "random", "--probability",
-                  f"{probability:.3f}", "-j", "DROP")
+    def loss(self, names: list[str], probability: float) -> None:
+        self._restore({n: [f"-A OUTPUT -m statistic --mode random --probability {probability:.3f} -j DROP"]
+                       for n in names})
+        self.primary |= set(names)
 
     def heal(self) -> None:
         self.wanted.clear()
-        for name in self.c.nodes:
-            self._apply(name, ("-F",), check=False)
+        for group in ([n for n in self.c.nodes if n not in self.primary], [n for n in self.c.nodes if n in self.primary]):
+            jobs = [([*enter, "iptables", "-w", "-F"], None) for n in group if (enter := self._nsenter(n)) is not None]
+            sh_all(jobs, check=False)
+        self.primary = set()
         self.rules = 0
 
     def close(self) -> None:

@@ -73,6 +73,7 @@ class Nemesis:
         self.ids += 1
         fid = self.ids
         rng = self.rng
+        began = self.hist.now()  # the event is written once the fault is in: both times are kept
         if kind == "kill":
             # leaders twice as often: their loss is what elections are measured on
             how = rng.choice(["node", "active-controller", "active-controller", "partition-leader",
@@ -133,8 +134,7 @@ class Nemesis:
                 names = [n]
             else:
                 p = rng.choice([0.1, 0.2, 0.3])
-                for n in everyone:
-                    self.c.net.loss(n, p)
+                self.c.net.loss(everyone, p)
                 names, desc = [], f"packet loss {int(p * 100)}% on every node"
 
             def heal():
@@ -159,15 +159,16 @@ class Nemesis:
         # a clock fault is not an outage: it restarts the node once, like a rolling restart
         f = Fault(fid, kind, desc, nodes if kind != "clock" else [], heal, names)
         self.active.append(f)
-        self.hist.add("nemesis", type="start", id=fid, kind=kind, desc=desc, nodes=f.nodes)
+        self.hist.add("nemesis", type="start", id=fid, kind=kind, desc=desc, nodes=f.nodes, began=began)
         return f
 
     def stop(self, f: Fault) -> None:
+        began = self.hist.now()
         try:
             f.heal()
         finally:
             self.active.remove(f)
-            self.hist.add("nemesis", type="stop", id=f.id, kind=f.kind, desc=f.desc, nodes=f.nodes)
+            self.hist.add("nemesis", type="stop", id=f.id, kind=f.kind, desc=f.desc, nodes=f.nodes, began=began)
 
     def heal_all(self) -> None:
         """Undo every active fault; then make sure every node runs, unpaused, with no rules left."""

@@ -227,6 +227,13 @@ KEYS: dict[str, Key] = {
         Key("log.segment.bytes", _int, 1024 * 1024 * 1024, min=14, max=_INT32_MAX, topic_key="segment.bytes"),
         Key("log.roll.ms", _int, None, min=1, topic_key="segment.ms"),
         Key("log.roll.hours", _int, 168, min=1),
+        # a segment is rolled up to this much earlier than segment.ms (a per-segment share of it),
+        # so that partitions created together do not all roll at once
+        Key("log.roll.jitter.ms", _int, None, min=0, topic_key="segment.jitter.ms"),
+        Key("log.roll.jitter.hours", _int, 0, min=0),
+        # how long a deleted segment's file stays on disk (its descriptor kept open: krafty
+        # unlinks at once, so the space comes back after this delay, as with Kafka's .deleted files)
+        Key("log.segment.delete.delay.ms", _int, 60_000, min=0, topic_key="file.delete.delay.ms"),
         Key("log.retention.ms", _int, None, min=-1, topic_key="retention.ms"),
         Key("log.retention.minutes", _int, None, min=-1),
         Key("log.retention.hours", _int, 168, min=-1),
@@ -244,6 +251,10 @@ KEYS: dict[str, Key] = {
         # a compacted log is cleaned once its dirty part (bytes past the cleaner's offset) is at
         # least this share of the cleanable log
         Key("log.cleaner.min.cleanable.ratio", _ratio, 0.5, topic_key="min.cleanable.dirty.ratio"),
+        # records younger than this stay uncompacted; a log whose oldest uncompacted record is
+        # older than the max is compacted whatever its dirty ratio (and its segments roll by then)
+        Key("log.cleaner.min.compaction.lag.ms", _int, 0, min=0, topic_key="min.compaction.lag.ms"),
+        Key("log.cleaner.max.compaction.lag.ms", _int, 2**63 - 1, min=1, topic_key="max.compaction.lag.ms"),
         Key("log.message.timestamp.type", _choice("createtime", "logappendtime"), "createtime",
             topic_key="message.timestamp.type"),
         # KIP-937 (Kafka 4.0 defaults; message.timestamp.difference.max.ms is gone in 4.0): a CreateTime
@@ -526,6 +537,8 @@ class Config(Mapping[str, Any]):
                 v["log.retention.ms"] = self.get_default("log.retention.hours") * _H
         if "log.roll.ms" not in v:
             v["log.roll.ms"] = self.get_default("log.roll.hours") * _H
+        if "log.roll.jitter.ms" not in v:
+            v["log.roll.jitter.ms"] = self.get_default("log.roll.jitter.hours") * _H
         if "metadata.log.dir" not in v:
             v["metadata.log.dir"] = v["log.dirs"][0]
         if "advertised.listeners" not in v:
@@ -681,6 +694,7 @@ TOPIC_KEYS: dict[str, Key] = {
 TOPIC_KEYS["retention.ms"] = dataclasses.replace(TOPIC_KEYS["retention.ms"], default=7 * 24 * _H)
 TOPIC_KEYS["segment.ms"] = dataclasses.replace(TOPIC_KEYS["segment.ms"], default=7 * 24 * _H)
 TOPIC_KEYS["flush.ms"] = dataclasses.replace(TOPIC_KEYS["flush.ms"], default=2**63 - 1)
+TOPIC_KEYS["segment.jitter.ms"] = dataclasses.replace(TOPIC_KEYS["segment.jitter.ms"], default=0)
 TOPIC_KEYS["message.timestamp.type"] = dataclasses.replace(
     TOPIC_KEYS["message.timestamp.type"], parse=lambda v: {"createtime": "CreateTime", "logappendtime": "LogAppendTime"}[
         _choice("createtime", "logappendtime")(v)])
@@ -702,6 +716,16 @@ def _throttled_replicas(v: str) -> str:
 # leader's sends and on the followers' fetches during a reassignment)
 for _k in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
     TOPIC_KEYS[_k] = Key(_k, _throttled_replicas, "")
+
+
+# Tiered storage (KIP-405): topic keys with no broker default. krafty has no remote storage, so as a
+# Kafka broker with remote.log.storage.system.enable=false it takes them but refuses
+# remote.storage.enable=true; the local retention keys only matter with remote storage.
+TOPIC_KEYS["remote.storage.enable"] = Key("remote.storage.enable", _bool, False)
+TOPIC_KEYS["remote.log.copy.disable"] = Key("remote.log.copy.disable", _bool, False)
+TOPIC_KEYS["remote.log.delete.on.disable"] = Key("remote.log.delete.on.disable", _bool, False)
+TOPIC_KEYS["local.retention.ms"] = Key("local.retention.ms", _int, -2, min=-2)
+TOPIC_KEYS["local.retention.bytes"] = Key("local.retention.bytes", _int, -2, min=-2)
 
 
 def topic_defaults(cfg: Config) -> dict[str, Any]:
@@ -728,3 +752,21 @@ def validate_topic_config(name: str, raw: str | None) -> Any:
     if raw is None:
         raise ConfigError(f"null value for topic configuration key '{name}'")
     return key.convert(raw)
+
+
+def validate_topic_configs(configs: Mapping[str, str | None], defaults: Mapping[str, Any] | None = None) -> None:
+    """The checks of a topic's whole config (Kafka's LogConfig.validate, after each key's own):
+    raises ConfigError. ``configs``: the topic's keys as they will be (None: unset);
+    ``defaults``: the typed values of the keys it does not set (``topic_defaults`` of the
+    checking node's config; Kafka's own defaults for keys it lacks)."""
+    def value(name: str) -> Any:
+        raw = configs.get(name)
+        if raw is None:
+            return (defaults or {}).get(name, TOPIC_KEYS[name].default)
+        return TOPIC_KEYS[name].convert(raw)
+    lo, hi = value("min.compaction.lag.ms"), value("max.compaction.lag.ms")
+    if lo > hi:
+        raise ConfigError(f"conflict topic config setting min.compaction.lag.ms ({lo}) > max.compaction.lag.ms ({hi})")
+    if value("remote.storage.enable"):
+        raise ConfigError("invalid value true for configuration key 'remote.storage.enable': Tiered Storage "
+                          "functionality is disabled in the broker. Topic cannot be configured with remote log storage.")

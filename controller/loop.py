@@ -236,7 +236,7 @@ class QuorumController:
 
     async def alter_topic_configs(self, topic: str, ops, validate_only: bool = False) -> None:
         def op(image):
-            recs = topic_ops.alter_topic_configs(image, topic, ops)
+            recs = topic_ops.alter_topic_configs(image, topic, ops, self.defaults)
             return ([] if validate_only else recs), None
         return await self.write(op, user_op=True)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from common.config import TOPIC_KEYS, ConfigError, validate_topic_config
+from common.config import TOPIC_KEYS, ConfigError, validate_topic_config, validate_topic_configs
 from common.errors import ErrorCode, KafkaError
 from common.topic_names import INTERNAL_TOPICS, collision_key, validate_topic_name  # noqa: F401
 from controller.placement import BrokerPlacement, RandomLike, assign_replicas, validate_manual_assignment
@@ -43,6 +43,9 @@ def validate_total_partitions(topics: Sequence[NewTopic], default_num_partitions
 class TopicDefaults:
     num_partitions: int = 1
     replication_factor: int = 1
+    # the topic configs' defaults from this controller's broker keys (topic key -> typed value),
+    # under a topic's own configs when checking a whole config (Kafka's extractLogConfigMap)
+    log: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _placement_brokers(image: MetadataImage) -> list[BrokerPlacement]:
@@ -87,6 +90,10 @@ def create_topics(image: MetadataImage, topics: Sequence[NewTopic], defaults: To
                 except ConfigError as e:
                     raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
                 configs[k] = v
+            try:
+                validate_topic_configs(configs, defaults.log)
+            except ConfigError as e:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
             live = _placement_brokers(image)
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
@@ -192,7 +199,8 @@ def create_partitions(image: MetadataImage, topic: str, count: int, assignments:
     return recs
 
 
-def alter_topic_configs(image: MetadataImage, topic: str, ops: Sequence[tuple[str, int, str | None]]) -> list[Any]:
+def alter_topic_configs(image: MetadataImage, topic: str, ops: Sequence[tuple[str, int, str | None]],
+                        defaults: TopicDefaults | None = None) -> list[Any]:
     """IncrementalAlterConfigs on a topic: ops of (name, op, value), op 0 SET 1 DELETE
     2 APPEND 3 SUBTRACT. Raises KafkaError."""
     if topic not in image.topics_by_name:
@@ -223,4 +231,8 @@ def alter_topic_configs(image: MetadataImage, topic: str, ops: Sequence[tuple[st
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
         current[name] = value
         recs.append(r.ConfigRecord(r.RESOURCE_TOPIC, topic, name, value))
+    try:
+        validate_topic_configs(current, defaults.log if defaults else {})
+    except ConfigError as e:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
     return recs

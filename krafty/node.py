@@ -10,7 +10,7 @@ import os
 import signal
 
 from common.clock import SYSTEM, Clock
-from common.config import Config, ConfigError
+from common.config import Config, ConfigError, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from common.net import REAL, Net
 from controller.loop import QuorumController
@@ -127,7 +127,7 @@ class Node:
         if "controller" in self.roles:
             self.controller = QuorumController(
                 cfg["node.id"], self.metadata_log, self.loader, cluster_id=self.cluster_id,
-                defaults=TopicDefaults(cfg["num.partitions"], cfg["default.replication.factor"]),
+                defaults=TopicDefaults(cfg["num.partitions"], cfg["default.replication.factor"], topic_defaults(cfg)),
                 session_timeout_ms=cfg["broker.session.timeout.ms"],
                 unclean_default=cfg["unclean.leader.election.enable"],
                 auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],

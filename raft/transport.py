@@ -18,7 +18,7 @@ import grpc
 
 from common.clock import SYSTEM, Clock
 from common.net import REAL, Net
-from proto import MAX_GRPC_MESSAGE
+from proto import CHANNEL_OPTIONS
 from proto import raft_pb2 as pb
 from proto import raft_pb2_grpc as pb_grpc
 from proto.cluster_id import client_interceptors, refused_for_cluster_id
@@ -26,15 +26,6 @@ from raft import messages as m
 from raft.core import Voter
 
 log = logging.getLogger("krafty.raft.transport")
-
-CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 500),
-    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE),
-    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE),
-]
-
 
 def _opt(v: int | None) -> int:
     return -1 if v is None else v

@@ -371,7 +371,13 @@ class LogAppends:
             waited = max_ts - first_ts
         else:
             waited = now_ms - seg.created_ms
-        return waited > cfg.segment_ms
+        # below this bound no segment of this config rolls (its jitter share is < segment.jitter.ms):
+        # the per-append cost stays one comparison
+        jitter = cfg.segment_jitter_ms
+        if waited <= cfg.segment_ms - jitter and waited <= cfg.max_compaction_lag_ms - jitter:
+            return False
+        return seg.size > 0 and waited > cfg.max_segment_ms - cfg.roll_jitter_ms(self.topic, self.partition,
+                                                                                  seg.base_offset)
 
     @_locked
     def roll(self, now_ms: int, new_base: int | None = None) -> LogSegment:

@@ -4,7 +4,11 @@ Kafka's log cleaner in miniature, one log at a time:
 
 1. The cleanable range is every segment before the active one whose batches are all below
    the high watermark and the first offset of any undecided transaction (Kafka's
-   firstUncleanableOffset: the cleaner never judges a transaction before its marker).
+   firstUncleanableOffset: the cleaner never judges a transaction before its marker), and before
+   the first dirty segment with a record younger than min.compaction.lag.ms. A log is cleaned
+   when its dirty share of that range exceeds min.cleanable.dirty.ratio (1: never by the ratio,
+   as in Kafka), or when a dirty segment's first batch is older than max.compaction.lag.ms
+   (whatever the ratio).
 2. An offset map (key -> offset of its newest record) is built over that range, leaving out
    the records of aborted transactions (from the transaction indexes) and control batches.
 3. Each cleanable segment is rewritten to ``<base>.log.cleaned``: a batch whose records are
@@ -80,23 +84,49 @@ class CleanStats:
     records_removed: int = 0
 
 
-def dirty_ratio(lg, high_watermark: int | None = None) -> float:
-    segs = _cleanable(lg, _first_uncleanable(lg, high_watermark))
-    total = sum(s.size for s in segs)
-    if not total:
-        return 0.0
-    dirty = sum(s.size for s in segs if s.base_offset >= lg.cleaner_offset)
-    return dirty / total
+def dirty_ratio(lg, high_watermark: int | None = None, now_ms: int | None = None) -> float:
+    total, dirty = _cleanable_bytes(_cleanable(lg, _first_uncleanable(lg, high_watermark, now_ms)), lg.cleaner_offset)
+    return dirty / total if total else 0.0
 
 
-def _first_uncleanable(lg, high_watermark: int | None) -> int:
+def _cleanable_bytes(segs: list[LogSegment], first_dirty: int) -> tuple[int, int]:
+    """(bytes of the cleanable segments, the dirty part of them: past the cleaner's offset)."""
+    return sum(s.size for s in segs), sum(s.size for s in segs if s.base_offset >= first_dirty)
+
+
+def _dirty_inactive(lg) -> list[LogSegment]:
+    """The segments before the active one that hold offsets past the cleaner's (Kafka's
+    nonActiveLogSegmentsFrom(firstDirtyOffset))."""
+    segs = lg.segments
+    return [s for i, s in enumerate(segs[:-1]) if segs[i + 1].base_offset > lg.cleaner_offset]
+
+
+def _first_uncleanable(lg, high_watermark: int | None, now_ms: int | None = None) -> int:
     """The high watermark, or below it the first offset of a transaction that is open or whose
-    marker may not be replicated yet. Read without changing the producer state (the cleaner
-    runs in a worker thread while the loop appends)."""
+    marker may not be replicated yet, or of the first dirty segment holding a record younger than
+    min.compaction.lag.ms. Read without changing the producer state (the cleaner runs in a worker
+    thread while the loop appends)."""
     bound = lg.log_end_offset if high_watermark is None else high_watermark
     ps = lg.producer_state
     firsts = list(ps.ongoing) + [t.first_offset for t in list(ps.unreplicated.values()) if t.last_offset >= bound]
+    lag = lg.config.min_compaction_lag_ms
+    if lag > 0 and now_ms is not None:
+        young = next((s.base_offset for s in _dirty_inactive(lg) if s.max_timestamp > now_ms - lag), None)
+        if young is not None:
+            firsts.append(young)
     return min([bound, *firsts])
+
+
+def compaction_delay(lg, now_ms: int) -> int:
+    """How long past max.compaction.lag.ms the oldest uncompacted record is (0: not past it):
+    such a log is compacted whatever its dirty ratio (Kafka's maxCompactionDelay, by the first
+    batch timestamp of each dirty segment)."""
+    stamps = [s.first_batch_timestamp for s in _dirty_inactive(lg)
+              if s.first_batch_timestamp is not None and s.first_batch_timestamp > 0]
+    if not stamps:
+        return 0
+    until = now_ms - max(lg.config.max_compaction_lag_ms, 0)
+    return max(0, until - min(stamps))
 
 
 def _cleanable(lg, upper: int) -> list[LogSegment]:
@@ -123,8 +153,12 @@ def compact(lg, now_ms: int, *, high_watermark: int | None = None, force: bool =
     stats = CleanStats()
     if lg.closed or not lg.config.compact_enabled:
         return stats
-    segs = _cleanable(lg, _first_uncleanable(lg, high_watermark))
-    if not segs or (not force and dirty_ratio(lg, high_watermark) < lg.config.min_cleanable_dirty_ratio):
+    segs = _cleanable(lg, _first_uncleanable(lg, high_watermark, now_ms))
+    if not segs:
+        return stats
+    total, dirty = _cleanable_bytes(segs, lg.cleaner_offset)
+    if not force and not (dirty and compaction_delay(lg, now_ms) > 0) and (
+            not total or dirty / total <= lg.config.min_cleanable_dirty_ratio):
         return stats
     with lg.lock:
         if lg.closed:
@@ -418,12 +452,13 @@ def _swap(lg, seg: LogSegment, cleaned: str, txn_index: list[AbortedTxn]) -> Non
     segs = list(lg.segments)
     i = segs.index(seg)
     if new.size == 0 and i > 0:
-        new.delete()
+        new.delete(lg.config.file_delete_delay_ms / 1000)
         del segs[i]
     else:
         segs[i] = new
         new.release()
     lg.segments = segs
     lg._bases = [s.base_offset for s in segs]
-    # The old object's paths now name the new files: retire its descriptor, do not unlink.
-    seg.detach()
+    # The old object's paths now name the new files: retire its descriptor, do not unlink (the
+    # old data stays file.delete.delay.ms on disk, as Kafka's replaced segments do).
+    seg.detach(lg.config.file_delete_delay_ms / 1000)

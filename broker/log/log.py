@@ -188,7 +188,7 @@ class Log(LogRecovery, LogAppends, LogReads, LogRetention):
                 return None
             self.closed = self.deleted = True
             for s in self.segments:
-                s.detach()
+                s.detach(self.config.file_delete_delay_ms / 1000)
             doomed = f"{self.path}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
             try:
                 fio.rename(self.path, doomed)

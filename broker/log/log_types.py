@@ -12,6 +12,7 @@ import base64
 import functools
 import re
 import uuid
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -68,6 +69,10 @@ class LogConfig:
     message_timestamp_after_max_ms: int = 3_600_000
     min_cleanable_dirty_ratio: float = 0.5
     message_downconversion_enable: bool = True
+    segment_jitter_ms: int = 0
+    file_delete_delay_ms: int = 60_000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
 
     _FIELDS: ClassVar[dict[str, str]] = {
         "segment.bytes": "segment_bytes", "segment.ms": "segment_ms", "retention.ms": "retention_ms",
@@ -80,6 +85,8 @@ class LogConfig:
         "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
         "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
         "message.downconversion.enable": "message_downconversion_enable",
+        "segment.jitter.ms": "segment_jitter_ms", "file.delete.delay.ms": "file_delete_delay_ms",
+        "min.compaction.lag.ms": "min_compaction_lag_ms", "max.compaction.lag.ms": "max_compaction_lag_ms",
     }
 
     @classmethod
@@ -107,6 +114,24 @@ class LogConfig:
     @property
     def compact_enabled(self) -> bool:
         return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How long a segment may take before it is rolled (Kafka's LogConfig.maxSegmentMs): a
+        compacted log's by max.compaction.lag.ms at the latest, since the cleaner never touches
+        the active segment."""
+        if self.compact_enabled and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
+
+    def roll_jitter_ms(self, topic: str, partition: int, base_offset: int) -> int:
+        """The share of segment.jitter.ms this segment rolls early by: Kafka draws it at random per
+        segment; here it is a hash of the segment's name (spread as well, and the same in every
+        replay)."""
+        if self.segment_jitter_ms <= 0:
+            return 0
+        return zlib.crc32(f"{topic}-{partition}-{base_offset}".encode()) % min(self.segment_jitter_ms,
+                                                                             self.segment_ms)
 
 
 @dataclass(slots=True)

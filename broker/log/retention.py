@@ -34,7 +34,7 @@ class LogRetention:
         self._truncations += 1
         keep = [s for s in self.segments if s.base_offset < offset]
         for s in self.segments[len(keep):]:
-            s.delete()
+            s.delete(self.config.file_delete_delay_ms / 1000)
         if not keep:
             keep = [LogSegment.create(self.path, offset, **self._segment_kwargs(self.last_flush_ms))]
         else:
@@ -56,7 +56,7 @@ class LogRetention:
         self.abort_append()
         self._truncations += 1
         for s in self.segments:
-            s.delete()
+            s.delete(self.config.file_delete_delay_ms / 1000)
         seg = LogSegment.create(self.path, offset, **self._segment_kwargs(self.last_flush_ms))
         self.segments = [seg]
         self._bases = [offset]
@@ -140,7 +140,7 @@ class LogRetention:
         self.segments = keep
         self._bases = [s.base_offset for s in keep]
         for s in dead:
-            s.delete()
+            s.delete(self.config.file_delete_delay_ms / 1000)
         new_start = keep[0].base_offset
         if new_start > self._log_start_offset:
             self._log_start_offset = new_start

@@ -11,11 +11,12 @@ file.delete.delay.ms), so a fetch still sending from it by fd number stays safe.
 from __future__ import annotations
 
 import ctypes
+import heapq
+import itertools
 import logging
 import os
 import threading
 import weakref
-from collections import deque
 from collections.abc import Iterator
 
 from crc32c import crc32c
@@ -118,28 +119,52 @@ def filename_prefix(offset: int) -> str:
     return f"{offset:020d}"
 
 
-FILE_DELETE_DELAY_S = 60.0  # Kafka's file.delete.delay.ms
-GRAVEYARD_MAX = 1024  # beyond this the oldest retired descriptors are dropped early
-_graveyard: deque[tuple[float, SegmentFile]] = deque()
+FILE_DELETE_DELAY_S = 60.0  # Kafka's file.delete.delay.ms (the topic config's default)
+GRAVEYARD_MAX = 1024  # beyond this the retired descriptors due first are dropped early
+# a heap of [deadline, seq, file] by deadline; file None: rescheduled earlier (a stale entry)
+_graveyard: list[list] = []
+_graveyard_seq = itertools.count()
+_graveyard_lock = threading.Lock()
 _open_lock = threading.Lock()
 
 
-def retire(file: SegmentFile | None) -> None:
-    """Keep a deleted segment's descriptor open for FILE_DELETE_DELAY_S: a fetch response
-    may still be sending from it by fd number alone (and an fd number must not be reused
-    under it). Also reaps the expired ones."""
+def retire(file: SegmentFile | None, delay_s: float = FILE_DELETE_DELAY_S) -> list | None:
+    """Keep a segment's descriptor open for ``delay_s`` (a deleted segment's: its topic's
+    file.delete.delay.ms, so its data stays on disk that long, as Kafka's ``.deleted`` files
+    do): a fetch response still sending from it by fd number stays safe (an fd number must not
+    be reused under it). Also reaps the expired ones. Returns the graveyard entry (for
+    ``retire_sooner``)."""
     now = SYSTEM.monotonic()
+    entry = None
     if file is not None:
-        _graveyard.append((now + FILE_DELETE_DELAY_S, file))
+        entry = [now + delay_s, next(_graveyard_seq), file]
+        with _graveyard_lock:
+            heapq.heappush(_graveyard, entry)
     reap_retired(now)
+    return entry
+
+
+def retire_sooner(entries: list[list], delay_s: float) -> None:
+    """The descriptors of these graveyard entries go ``delay_s`` from now if that is sooner
+    (a released segment's file, once the segment is deleted: its file.delete.delay.ms rules)."""
+    deadline = SYSTEM.monotonic() + delay_s
+    with _graveyard_lock:
+        for e in entries:
+            file = e[2]
+            if file is not None and e[0] > deadline:
+                e[2] = None  # stale: skipped when popped
+                heapq.heappush(_graveyard, [deadline, next(_graveyard_seq), file])
+    reap_retired()
 
 
 def reap_retired(now: float | None = None) -> int:
     now = SYSTEM.monotonic() if now is None else now
     n = 0
-    while _graveyard and (_graveyard[0][0] <= now or len(_graveyard) > GRAVEYARD_MAX):
-        _graveyard.popleft()  # closed by SegmentFile.__del__ once no ReadSlice holds it
-        n += 1
+    with _graveyard_lock:
+        while _graveyard and (_graveyard[0][0] <= now or len(_graveyard) > GRAVEYARD_MAX):
+            e = heapq.heappop(_graveyard)
+            n += e[2] is not None
+            e[2] = None  # closed by SegmentFile.__del__ once no ReadSlice holds it
     return n
 
 
@@ -186,6 +211,7 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self._file: SegmentFile | None = None
+        self._released: list[list] = []  # graveyard entries of this segment's released descriptors
         self.deleted = False
         self.size = 0
         self.next_offset = base_offset  # offset after the last batch in the segment
@@ -273,8 +299,10 @@ class LogSegment:
 
     def release(self) -> None:
         """Drop the descriptor (kept open a while for in-flight sends). Reopened on demand."""
-        retire(self._file)
+        entry = retire(self._file)
         self._file = None
+        if entry is not None:
+            self._released = [e for e in self._released if e[2] is not None] + [entry]
 
     def close(self) -> None:
         """Write the final time index entry and the pending index entries; drop the file
@@ -329,9 +357,10 @@ class LogSegment:
         self.index.ensure_file()
         self.time_index.ensure_file()
 
-    def delete(self) -> None:
-        """Unlink the files. An in-flight sendfile keeps reading through its SegmentFile."""
-        self.detach()
+    def delete(self, delay_s: float = FILE_DELETE_DELAY_S) -> None:
+        """Unlink the files; the data stays ``delay_s`` on disk (see retire). An in-flight
+        sendfile keeps reading through its SegmentFile."""
+        self.detach(delay_s)
         for p in (self.log_path, self.index.path, self.time_index.path):
             try:
                 fio.unlink(p)
@@ -345,13 +374,16 @@ class LogSegment:
         self.index._ensure()
         self.time_index._ensure()
 
-    def detach(self) -> None:
+    def detach(self, delay_s: float = FILE_DELETE_DELAY_S) -> None:
         """This object no longer stands for the files at its paths (deleted, or replaced by a
         compacted copy): reads through it raise SegmentDeletedError, and its indexes never
         touch those paths again (another segment's files may be there now)."""
         self.deleted = True
-        retire(self._file)
+        retire(self._file, delay_s)
         self._file = None
+        if self._released:
+            retire_sooner(self._released, delay_s)
+            self._released = []
         self.index.detach()
         self.time_index.detach()
         self.txn_index.detach()

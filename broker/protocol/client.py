@@ -30,7 +30,11 @@ class KafkaConnection:
 
     @property
     def connected(self) -> bool:
-        return self._w is not None and not self._w.is_closing()
+        # a peer that closed the connection while it was idle (the other broker's
+        # connections.max.idle.ms, a restart) left an end of stream in the reader: the next
+        # request goes on a new connection, as Kafka's NetworkClient, which sees the close,
+        # instead of failing on the dead one
+        return self._w is not None and not self._w.is_closing() and not self._r.at_eof()
 
     async def connect(self, timeout: float = 5.0) -> None:
         sec = self.security
@@ -62,6 +66,7 @@ class KafkaConnection:
             if self._session_end is not None and self.clock.monotonic() > self._session_end:
                 self.close()
             if not self.connected:
+                self.close()
                 await self.connect()
             return await self._roundtrip(api_key, version, data, timeout)
 
@@ -69,6 +74,7 @@ class KafkaConnection:
         """A request the broker does not answer (Produce with acks=0)."""
         async with self._lock:
             if not self.connected:
+                self.close()
                 await self.connect()
             try:
                 self._w.write(self._frame(api_key, version, data))

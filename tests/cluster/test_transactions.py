@@ -9,6 +9,7 @@ With the data plane (WriteTxnMarkers, read_committed) also: every committed reco
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from confluent_kafka import Producer
@@ -161,3 +162,34 @@ def test_kill_9_of_a_partition_leader_mid_transaction(tcluster):
     finally:
         rc.close()
         ru.close()
+
+
+def test_first_produce_of_a_transaction_after_the_verification_connection_idled_out(tmp_path, request):
+    """A partition leader asks the transaction coordinator over a connection of its own (KIP-890
+    verification); the coordinator closes it after connections.max.idle.ms. The next
+    transaction's first batches must be verified over a new connection: on the dead one the
+    verification failed (NOT_ENOUGH_REPLICAS to the client) and, with two batches in flight, the
+    second got OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka answers by aborting the transaction
+    (its test 0137 failed so)."""
+    overrides = {**OVERRIDES, "connections.max.idle.ms": "1500"}
+    with running_cluster(tmp_path, request, overrides=overrides) as c:
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        wait_until(lambda: len(admin.list_topics(timeout=5).brokers) == c.n_brokers, 60, "all brokers registered")
+        topic = TOPIC + "-idle"
+        admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+        leaders = wait_until(lambda: {p.leader for p in admin.list_topics(topic, timeout=5).topics[topic]
+                                      .partitions.values() if p.leader >= 0}, 30, "leaders")
+        coord = wait_until(lambda: _coordinator(c, "tx-idle"), 30, "the coordinator of tx-idle")
+        assert leaders - {coord}, "a leader other than the coordinator asks over the network"
+        p = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "tx-idle", "batch.num.messages": 1,
+                      "linger.ms": 0})
+        p.init_transactions(60)
+        for rnd in range(3):
+            p.begin_transaction()
+            delivered: list = []
+            for i in range(6):
+                p.produce(topic, value=b"%d-%d" % (rnd, i), partition=i % 3,
+                          on_delivery=lambda err, _m, d=delivered: d.append(err))
+            p.commit_transaction(60)
+            assert delivered == [None] * 6, (rnd, delivered)
+            time.sleep(3)  # every broker connection of the verification is closed as idle

@@ -144,3 +144,64 @@ def test_delete_policy_topic_is_not_compacted(cnode):
     recs, low = _read_all(cnode.bootstrap, topic, end)
     assert low == 0
     assert [(o, k, v) for o, k, v in recs] == [(o, *written[o]) for o in sorted(written)]
+
+
+def test_max_compaction_lag_compacts_a_log_the_dirty_ratio_never_would(cnode):
+    """min.cleanable.dirty.ratio=1 never cleans by the ratio (Kafka: ratio > min); with
+    max.compaction.lag.ms=1 s the log is compacted once its oldest dirty record is that old,
+    and the active segment rolls by then, so the newest history is compacted too."""
+    topic = f"maxlag-{uuid.uuid4().hex[:6]}"
+    create_topic(cnode, topic, 1, {"cleanup.policy": "compact", "segment.bytes": "2048",
+                                   "min.cleanable.dirty.ratio": "1", "max.compaction.lag.ms": "1000"})
+    written, end = _produce_history(cnode.bootstrap, topic)
+    recs, low = _wait_read(cnode.bootstrap, topic, end, _history_keys_once, "max.compaction.lag.ms to compact the log")
+    assert low == 0
+    for off, k, v in recs:
+        assert written[off] == (k, v)
+
+
+def test_min_compaction_lag_keeps_young_records(cnode):
+    """min.compaction.lag.ms=1 h: every record is younger, so nothing is compacted whatever the
+    dirty ratio (the same history is compacted at once without it, see above)."""
+    topic = f"minlag-{uuid.uuid4().hex[:6]}"
+    create_topic(cnode, topic, 1, {"cleanup.policy": "compact", "segment.bytes": "2048",
+                                   "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "3600000"})
+    written, end = _produce_history(cnode.bootstrap, topic)
+    time.sleep(1.5)  # several cleaner passes (log.cleaner.backoff.ms=300)
+    recs, _low = _read_all(cnode.bootstrap, topic, end)
+    assert [(o, k, v) for o, k, v in recs] == [(o, *written[o]) for o in sorted(written)]
+
+
+def test_log_configs_through_admin_clients(cnode):
+    """The compaction lags, segment.jitter.ms, file.delete.delay.ms and the tiered-storage keys
+    are described and altered through confluent-kafka; a bad combination or value is
+    INVALID_CONFIG naming the key, on CreateTopics and IncrementalAlterConfigs alike."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    a = AdminClient({"bootstrap.servers": cnode.bootstrap})
+    topic = f"cfg-{uuid.uuid4().hex[:6]}"
+    create_topic(cnode, topic, 1, {"min.compaction.lag.ms": "100", "max.compaction.lag.ms": "60000",
+                                   "segment.jitter.ms": "5000", "file.delete.delay.ms": "0",
+                                   "remote.storage.enable": "false", "local.retention.ms": "-2"})
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    described = a.describe_configs([res])[res].result(30)
+    assert {k: described[k].value for k in ("min.compaction.lag.ms", "max.compaction.lag.ms", "segment.jitter.ms",
+                                            "file.delete.delay.ms", "remote.storage.enable")} == {
+        "min.compaction.lag.ms": "100", "max.compaction.lag.ms": "60000", "segment.jitter.ms": "5000",
+        "file.delete.delay.ms": "0", "remote.storage.enable": "false"}
+
+    for configs, key in (({"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"}, "max.compaction.lag.ms"),
+                         ({"remote.storage.enable": "true"}, "remote.storage.enable"),
+                         ({"segment.jitter.ms": "-1"}, "segment.jitter.ms"),
+                         ({"max.compaction.lag.ms": "0"}, "max.compaction.lag.ms")):
+        bad = f"bad-{uuid.uuid4().hex[:6]}"
+        with pytest.raises(KafkaException) as ei:
+            a.create_topics([NewTopic(bad, 1, 1, config=configs)])[bad].result(30)
+        assert ei.value.args[0].name() == "INVALID_CONFIG" and key in ei.value.args[0].str(), configs
+    alter = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("min.compaction.lag.ms", "120000", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as ei:
+        a.incremental_alter_configs([alter])[alter].result(30)
+    assert ei.value.args[0].name() == "INVALID_CONFIG" and "min.compaction.lag.ms" in ei.value.args[0].str()
+    assert a.describe_configs([res])[res].result(30)["min.compaction.lag.ms"].value == "100", "nothing changed"

@@ -3,7 +3,7 @@ import uuid
 
 import pytest
 
-from common.errors import ErrorCode
+from common.errors import ErrorCode, KafkaError
 from controller import topics as t
 from metadata import records as r
 from metadata.delta import MetadataDelta, image_from_records
@@ -129,3 +129,55 @@ def test_every_record_type_round_trips_through_encoding():
     for rec in samples:
         back = r.decode(r.encode(rec))
         assert back == rec and type(back) is type(rec), rec
+
+
+def test_topic_config_checks_across_keys_answer_invalid_config_naming_the_keys():
+    """Kafka's LogConfig.validate: min.compaction.lag.ms above max.compaction.lag.ms, tiered
+    storage asked of a broker without it, and each key's own range are INVALID_CONFIG naming
+    the key; the tiered-storage keys that need no remote storage are taken."""
+    img = _cluster(1)
+    bad = {"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"}
+    _, res = t.create_topics(img, [
+        t.NewTopic("a", configs=bad), t.NewTopic("b", configs={"remote.storage.enable": "true"}),
+        t.NewTopic("c", configs={"segment.jitter.ms": "-1"}), t.NewTopic("d", configs={"file.delete.delay.ms": "-5"}),
+        t.NewTopic("e", configs={"max.compaction.lag.ms": "0"}),
+        t.NewTopic("ok", configs={"min.compaction.lag.ms": "1000", "max.compaction.lag.ms": "1000",
+                                  "remote.storage.enable": "false", "local.retention.ms": "-2",
+                                  "segment.jitter.ms": "10", "file.delete.delay.ms": "0"})],
+        t.TopicDefaults(), random.Random(1))
+    assert [x.error for x in res] == [ErrorCode.INVALID_CONFIG] * 5 + [ErrorCode.NONE]
+    for x, key in zip(res, ("min.compaction.lag.ms", "remote.storage.enable", "segment.jitter.ms",
+                            "file.delete.delay.ms", "max.compaction.lag.ms"), strict=False):
+        assert key in x.message, x.message
+
+
+def test_altering_a_topic_config_checks_the_whole_config():
+    img = _cluster(1)
+    recs, _ = t.create_topics(img, [t.NewTopic("a", configs={"max.compaction.lag.ms": "1000"})], t.TopicDefaults(),
+                              random.Random(1))
+    img = image_from_records(recs, 10, 1, base=img)
+    with pytest.raises(KafkaError) as e:
+        t.alter_topic_configs(img, "a", [("min.compaction.lag.ms", 0, "2000")])
+    assert e.value.code == ErrorCode.INVALID_CONFIG and "max.compaction.lag.ms (1000)" in e.value.message
+    # the same change with the max removed in the same request is fine (the default max is unbounded)
+    assert len(t.alter_topic_configs(img, "a", [("min.compaction.lag.ms", 0, "2000"),
+                                               ("max.compaction.lag.ms", 1, None)])) == 2
+
+
+def test_the_whole_config_check_takes_unset_keys_from_the_controllers_defaults():
+    """Kafka checks a topic's configs over the broker's log defaults (extractLogConfigMap): with
+    log.cleaner.max.compaction.lag.ms=1000, a topic's min.compaction.lag.ms=5000 conflicts."""
+    from common.config import Config, topic_defaults
+    cfg = Config({"node.id": "1", "log.cleaner.max.compaction.lag.ms": "1000"})
+    defaults = t.TopicDefaults(1, 1, topic_defaults(cfg))
+    img = _cluster(1)
+    _, res = t.create_topics(img, [t.NewTopic("a", configs={"min.compaction.lag.ms": "5000"}),
+                                   t.NewTopic("b", configs={"min.compaction.lag.ms": "500"})], defaults,
+                             random.Random(1))
+    assert [x.error for x in res] == [ErrorCode.INVALID_CONFIG, ErrorCode.NONE]
+    assert "max.compaction.lag.ms (1000)" in res[0].message
+    recs, _ = t.create_topics(img, [t.NewTopic("c")], defaults, random.Random(1))
+    img = image_from_records(recs, 10, 1, base=img)
+    with pytest.raises(KafkaError) as e:
+        t.alter_topic_configs(img, "c", [("min.compaction.lag.ms", 0, "2000")], defaults)
+    assert e.value.code == ErrorCode.INVALID_CONFIG

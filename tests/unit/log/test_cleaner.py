@@ -144,6 +144,17 @@ def test_min_cleanable_dirty_ratio_is_the_topics(tmp_path):
         assert (compact(log, now_ms=2000).segments > 0) is cleaned
 
 
+def test_a_log_is_cleaned_once_its_dirty_ratio_exceeds_the_minimum(tmp_path):
+    """Kafka's cleanableRatio > minCleanableRatio: a log never cleaned is all dirty (ratio 1),
+    cleaned with any ratio below 1 and never by the ratio with min.cleanable.dirty.ratio=1 (only
+    max.compaction.lag.ms, or a forced pass, cleans it then)."""
+    for ratio, cleaned in (("0.99", True), ("1", False)):
+        log = open_log(tmp_path / ratio, segment_bytes=400, min_cleanable_dirty_ratio=ratio)
+        fill(log)
+        assert dirty_ratio(log) == 1.0
+        assert (compact(log, now_ms=2000).segments > 0) is cleaned, ratio
+
+
 def test_min_cleanable_dirty_ratio_is_checked():
     from common.config import TOPIC_KEYS, ConfigError
     assert TOPIC_KEYS["min.cleanable.dirty.ratio"].convert("0.25") == 0.25
@@ -257,3 +268,91 @@ def test_undecodable_batch_is_kept_and_logged_and_every_other_log_is_compacted(t
         kept = [h.records_count for s in lg.segments for h in s.iter_headers(0)]
         assert all(c in kept for c in hostile_counts), "the undecodable batches are kept"
     mgr.close()
+
+
+def test_max_compaction_lag_cleans_a_log_below_its_dirty_ratio(tmp_path):
+    """max.compaction.lag.ms (librdkafka's 0077 creates its topic with 100 ms): once the first
+    batch of a dirty segment is older than it, the log is compacted whatever its dirty ratio;
+    before that, or without it, the ratio decides (here: too little new data)."""
+    for lag, now, cleaned in ((None, 2000, False), ("100", 1050, False), ("100", 2000, True)):
+        d = tmp_path / f"{lag}-{now}"
+        log = open_log(d, segment_bytes=400, **({"max_compaction_lag_ms": lag} if lag else {}))
+        fill(log, rounds=2, keys=[b"k%d" % i for i in range(60)])
+        assert compact(log, now_ms=2000).segments > 0
+        fill(log, rounds=3)  # stamped 1000..1002
+        assert 0 < dirty_ratio(log) < 0.5
+        assert (compact(log, now_ms=now).segments > 0) is cleaned, (lag, now)
+
+
+def test_min_compaction_lag_leaves_young_segments_dirty(tmp_path):
+    """min.compaction.lag.ms: the cleaner stops at the first dirty segment holding a record
+    younger than the lag; what is before it is cleaned, it and what follows are not."""
+    log = open_log(tmp_path, segment_bytes=400, min_compaction_lag_ms="500")
+    for i in range(8):
+        for k in (b"a", b"b", b"c"):
+            put(log, [(k, b"%s-%d" % (k, i) + b"." * 60)], ts=1000 + 100 * i)
+    young_from = next(s.base_offset for s in log.segments if s.max_timestamp > 1700 - 500)
+    before = contents(log)
+    assert compact(log, now_ms=1000).segments == 0  # everything younger than 500 ms
+    assert compact(log, now_ms=1700).segments > 0
+    after = contents(log)
+    assert [r for r in after if r[0] >= young_from] == [r for r in before if r[0] >= young_from]
+    assert len([r for r in after if r[0] < young_from]) < len([r for r in before if r[0] < young_from])
+
+
+def test_a_compacted_log_rolls_its_segment_by_max_compaction_lag(tmp_path):
+    """Kafka's LogConfig.maxSegmentMs: the cleaner never touches the active segment, so a
+    compacted topic's segment rolls once its records span max.compaction.lag.ms (segment.ms
+    is 7 days here); a delete-policy topic ignores the key."""
+    for policy, rolled in (("compact", True), ("delete", False)):
+        log = open_log(tmp_path / policy, cleanup_policy=policy, max_compaction_lag_ms="100")
+        put(log, [(b"a", b"1")], ts=1000)
+        put(log, [(b"a", b"2")], ts=1090)
+        assert len(log.segments) == 1
+        put(log, [(b"a", b"3")], ts=1200)
+        assert (len(log.segments) == 2) is rolled
+
+
+def test_segment_jitter_rolls_each_segment_a_little_early(tmp_path):
+    """segment.jitter.ms: each segment rolls up to that much before segment.ms, by a share of its
+    own (spread over partitions, the same on every run)."""
+    log = open_log(tmp_path, cleanup_policy="delete", segment_ms="1000", segment_jitter_ms="800")
+    jitter = log.config.roll_jitter_ms("t", 0, 0)
+    assert 0 <= jitter < 800
+    assert len({log.config.roll_jitter_ms("t", p, 0) for p in range(20)}) > 10
+    put(log, [(b"a", b"1")], ts=1000)
+    put(log, [(b"a", b"2")], ts=1000 + 1000 - jitter)  # not past the jittered limit yet
+    assert len(log.segments) == 1
+    put(log, [(b"a", b"3")], ts=1000 + 1000 - jitter + 1)
+    assert len(log.segments) == 2
+
+
+def _fds_on_deleted_files(path) -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        n += target.startswith(str(path)) and target.endswith(" (deleted)")
+    return n
+
+
+@pytest.mark.parametrize("how", ["retention", "truncate_fully"])
+def test_file_delete_delay_is_how_long_a_deleted_segment_stays_on_disk(tmp_path, how):
+    """file.delete.delay.ms: a segment deleted by retention or a full truncation keeps its data
+    on disk (its descriptors held, also those released earlier) for the topic's delay, 60 s by
+    default; 0 frees it at once."""
+    for delay, held in ((None, True), ("0", False)):
+        d = tmp_path / str(delay)
+        log = open_log(d, cleanup_policy="delete", segment_bytes=400, retention_bytes="400",
+                       **({"file_delete_delay_ms": delay} if delay else {}))
+        fill(log)
+        for s in log.segments:
+            s.fd  # noqa: B018 - every segment's file open, as after reads
+        if how == "retention":
+            assert log.apply_retention(2000) > 0
+        else:
+            log.truncate_fully_and_start_at(log.log_end_offset + 10)
+        assert (_fds_on_deleted_files(d) > 0) is held, delay
+        log.close()

@@ -63,12 +63,16 @@ class KafkaConnection:
         response (a kio object). Raises ConnectionError/TimeoutError on failure, after which
         the connection is closed."""
         async with self._lock:
-            if self._session_end is not None and self.clock.monotonic() > self._session_end:
-                self.close()
-            if not self.connected:
-                self.close()
-                await self.connect()
+            await self._ready()
             return await self._roundtrip(api_key, version, data, timeout)
+
+    async def _ready(self) -> None:
+        """Connected, on a connection whose SASL session (KIP-368) has not expired."""
+        if self._session_end is not None and self.clock.monotonic() > self._session_end:
+            self.close()
+        if not self.connected:
+            self.close()
+            await self.connect()
 
     async def send_only(self, api_key: int, version: int, data: dict) -> None:
         """A request the broker does not answer (Produce with acks=0)."""
@@ -86,10 +90,7 @@ class KafkaConnection:
     async def request_encoded(self, api_key: int, version: int, body: bytes, timeout: float = 30.0):
         """``request`` with a request body the caller encoded (broker/apis/wire.py)."""
         async with self._lock:
-            if self._session_end is not None and self.clock.monotonic() > self._session_end:
-                self.close()
-            if not self.connected:
-                await self.connect()
+            await self._ready()
             raw, pos = await self._exchange(api_key, version, self._frame_body(api_key, version, body), timeout)
             return codec._reader(codec.response_type(api_key, version))(raw, pos)[0]
 

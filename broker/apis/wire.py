@@ -489,3 +489,42 @@ def _encode_fetch_response_v0_3(version: int, topics: list[tuple[str, uuid.UUID,
             rec = p.records or b""
             out += _i.pack(p.index) + _hq.pack(p.error, p.high_watermark) + _i.pack(len(rec)) + rec
     return [bytes(out)]
+
+
+# --- the follower's side of Fetch v12 (broker/replica/fetcher.py) --------------------------------
+# The replica fetchers send a Fetch on every replication round trip (about four per replicated
+# write with two followers): written here, flat, instead of through the generated codec's objects
+# (build_request + encode: 160-450 us a request on this machine, this: ~9 us). Its answer is read
+# by the generated codec, which is as fast as a hand-written reader for it.
+
+REPLICA_FETCH_VERSION = 12  # flexible, topic names, diverging epochs (KIP-320)
+_iiiibii = struct.Struct(">iiiibii")
+_iiqiqi_ = struct.Struct(">iiqiqi")
+
+
+def encode_replica_fetch(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, session_id: int,
+                         session_epoch: int, topics: dict[str, list[tuple[int, int, int, int, int, int]]],
+                         forgotten: dict[str, list[int]], rack_id: str = "") -> bytes:
+    """The body of a follower's Fetch v12 (isolation_level 0): ``topics`` maps a topic to its
+    (partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset,
+    partition_max_bytes), ``forgotten`` a topic to the partitions leaving the fetch session.
+    The bytes the generated codec writes for the same request (tests/unit/test_wire.py)."""
+    out = bytearray(_iiiibii.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch))
+    out += _uvarint(len(topics) + 1)
+    for name, parts in topics.items():
+        out += _compact_str(name)
+        out += _uvarint(len(parts) + 1)
+        for p in parts:
+            out += _iiqiqi_.pack(*p)
+            out += b"\x00"
+        out += b"\x00"
+    out += _uvarint(len(forgotten) + 1)
+    for name, ps in forgotten.items():
+        out += _compact_str(name)
+        out += _uvarint(len(ps) + 1)
+        for p in ps:
+            out += _i.pack(p)
+        out += b"\x00"
+    out += _compact_str(rack_id)
+    out += b"\x00"
+    return bytes(out)

@@ -63,12 +63,16 @@ class KafkaConnection:
         response (a kio object). Raises ConnectionError/TimeoutError on failure, after which
         the connection is closed."""
         async with self._lock:
-            if self._session_end is not None and self.clock.monotonic() > self._session_end:
-                self.close()
-            if not self.connected:
-                self.close()
-                await self.connect()
+            await self._ready()
             return await self._roundtrip(api_key, version, data, timeout)
+
+    async def _ready(self) -> None:
+        """Connected, on a connection whose SASL session (KIP-368) has not expired."""
+        if self._session_end is not None and self.clock.monotonic() > self._session_end:
+            self.close()
+        if not self.connected:
+            self.close()
+            await self.connect()
 
     async def send_only(self, api_key: int, version: int, data: dict) -> None:
         """A request the broker does not answer (Produce with acks=0)."""
@@ -83,9 +87,18 @@ class KafkaConnection:
                 self.close()
                 raise ConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None
 
+    async def request_encoded(self, api_key: int, version: int, body: bytes, timeout: float = 30.0):
+        """``request`` with a request body the caller encoded (broker/apis/wire.py)."""
+        async with self._lock:
+            await self._ready()
+            raw, pos = await self._exchange(api_key, version, self._frame_body(api_key, version, body), timeout)
+            return codec._reader(codec.response_type(api_key, version))(raw, pos)[0]
+
     def _frame(self, api_key: int, version: int, data: dict) -> bytes:
+        return self._frame_body(api_key, version, codec.encode(codec.build_request(api_key, version, data)))
+
+    def _frame_body(self, api_key: int, version: int, body: bytes) -> bytes:
         self._cid += 1
-        body = codec.encode(codec.build_request(api_key, version, data))
         cb = self.client_id.encode()
         header = struct.pack(">hhih", api_key, version, self._cid, len(cb)) + cb
         if is_flexible(api_key, version):
@@ -93,7 +106,12 @@ class KafkaConnection:
         return _I32.pack(len(header) + len(body)) + header + body
 
     async def _roundtrip(self, api_key: int, version: int, data: dict, timeout: float = 30.0):
-        frame = self._frame(api_key, version, data)
+        raw, pos = await self._exchange(api_key, version, self._frame(api_key, version, data), timeout)
+        obj, _ = codec._reader(codec.response_type(api_key, version))(raw, pos)
+        return obj
+
+    async def _exchange(self, api_key: int, version: int, frame: bytes, timeout: float) -> tuple[bytes, int]:
+        """Sends one framed request; returns the response frame and the offset of its body."""
         cid = self._cid
         try:
             self._w.write(frame)
@@ -115,8 +133,7 @@ class KafkaConnection:
                 _, pos = codec.read_uvarint(raw, pos)
                 size, pos = codec.read_uvarint(raw, pos)
                 pos += size
-        obj, _ = codec._reader(codec.response_type(api_key, version))(raw, pos)
-        return obj
+        return raw, pos
 
     def close(self) -> None:
         if self._w is not None:

@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from broker.apis import wire
 from broker.fetch_session import FetchSessionHandler, PartitionData
 from broker.group.records import java_string_hashcode
 from broker.log.batch import parse_batches
@@ -37,7 +38,7 @@ from common.errors import ErrorCode, KafkaError
 log = logging.getLogger("krafty.replica.fetcher")
 
 TopicPartition = tuple[str, int]
-FETCH_VERSION = 12  # flexible, topic names, diverging epochs (KIP-320)
+FETCH_VERSION = wire.REPLICA_FETCH_VERSION  # 12: flexible, topic names, diverging epochs (KIP-320)
 OFLE_VERSION = 4
 LIST_OFFSETS_VERSION = 4
 
@@ -173,20 +174,15 @@ class FetcherThread:
         session_id, epoch, send, forget = self.session.build(wanted)
         by_topic: dict[str, list] = {}
         for (topic, pid), d in send.items():
-            by_topic.setdefault(topic, []).append({
-                "partition": pid, "current_leader_epoch": d.current_leader_epoch, "fetch_offset": d.fetch_offset,
-                "last_fetched_epoch": d.last_fetched_epoch, "log_start_offset": d.log_start_offset,
-                "partition_max_bytes": d.partition_max_bytes})
+            by_topic.setdefault(topic, []).append((pid, d.current_leader_epoch, d.fetch_offset, d.last_fetched_epoch,
+                                                   d.log_start_offset, d.partition_max_bytes))
         forgotten: dict[str, list] = {}
         for topic, pid in forget:
             forgotten.setdefault(topic, []).append(pid)
         wait_ms = cfg["replica.fetch.wait.max.ms"]
-        resp = await conn.request(ApiKey.FETCH, FETCH_VERSION, {
-            "replica_id": self.m.broker_id, "max_wait": wait_ms, "min_bytes": cfg["replica.fetch.min.bytes"],
-            "max_bytes": cfg["replica.fetch.response.max.bytes"], "isolation_level": 0, "session_id": session_id,
-            "session_epoch": epoch, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()],
-            "rack_id": ""}, timeout=wait_ms / 1000 + 30)
+        body = wire.encode_replica_fetch(self.m.broker_id, wait_ms, cfg["replica.fetch.min.bytes"],
+                                         cfg["replica.fetch.response.max.bytes"], session_id, epoch, by_topic, forgotten)
+        resp = await conn.request_encoded(ApiKey.FETCH, FETCH_VERSION, body, timeout=wait_ms / 1000 + 30)
         answers = {(t.topic, p.partition_index): p for t in resp.responses for p in t.partitions}
         unchanged = self.session.on_response(int(resp.error_code), int(resp.session_id),
                                              {tp: (p.high_watermark, p.log_start_offset) for tp, p in answers.items()})

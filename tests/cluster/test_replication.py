@@ -19,9 +19,14 @@ def _admin(c) -> AdminClient:
     return AdminClient({"bootstrap.servers": c.bootstrap})
 
 
-def _create(c, name: str, partitions: int = 1, rf: int = 3, config=None) -> None:
-    a = _admin(c)
+def _brokers_up(c, a: AdminClient | None = None) -> AdminClient:
+    a = a or _admin(c)
     wait_until(lambda: len(a.list_topics(timeout=5).brokers) == c.n_brokers, 90, "all brokers registered")
+    return a
+
+
+def _create(c, name: str, partitions: int = 1, rf: int = 3, config=None) -> None:
+    a = _brokers_up(c)
     a.create_topics([NewTopic(name, partitions, rf, config=config or {})])[name].result(30)
     wait_until(lambda: all(p.leader >= 0 and len(p.isrs) == rf for p in
                            a.list_topics(name, timeout=5).topics[name].partitions.values()), 30, "leaders and ISR")
@@ -104,6 +109,7 @@ def test_kafka_python_acks_all_stream_survives_leader_kill_and_return(tmp_path, 
 def _kafka_python_kill_stream(cluster):
     from kafka import KafkaProducer
 
+    _brokers_up(cluster)  # the producer's bootstrap gives up on brokers still starting (load ~30: >10 s)
     p = KafkaProducer(bootstrap_servers=cluster.bootstrap.split(","), acks="all", enable_idempotence=True,
                       linger_ms=2, retries=2**31 - 1, delivery_timeout_ms=120000, request_timeout_ms=30000,
                       max_in_flight_requests_per_connection=5)

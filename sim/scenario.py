@@ -99,6 +99,7 @@ class Checker:
         self.n = 0
         self.version = -1
         self.watch: list = []
+        self.by_owner: dict = {}  # process -> its entry of watch
 
     def _watch_list(self) -> list:
         """[nid, process, core, loader, last hw, last image] of every running node whose
@@ -111,6 +112,8 @@ class Checker:
         return out
 
     def step(self) -> None:
+        """After every batch of callbacks: the nodes whose code ran in it are looked at (only
+        their own callbacks change a node's Raft state or image), and every node every 20th."""
         w = self.w
         self.n += 1
         if w.failure is not None:
@@ -118,8 +121,16 @@ class Checker:
         if self.version != w.version:
             self.version = w.version
             self.watch = self._watch_list()
+            self.by_owner = {ent[1]: ent for ent in self.watch}
+        ran = w.loop.ran
+        if self.n % 20 == 0:
+            entries = self.watch
+        else:
+            by_owner = self.by_owner
+            entries = [by_owner[o] for o in ran if o in by_owner]
+        ran.clear()
         leader = Role.LEADER
-        for ent in self.watch:
+        for ent in entries:
             core = ent[2]
             if core.role is leader:
                 prev = self.leaders.setdefault(core.epoch, ent[0])
@@ -136,10 +147,6 @@ class Checker:
             if len(self.watch) != sum(1 for p in w.procs.values() if p.alive):
                 self.version = -1  # a node still starting: look again
             self._hw_monotonic()
-            for nid in w.controller_ids:
-                n = w.node(nid)
-                if n is not None:
-                    self.fenced.update(b for b, reg in n.loader.image.brokers.items() if reg.fenced)
 
     def _committed(self, nid: int, key, core) -> None:
         """The metadata log's committed entries of one node agree with every other node's."""
@@ -159,6 +166,8 @@ class Checker:
     def _image(self, nid: int, key, img) -> None:
         """A node's metadata image, each time it changes: what the controller managers promise."""
         w = self.w
+        if nid in w.controller_ids:
+            self.fenced.update(b for b, reg in img.brokers.items() if reg.fenced)
         if len(img.topics_by_name) != len(img.topics_by_id):
             raise w.violation(f"node {nid}: two topics share a name at metadata offset {img.offset}")
         for t in img.topics_by_id.values():
@@ -179,20 +188,23 @@ class Checker:
 
     def _hw_monotonic(self) -> None:
         w = self.w
+        part_hw = self.part_hw
         for nid in w.broker_ids:
-            n = w.node(nid)
+            p = w.procs.get(nid)
+            n = p.node if p is not None and p.alive else None
             if n is None or n.broker is None or n.broker.replicas is None:
                 continue
-            for tp, part in list(n.broker.replicas.partitions.items()):
+            owner = p.owner
+            for tp, part in n.broker.replicas.partitions.items():
                 st = part.state
-                if not st.is_leader:
+                if st.leader != st.local_broker:
                     continue
-                key = (w.procs[nid].owner, tp, st.leader_epoch)
+                key = (owner, tp, st.leader_epoch)
                 hw = st.high_watermark
-                if hw < self.part_hw.get(key, -1):
-                    raise w.violation(f"high watermark of {tp} went back from {self.part_hw[key]} to {hw} on "
+                if hw < part_hw.get(key, -1):
+                    raise w.violation(f"high watermark of {tp} went back from {part_hw[key]} to {hw} on "
                                       f"leader {nid} in epoch {st.leader_epoch}")
-                self.part_hw[key] = hw
+                part_hw[key] = hw
 
 
 @dataclasses.dataclass
@@ -286,6 +298,17 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
             w.note(f"{errno.errorcode[f.arg]} on the next partition log write of {f.node} in {os.path.basename(d)}")
 
 
+def _all_done(tasks: list[asyncio.Task]):
+    """A stop condition of ``World.run_for`` (asked after every step): all ``tasks`` are done."""
+    left = [len(tasks)]
+
+    def one_done(_t) -> None:
+        left[0] -= 1
+    for t in tasks:
+        t.add_done_callback(one_done)
+    return lambda: left[0] == 0
+
+
 def _restart_failed(w: World, down: set[int]) -> None:
     """A node whose metadata log stopped (a disk error) exits; the operator restarts it."""
     for nid, p in list(w.procs.items()):
@@ -316,7 +339,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     loop = w.loop
     for n in w.controller_ids + w.broker_ids:
         w.start(n)
-    if not w.run_for(60, lambda: all(p.task.done() for p in w.procs.values())):
+    if not w.run_for(60, _all_done([p.task for p in w.procs.values()])):
         raise w.violation("the cluster did not start within 60 s")
     for p in w.procs.values():
         if p.task.exception() is not None:
@@ -357,7 +380,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     # heal: every fault ends (scheduled ends may still be pending: force them)
     w.net.heal()
     w.net.loss = 0.0
-    if not w.run_for(LIVENESS_S, lambda: all(t.done() for t in tasks)):
+    if not w.run_for(LIVENESS_S, _all_done(tasks)):
         raise w.violation(f"producers and consumer did not finish within {LIVENESS_S} s of healing "
                           f"(still down: {sorted(down)})")
     for t in tasks:

@@ -28,7 +28,7 @@ from broker.replica.follower import (
     Truncate,
     TruncateFullyAndStartAt,
 )
-from common.clock import SYSTEM, Clock
+from common.clock import SYSTEM, Clock, wait_event
 from common.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("krafty.replica.fetcher")
@@ -98,10 +98,7 @@ class FetcherThread:
                 fetches.append((tp, fs, act))
         if not ofle and not fetches:
             self.wake.clear()
-            try:
-                await asyncio.wait_for(self.wake.wait(), 0.1)
-            except TimeoutError:
-                pass
+            await wait_event(self.wake, 0.1)
             return
         conn = self._connection()
         try:
@@ -212,8 +209,7 @@ class FetcherThread:
                 leader_log_end_offset=await self._leader_end(conn, tp, act) if err == ErrorCode.OFFSET_OUT_OF_RANGE
                 else -1)
             effects = fs.on_fetch_response(act, part.log, answer, now)
-            todo.append((tp, part, fs, effects, (records, headers),
-                         f"fetch({act.fetch_offset}, last epoch {act.last_fetched_epoch}) -> {answer}"))
+            todo.append((tp, part, fs, effects, (records, headers), _Why(act, answer)))
         await self.m.apply_all(todo)
 
     async def _leader_end(self, conn: KafkaConnection, tp: TopicPartition, act) -> int:
@@ -231,6 +227,19 @@ class FetcherThread:
             pass
         if self.conn:
             self.conn.close()
+
+
+class _Why:
+    """Why a fetch answer's effects were applied, written out only if a truncation logs it (the
+    answer's repr costs more than the rest of a fetch round)."""
+
+    __slots__ = ("act", "answer")
+
+    def __init__(self, act, answer) -> None:
+        self.act, self.answer = act, answer
+
+    def __str__(self) -> str:
+        return f"fetch({self.act.fetch_offset}, last epoch {self.act.last_fetched_epoch}) -> {self.answer}"
 
 
 def _epochs(cache) -> list[tuple[int, int]]:

@@ -21,7 +21,7 @@ import logging
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
 from broker.txn.state import MARKER_RETRIABLE, PARTITION_DELETED, MarkerJob, TxnCoordinatorCore
-from common.clock import SYSTEM, Clock
+from common.clock import SYSTEM, Clock, wait_event
 
 log = logging.getLogger("krafty.txn.markers")
 
@@ -77,10 +77,7 @@ class TxnMarkerSender:
                 log.exception("transaction marker round failed")
                 delay = 1.0
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), delay)
-            except TimeoutError:
-                pass
+            await wait_event(self._wake, delay)
 
     def round(self) -> float:
         """Send what can be sent; returns how long to wait at most before the next round."""

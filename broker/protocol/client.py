@@ -47,7 +47,7 @@ class KafkaConnection:
             from broker.security.sasl import client_authenticate
 
             try:
-                lifetime_ms = await client_authenticate(self._roundtrip, sec)
+                lifetime_ms = await client_authenticate(self._roundtrip, sec, self.clock)
             except BaseException:
                 self.close()
                 raise

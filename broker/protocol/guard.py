@@ -25,6 +25,30 @@ _i16 = struct.Struct(">h")
 _i32 = struct.Struct(">i")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _F:
+    name: str
+    kafka_type: str | None
+    array: bool
+    nullable: bool
+    entity: type | None
+    tagged: bool
+
+
+@functools.cache
+def _schema(cls) -> tuple[tuple[_F, ...], bool]:
+    """The fields of ``cls`` and whether it is flexible (also the fuzzer's map of a request)."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        tp, nullable = _unwrap(hints[f.name])
+        array = typing.get_origin(tp) is tuple
+        inner = typing.get_args(tp)[0] if array else tp
+        entity = inner if dataclasses.is_dataclass(inner) else None
+        out.append(_F(f.name, f.metadata.get("kafka_type"), array, nullable, entity, "tag" in f.metadata))
+    return tuple(out), bool(getattr(cls, "__flexible__", False))
+
+
 # kinds of a field's value, as the walker reads them
 _SKIP, _STRING, _BYTES, _ENTITY, _NULLABLE_ENTITY = range(5)
 
@@ -34,16 +58,12 @@ def _plan(cls) -> tuple[tuple, bool]:
     """The untagged fields of ``cls`` as (name, kind, fixed size, is an array, nullable, entity),
     and whether the message is flexible: worked out once per class (this check runs before every
     request the generated decoder reads)."""
-    hints = typing.get_type_hints(cls)
+    fields, flexible = _schema(cls)
     out = []
-    for f in dataclasses.fields(cls):
-        if "tag" in f.metadata:
+    for f in fields:
+        if f.tagged:
             continue
-        tp, nullable = _unwrap(hints[f.name])
-        array = typing.get_origin(tp) is tuple
-        inner = typing.get_args(tp)[0] if array else tp
-        entity = inner if dataclasses.is_dataclass(inner) else None
-        kt = f.metadata.get("kafka_type")
+        name, kt, array, nullable, entity = f.name, f.kafka_type, f.array, f.nullable, f.entity
         if kt in _FIXED:
             kind, size = _SKIP, _FIXED[kt]
         elif kt == "string":
@@ -56,8 +76,8 @@ def _plan(cls) -> tuple[tuple, bool]:
             kind, size = (_NULLABLE_ENTITY if nullable and not array else _ENTITY), 0
         else:
             raise FramingError(f"unknown field type {kt}")
-        out.append((f.name, kind, size, array, nullable, entity))
-    return tuple(out), bool(getattr(cls, "__flexible__", False))
+        out.append((name, kind, size, array, nullable, entity))
+    return tuple(out), flexible
 
 
 class _Walker:

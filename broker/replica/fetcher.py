@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from broker.apis import wire
 from broker.fetch_session import FetchSessionHandler, PartitionData
 from broker.log.batch import parse_batches
 from broker.log.log import AppendAborted
@@ -155,28 +156,28 @@ class FetcherThread:
         wanted = {tp: PartitionData(tp[1], act.fetch_offset, cfg["replica.fetch.max.bytes"], act.current_leader_epoch,
                                     act.last_fetched_epoch, act.log_start_offset) for tp, _, act in items}
         session_id, epoch, send, forget = self.session.build(wanted)
-        by_topic: dict[str, list] = {}
-        for (topic, pid), d in send.items():
-            by_topic.setdefault(topic, []).append({
-                "partition": pid, "current_leader_epoch": d.current_leader_epoch, "fetch_offset": d.fetch_offset,
-                "last_fetched_epoch": d.last_fetched_epoch, "log_start_offset": d.log_start_offset,
-                "partition_max_bytes": d.partition_max_bytes})
-        forgotten: dict[str, list] = {}
+        by_topic: dict[str, wire.FetchTopicRequest] = {}
+        for (topic, _), d in send.items():
+            t = by_topic.get(topic)
+            if t is None:
+                t = by_topic[topic] = wire.FetchTopicRequest(topic, None, [])
+            t.partitions.append(d)
+        forgotten: dict[str, wire.ForgottenTopic] = {}
         for topic, pid in forget:
-            forgotten.setdefault(topic, []).append(pid)
+            forgotten.setdefault(topic, wire.ForgottenTopic(topic, None, [])).partitions.append(pid)
         wait_ms = cfg["replica.fetch.wait.max.ms"]
-        resp = await conn.request(ApiKey.FETCH, FETCH_VERSION, {
-            "replica_id": self.m.broker_id, "max_wait": wait_ms, "min_bytes": cfg["replica.fetch.min.bytes"],
-            "max_bytes": cfg["replica.fetch.response.max.bytes"], "isolation_level": 0, "session_id": session_id,
-            "session_epoch": epoch, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()],
-            "rack_id": ""}, timeout=wait_ms / 1000 + 30)
-        answers = {(t.topic, p.partition_index): p for t in resp.responses for p in t.partitions}
-        unchanged = self.session.on_response(int(resp.error_code), int(resp.session_id),
+        body = wire.encode_fetch_request(FETCH_VERSION, wire.FetchRequest(
+            wait_ms, cfg["replica.fetch.min.bytes"], list(by_topic.values()), replica_id=self.m.broker_id,
+            max_bytes=cfg["replica.fetch.response.max.bytes"], session_id=session_id, session_epoch=epoch,
+            forgotten_topics_data=list(forgotten.values())))
+        resp = wire.parse_fetch_response(await conn.request_body(ApiKey.FETCH, FETCH_VERSION, body,
+                                                                 timeout=wait_ms / 1000 + 30), FETCH_VERSION)
+        answers = {(t, p.index): p for t, _, parts in resp.topics for p in parts}
+        unchanged = self.session.on_response(resp.error, resp.session_id,
                                              {tp: (p.high_watermark, p.log_start_offset) for tp, p in answers.items()})
         if unchanged is None:
             log.info("fetch session with leader %d failed (%s): starting a new one", self.leader_id,
-                     ErrorCode(int(resp.error_code)).name)
+                     ErrorCode(resp.error).name)
         now = self.m.clock.monotonic_ms()
         todo = []
         for tp, fs, act in items:
@@ -193,8 +194,8 @@ class FetcherThread:
                 else:
                     fs.on_request_failed(act, now)
                 continue
-            err = ErrorCode(int(p.error_code))
-            records = bytes(p.records) if p.records else b""
+            err = ErrorCode(p.error)
+            records = p.records or b""
             self.m.leader_hw[tp] = p.high_watermark  # for MaxLag and ReplicationBytesIn (broker metrics)
             self.m.bytes_in += len(records)
             if records and self.m.rm.follower_quota.enabled and self._follower_throttled(tp, part):
@@ -203,7 +204,7 @@ class FetcherThread:
             div = p.diverging_epoch
             answer = FetchAnswer(
                 error=err, high_watermark=p.high_watermark, log_start_offset=p.log_start_offset,
-                diverging_epoch=(div.epoch, div.end_offset) if div.epoch >= 0 or div.end_offset >= 0 else None,
+                diverging_epoch=div if div is not None and (div[0] >= 0 or div[1] >= 0) else None,
                 records_first_offset=headers[0].base_offset if headers else None,
                 records_next_offset=headers[-1].last_offset + 1 if headers else None,
                 leader_log_end_offset=await self._leader_end(conn, tp, act) if err == ErrorCode.OFFSET_OUT_OF_RANGE

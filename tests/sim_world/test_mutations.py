@@ -87,6 +87,20 @@ def test_power_loss_of_the_last_isr_member_keeps_acknowledged_writes(monkeypatch
     run_seed(1, safety_s=6.0, faults=LAST_ISR_POWER_LOSS)
 
 
+# Brokers 6 then 5 restart (out of the ISR, then back in when caught up) and stutter meanwhile
+# (40 ms pauses every 90 ms), so that one is often stopped while its return to the ISR is
+# pending: the HW must wait for it (KIP-497's maximal ISR), or it joins the ISR behind the HW.
+STUTTERING_REJOINS = [Fault(0.3, "kill", 6, duration=0.3), Fault(2.0, "kill", 5, duration=0.3)] + \
+                     [Fault(0.7 + 0.09 * i, "pause", 6 if i < 14 else 5, duration=0.04) for i in range(30)]
+
+
+def test_mutation_a_high_watermark_past_a_pending_isr_expansion_is_caught(monkeypatch):
+    """The lost ISR expansion: the HW computed over the committed ISR only. Caught by the
+    invariant that every member of the ISR the controller committed holds the leader's HW."""
+    assert "is above the log end" in _caught(monkeypatch, "hw_ignores_pending_isr_expansion", range(4),
+                                             STUTTERING_REJOINS, 5.0)
+
+
 # --- the simulated disk (sim/disk.py): what sim/replication's log model checked, on the real Log ---
 
 POWER_LOSSES = [Fault(1.5, "power", 5, duration=3.0), Fault(3.0, "power", 6, duration=2.0)]

@@ -11,7 +11,7 @@ SIM_JOBS ?= $(shell nproc)
 
 .PHONY: run test lint sim bench fuzz system-deps clean chaos test-cluster docker-deps test-docker test-spark pipeline-demo pipeline-bench
 
-$(BIN)/krafty: pyproject.toml setup.py broker/log/_records.pyx
+$(BIN)/krafty: pyproject.toml setup.py broker/log/_records.pyx broker/log/_legacy.pyx
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

@@ -101,6 +101,7 @@ class Broker:
         # after the replica manager's publisher: a partition we now lead has its log when we load it
         self.loader.add_publisher(self.apis.group_coordinator.on_metadata, catch_up=False)
         self.loader.add_publisher(self.apis.txn_coordinator.on_metadata, catch_up=False)
+        self.loader.add_publisher(self.apis.share_coordinator.on_metadata, catch_up=False)
         self._add_reconfigurables()
         log.info("loaded %d logs in %.2fs", len(list(self.logs.all_logs())), self.clock.monotonic() - t0)
 
@@ -142,9 +143,15 @@ class Broker:
         d.add_reconfigurable(lambda k: k.startswith(("listener.name.", "ssl.", "sasl.")), self._reload_security,
                              "listener security")
         d.add_reconfigurable({"background.threads"}, lambda _: self._resize_background(), "background threads")
+        d.add_reconfigurable({"num.replica.fetchers"}, lambda _: self._resize_fetchers(), "replica fetchers")
         d.add_reconfigurable({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
                               "replica.alter.log.dirs.io.max.bytes.per.second"},
                              lambda _: self._set_replication_rates(), "replication throttles")
+
+    def _resize_fetchers(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.replicas.fetchers.resize(), name="resize-fetchers")
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
 
     def _set_replication_rates(self) -> None:
         """leader/follower.replication.throttled.rate set or removed (kafka-reassign-partitions
@@ -239,6 +246,8 @@ class Broker:
                                                  clock=self.clock)
             self.lag_monitor.start()
         await self.apis.txn_coordinator.start()
+        await self.apis.share_coordinator.start()
+        self.apis.share_partitions.start()
         await self._register()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_loop()))
@@ -416,6 +425,9 @@ class Broker:
         if self.apis:
             await self.apis.group_coordinator.close()
             await self.apis.txn_coordinator.close()
+            await self.apis.share_partitions.close()
+            await self.apis.share_coordinator.close()
+            self.apis.share_persister.close()
         if self.replicas:
             await self.replicas.close()
         if self.logs:

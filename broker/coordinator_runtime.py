@@ -132,7 +132,7 @@ class CoordinatorRuntime:
         self.load_buffer = load_buffer
         self.clock = clock
         self.slots: dict[int, Slot] = {}
-        self._pending: set[asyncio.Task] = set()
+        self._watching: set[Callable[[int], None]] = set()  # the ends of the acks=all waits (_watch_commit)
         self._create_lock: asyncio.Lock | None = None
         self.started = False
 
@@ -143,8 +143,8 @@ class CoordinatorRuntime:
 
     def close(self) -> None:
         self.started = False
-        for t in list(self._pending):
-            t.cancel()
+        for finish in list(self._watching):
+            finish(ErrorCode.NOT_LEADER_OR_FOLLOWER)  # the coordinator is closing
         for pid in list(self.slots):
             self._unload(pid)
 
@@ -240,12 +240,38 @@ class CoordinatorRuntime:
             log.exception("%s-%d: loading coordinator state failed; will retry on the next leadership change",
                           self.topic, pid)
             return
+        # The state counts once it is committed: records above the high watermark (the previous
+        # leader's, never acknowledged) may still be truncated away if the leadership moves on, and
+        # an answer read from them, or markers written for a PrepareCommit among them, would then
+        # outlive them. Until the followers have them: COORDINATOR_LOAD_IN_PROGRESS (Kafka 4.x's
+        # coordinator runtime reads its state as of the last committed offset).
+        if not await self._committed_through(pid, epoch, end):
+            return
         slot = self.slots.get(pid)
         if slot is None or slot.epoch != epoch:
             return
         slot.shard = shard
         slot.task = None
         self.hooks.on_loaded(pid, epoch, shard, n, bad, self.clock.monotonic() - t0)
+
+    async def _committed_through(self, pid: int, epoch: int, end: int) -> bool:
+        """True once our partition ``pid``'s high watermark reaches ``end`` in leader epoch
+        ``epoch``; False if the leadership moves first."""
+        tp = (self.topic, pid)
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        def check() -> None:
+            if done.done():
+                return
+            part = self.replicas.partitions.get(tp)
+            if part is None or not part.state.is_leader or part.state.leader_epoch != epoch or not self.current(pid, epoch):
+                done.set_result(False)
+            elif part.state.high_watermark >= end:
+                done.set_result(True)
+            else:
+                self.replicas.on_next_change(tp, check)
+        check()
+        return await done
 
     def slot_for(self, key: str) -> tuple[int, Slot]:
         """(partition, loaded slot) of a key; raises NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS."""
@@ -269,14 +295,16 @@ class CoordinatorRuntime:
     def append(self, pid: int, records: list[tuple[bytes, bytes | None]], *, timeout_ms: int, offsets: bool = False,
                epoch: int | None = None, producer_id: int = -1, producer_epoch: int = -1,
                verification_guard: Any = None, on_appended: Callable[[int], None] | None = None,
-               ) -> tuple[int, asyncio.Future | None]:
+               on_done: Callable[[int], None] | None = None) -> tuple[int, asyncio.Future | None]:
         """Append ``records`` to our partition ``pid`` now, acks=all. Returns ``(error, None)``
         when the append failed at once (the error mapped for clients), else ``(NONE, future)``:
         the future resolves to the mapped error once the high watermark passes the records (or
-        leadership is lost, or ``timeout_ms`` runs out). ``epoch``: append only in this
-        coordinator epoch (NOT_COORDINATOR otherwise). With ``producer_id`` the records go in a
-        transactional batch of that producer (TxnOffsetCommit), checked by the log against its
-        epoch and KIP-890 ``verification_guard``; ``on_appended(first offset)`` runs once they are in."""
+        leadership is lost, or ``timeout_ms`` runs out); ``on_done(error)``, if given, is called
+        then, synchronously (in the step that moved the watermark; possibly before this returns).
+        ``epoch``: append only in this coordinator epoch (NOT_COORDINATOR otherwise). With
+        ``producer_id`` the records go in a transactional batch of that producer (TxnOffsetCommit),
+        checked by the log against its epoch and KIP-890 ``verification_guard``;
+        ``on_appended(first offset)`` runs once they are in."""
         slot = self.slots.get(pid)
         tp = (self.topic, pid)
         try:
@@ -310,10 +338,8 @@ class CoordinatorRuntime:
             log.info("%s-%d: coordinator append failed: %s", self.topic, pid, ErrorCode(e.code).name)
             return err, None
         done: asyncio.Future = asyncio.get_running_loop().create_future()
-        task = asyncio.get_running_loop().create_task(
-            self._await_commit(pid, slot.epoch, info.last_offset, min_isr, timeout_ms, offsets, done))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._watch_commit(pid, slot.epoch, info.last_offset, min_isr, timeout_ms, done,
+                           (lambda e: map_append_error(e, offsets)), on_done)
         return ErrorCode.NONE, done
 
     async def await_state_committed(self, pid: int, timeout_ms: int) -> int:
@@ -332,36 +358,47 @@ class CoordinatorRuntime:
         if part.state.is_acked(end - 1):
             return ErrorCode.NONE
         done: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self._await_commit(pid, slot.epoch, end - 1, self.replicas.min_insync_replicas(self.loader.image, self.topic),
-                                 timeout_ms, False, done)
-        return done.result()
+        self._watch_commit(pid, slot.epoch, end - 1, self.replicas.min_insync_replicas(self.loader.image, self.topic),
+                           timeout_ms, done, map_append_error)
+        return await done
 
-    async def _await_commit(self, pid: int, epoch: int, last_offset: int, min_isr: int, timeout_ms: int,
-                            offsets: bool, done: asyncio.Future, mapped: bool = True) -> None:
+    def _watch_commit(self, pid: int, epoch: int, last_offset: int, min_isr: int, timeout_ms: int,
+                      done: asyncio.Future, mapping: Callable[[int], int],
+                      on_done: Callable[[int], None] | None = None) -> None:
+        """Resolve ``done`` (and call ``on_done``) with ``mapping(error)`` once the high watermark of
+        our partition ``pid`` passes ``last_offset`` in coordinator epoch ``epoch`` (NONE, or the
+        acks=all error), the leadership is lost, ``timeout_ms`` runs out (REQUEST_TIMED_OUT) or the
+        coordinator closes; checked now and in the step that moves the watermark or leadership
+        (``ReplicaManager.on_next_change``)."""
         tp = (self.topic, pid)
-        deadline = self.clock.monotonic() + timeout_ms / 1000
-        err = ErrorCode.NONE
-        try:
-            while True:
-                part = self.replicas.partitions.get(tp)
-                if part is None or not part.state.is_leader or part.state.leader_epoch != epoch:
-                    err = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                    break
-                res = part.state.acks_all_result(last_offset, min_isr)
-                if res is not None:
-                    err = res
-                    break
-                left = deadline - self.clock.monotonic()
-                if left <= 0:
-                    err = ErrorCode.REQUEST_TIMED_OUT
-                    break
-                await self.replicas.wait_for_data([tp], left)
-        except asyncio.CancelledError:
-            err = ErrorCode.NOT_LEADER_OR_FOLLOWER  # the coordinator is closing
-            raise
-        finally:
-            if not done.done():
-                done.set_result(map_append_error(err, offsets) if err and mapped else err)
+        timer = None
+
+        def finish(err: int) -> None:
+            if done.done():
+                return
+            self._watching.discard(finish)
+            if timer is not None:
+                timer.cancel()
+            code = mapping(err) if err else err
+            done.set_result(code)
+            if on_done is not None:
+                on_done(code)
+
+        def check() -> None:
+            if done.done():
+                return
+            part = self.replicas.partitions.get(tp)
+            if part is None or not part.state.is_leader or part.state.leader_epoch != epoch:
+                return finish(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            res = part.state.acks_all_result(last_offset, min_isr)
+            if res is not None:
+                return finish(res)
+            self.replicas.on_next_change(tp, check)
+
+        self._watching.add(finish)
+        check()
+        if not done.done():
+            timer = asyncio.get_running_loop().call_later(timeout_ms / 1000, finish, ErrorCode.REQUEST_TIMED_OUT)
 
     def append_marker(self, pid: int, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                       transaction_version: int, *, timeout_ms: int) -> tuple[int, asyncio.Future | None]:
@@ -386,10 +423,7 @@ class CoordinatorRuntime:
             return e.code, None
         self.hooks.replay_marker(slot.shard, producer_id, commit)
         done: asyncio.Future = asyncio.get_running_loop().create_future()
-        task = asyncio.get_running_loop().create_task(
-            self._await_commit(pid, slot.epoch, info.last_offset, min_isr, timeout_ms, False, done, mapped=False))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._watch_commit(pid, slot.epoch, info.last_offset, min_isr, timeout_ms, done, lambda e: e)
         return ErrorCode.NONE, done
 
     # --- topic creation -----------------------------------------------------------------------

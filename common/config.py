@@ -56,6 +56,14 @@ def _str(v: str) -> str:
     return v.strip()
 
 
+def _message_format_version(v: str) -> str:
+    """A Kafka release as message.format.version takes it: 0.8.0 ... 0.10.0-IV1 ... 3.0-IV1."""
+    v = v.strip()
+    if not re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+){0,2}(-IV[0-9]+)?", v):
+        raise ValueError(f"{v!r} is not a Kafka version such as 0.10.0 or 3.0-IV1")
+    return v
+
+
 def _list(v: str) -> list[str]:
     return [x.strip() for x in v.split(",") if x.strip()]
 
@@ -243,6 +251,11 @@ KEYS: dict[str, Key] = {
         Key("log.message.timestamp.before.max.ms", _int, 2**63 - 1, min=0, topic_key="message.timestamp.before.max.ms"),
         Key("log.message.timestamp.after.max.ms", _int, 3_600_000, min=0, topic_key="message.timestamp.after.max.ms"),
         Key("message.max.bytes", _int, 1024 * 1024 + 12, min=0, max=_INT32_MAX, topic_key="max.message.bytes"),
+        # Fetch v0-3 read magic 0/1 messages converted from the log's v2 batches (false: UNSUPPORTED_VERSION)
+        Key("log.message.downconversion.enable", _bool, True, topic_key="message.downconversion.enable"),
+        # accepted and ignored, as Kafka 3.x does once inter.broker.protocol.version >= 3.0: logs
+        # hold v2 batches whatever it says (older clients get theirs converted; Kafka 4 removed it)
+        Key("log.message.format.version", _message_format_version, "3.0-IV1", topic_key="message.format.version"),
         Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer",
             topic_key="compression.type"),
         Key("min.insync.replicas", _int, 1, min=1, max=_INT32_MAX, topic_key="min.insync.replicas"),
@@ -287,7 +300,35 @@ KEYS: dict[str, Key] = {
         Key("group.consumer.max.heartbeat.interval.ms", _int, 15_000, min=1),
         Key("group.consumer.max.size", _int, 2**31 - 1, min=1),
         Key("group.consumer.assignors", _assignors, ["uniform", "range"]),
+        # KIP-848's online upgrade (a classic group becomes a consumer group with its first
+        # consumer-protocol member) and downgrade (back, when the last one leaves)
+        Key("group.consumer.migration.policy", _choice("disabled", "upgrade", "downgrade", "bidirectional"),
+            "bidirectional"),
         Key("group.coordinator.rebalance.protocols", _rebalance_protocols, ["classic", "consumer"]),
+        # share groups (KIP-932, broker/share): the defaults and bounds of a group's share.* GROUP configs
+        Key("group.share.session.timeout.ms", _int, 45_000, min=1),
+        Key("group.share.min.session.timeout.ms", _int, 45_000, min=1),
+        Key("group.share.max.session.timeout.ms", _int, 60_000, min=1),
+        Key("group.share.heartbeat.interval.ms", _int, 5000, min=1),
+        Key("group.share.min.heartbeat.interval.ms", _int, 5000, min=1),
+        Key("group.share.max.heartbeat.interval.ms", _int, 15_000, min=1),
+        Key("group.share.record.lock.duration.ms", _int, 30_000, min=1000, max=3_600_000),
+        Key("group.share.min.record.lock.duration.ms", _int, 15_000, min=1000, max=30_000),
+        Key("group.share.max.record.lock.duration.ms", _int, 60_000, min=30_000, max=3_600_000),
+        Key("group.share.delivery.count.limit", _int, 5, min=2, max=10),
+        Key("group.share.min.delivery.count.limit", _int, 2, min=2, max=10),
+        Key("group.share.max.delivery.count.limit", _int, 10, min=2, max=10),
+        Key("group.share.partition.max.record.locks", _int, 2000, min=100, max=10_000),
+        Key("group.share.max.size", _int, 200, min=1, max=1000),
+        Key("group.share.max.share.sessions", _int, 2000, min=1),
+        Key("share.coordinator.state.topic.num.partitions", _int, 50, min=1),
+        Key("share.coordinator.state.topic.replication.factor", _int, 3, min=1),
+        Key("share.coordinator.state.topic.min.isr", _int, 2, min=1),
+        Key("share.coordinator.state.topic.segment.bytes", _int, 100 * 1024 * 1024, min=1),
+        Key("share.coordinator.load.buffer.size", _int, 5 * 1024 * 1024, min=1),
+        Key("share.coordinator.snapshot.update.records.per.snapshot", _int, 500, min=0, max=500),
+        Key("share.coordinator.write.timeout.ms", _int, 5000, min=1),
+        Key("share.coordinator.state.topic.prune.interval.ms", _int, 300_000, min=1),
         # transactions (broker/txn)
         Key("transaction.state.log.num.partitions", _int, 50, min=1),
         Key("transaction.state.log.replication.factor", _int, 3, min=1),

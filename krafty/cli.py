@@ -72,6 +72,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "configs": ("krafty.configs", "describe/alter topic and broker configs, broker log levels, users' SCRAM "
                 "credentials and client quotas"),
     "consumer-groups": ("krafty.consumer_groups", "list, describe, delete consumer groups, reset offsets"),
+    "share-groups": ("krafty.share_groups", "list, describe, delete share groups, reset and delete their offsets"),
     "console-producer": ("krafty.console_producer", "produce lines from stdin (kafka-console-producer.sh)"),
     "console-consumer": ("krafty.console_consumer", "print records to stdout (kafka-console-consumer.sh)"),
     "get-offsets": ("krafty.get_offsets", "partitions' offsets at a time (kafka-get-offsets.sh)"),
@@ -88,9 +89,11 @@ VERBS: dict[str, tuple[str, str]] = {
     "storage": ("krafty.storage", "format a node's directories, show their cluster identity, make a cluster id"),
     "healthcheck": ("krafty.healthcheck", "exit 0 when a broker answers ApiVersions / a controller is in the quorum"),
     "chaos": ("chaos.runner", "run a cluster under faults and check the history"),
+    "mirror": ("mirror.runner", "replicate topics, consumer-group offsets and configs between clusters "
+               "(MirrorMaker 2's config file)"),
 }
-# modules that come with an extra, not with krafty itself: the extra that brings each
-EXTRAS = {"confluent_kafka": "chaos", "yaml": "chaos"}
+# verb -> the modules that come with an extra, not with krafty itself, and the extra that brings each
+EXTRAS = {"chaos": {"confluent_kafka": "chaos", "yaml": "chaos"}, "mirror": {"confluent_kafka": "mirror"}}
 LOG_LEVELS = {"TRACE": 5, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
               "WARNING": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL,
               "CRITICAL": logging.CRITICAL, "OFF": logging.CRITICAL + 10}
@@ -112,7 +115,7 @@ def run_verb(verb: str, argv: list[str]) -> int:
     try:  # (a module of an extra may also be imported late, e.g. chaos --cluster compose's yaml)
         return importlib.import_module(module).main(argv)
     except ModuleNotFoundError as e:
-        extra = EXTRAS.get((e.name or "").split(".")[0])
+        extra = EXTRAS.get(verb, {}).get((e.name or "").split(".")[0])
         if extra is None:
             raise
         print(f"krafty {verb} needs the '{extra}' extra ({e.name} is not installed): "

@@ -183,8 +183,9 @@ def offsets_record(key: bytes | None, value: bytes | None, offset: int) -> tuple
     elif isinstance(k, group_records.GroupKey):
         key_json = {"type": str(kind), "data": {"group": k.group}}
     else:  # a consumer group's (KIP-848) record
+        second = "regularExpression" if kind == 16 else "memberId"  # ConsumerGroupRegularExpressionKey
         key_json = {"type": str(kind), "data": {"groupId": k.group, **({} if k.member is None else
-                                                                      {"memberId": k.member})}}
+                                                                      {second: k.member})}}
     if value is None:
         return _json(key_json), "<DELETE>"
     try:
@@ -241,10 +242,18 @@ def consumer_group_value(kind: int, value: bytes) -> dict:
                            for name, (tid, n) in cr.decode_partition_metadata(value).items()]}
     if kind == cr.MEMBER_METADATA_KEY:
         m = cr.decode_member_metadata(value)
-        return {"instanceId": m.instance_id, "rackId": m.rack_id, "clientId": m.client_id,
-                "clientHost": m.client_host, "subscribedTopicNames": list(m.subscribed_topic_names),
-                "subscribedTopicRegex": m.subscribed_topic_regex, "rebalanceTimeoutMs": m.rebalance_timeout_ms,
-                "serverAssignor": m.server_assignor}
+        out = {"instanceId": m.instance_id, "rackId": m.rack_id, "clientId": m.client_id,
+               "clientHost": m.client_host, "subscribedTopicNames": list(m.subscribed_topic_names),
+               "subscribedTopicRegex": m.subscribed_topic_regex, "rebalanceTimeoutMs": m.rebalance_timeout_ms,
+               "serverAssignor": m.server_assignor}
+        if m.classic is not None:
+            out["classicMemberMetadata"] = {
+                "sessionTimeoutMs": m.classic.session_timeout_ms,
+                "supportedProtocols": [{"name": n, "metadata": _b64(md)} for n, md in m.classic.protocols]}
+        return out
+    if kind == cr.REGEX_KEY:
+        r = cr.decode_regex(value)
+        return {"topics": sorted(r.topics), "version": r.version, "timestamp": r.timestamp}
     if kind == cr.TARGET_MEMBER_KEY:
         return {"topicPartitions": _topic_partitions_json(cr.decode_target_member(value))}
     c = cr.decode_current_assignment(value)

@@ -156,8 +156,12 @@ class Node:
             self.stallwatch = StallWatch(asyncio.get_running_loop(), self.cfg["krafty.loop.stall.warn.ms"])
             self.stallwatch.start()
         if self.broker:
+            from broker.log import legacy
             from broker.log.record_walk import WALKER
             log.info("produce validation walks every record with the %s", WALKER)
+            if not legacy.COMPILED:
+                log.info("Fetch v0-3 (old clients) converts records with the Python loop: broker/log/_legacy.pyx is "
+                         "not built (a C compiler and Python's headers at install time build it)")
             self.broker.open_logs()
         await self.metadata_log.start()
         if self.broker:

@@ -45,6 +45,7 @@ def metadata_version_level(name: str) -> int:
 # the features this krafty supports and their level ranges (ApiVersions' supported_features)
 KRAFT_VERSION = "kraft.version"
 TRANSACTION_VERSION = "transaction.version"
+SHARE_VERSION = "share.version"
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     "metadata.version": (MIN_METADATA_VERSION, LATEST_METADATA_VERSION),
     KRAFT_VERSION: (0, 1),  # 0: static quorum (controller.quorum.voters); 1: dynamic voters (KIP-853)
@@ -52,12 +53,17 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     # finalized features) to use transaction version 2: an epoch bump on every EndTxn, partitions
     # added by their leaders (Produce v12), no AddPartitionsToTxn/AddOffsetsToTxn
     TRANSACTION_VERSION: (0, 2),
+    # KIP-932: 1 serves share groups (ShareGroupHeartbeat, ShareFetch, ... answer UNSUPPORTED_VERSION at 0)
+    SHARE_VERSION: (0, 1),
 }
 # Kafka's FeatureVersion.bootstrapMetadataVersion: a new cluster formatted at a metadata.version
 # gets the latest level of each feature whose bootstrap metadata.version it reaches (release 4.0:
 # transaction.version 2; 3.9: 0), as `kafka-storage format --release-version` does
 BOOTSTRAP_METADATA_VERSION: dict[str, dict[int, int]] = {
     TRANSACTION_VERSION: {0: MIN_METADATA_VERSION, 1: 24, 2: 24},  # TV_1, TV_2: 4.0-IV2
+    # share groups are on in a cluster formatted at krafty's latest release (Kafka 4.2 behaviour);
+    # a cluster formatted before has share.version 0 until `krafty features upgrade --feature share.version=1`
+    SHARE_VERSION: {0: MIN_METADATA_VERSION, 1: LATEST_METADATA_VERSION},
 }
 
 

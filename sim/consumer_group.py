@@ -44,6 +44,32 @@ class InvariantViolation(AssertionError):
     pass
 
 
+def check_held_once(g: ConsumerGroup, seed: int, now: int) -> None:
+    """The coordinator's view: no partition in two members' assigned or pending-revocation sets."""
+    seen: dict = {}
+    for m in g.members.values():
+        for a in (m.assigned, m.pending_revocation):
+            for t, ps in a.items():
+                for p in ps:
+                    if (t, p) in seen:
+                        raise InvariantViolation(f"seed {seed}: {(t, p)} held by {seen[(t, p)]} and {m.member_id} "
+                                                 f"at {now}")
+                    seen[(t, p)] = m.member_id
+
+
+def check_owned_once(owned, seed: int, now: int, what: str = "") -> None:
+    """The consumers' view: of ``owned`` ((name, {topic: partitions}) of the consumers that the
+    coordinator counts as members), no two believe they own one partition."""
+    owners: dict = {}
+    for name, parts in owned:
+        for t, ps in parts.items():
+            for p in ps:
+                if (t, p) in owners:
+                    raise InvariantViolation(f"seed {seed}: consumers {owners[(t, p)]} and {name} both own "
+                                             f"{(t, p)} at {now}{what}")
+                owners[(t, p)] = name
+
+
 @dataclasses.dataclass
 class Consumer:
     member_id: str
@@ -145,25 +171,9 @@ class World:
     # --- checks ------------------------------------------------------------------------------------
     def check(self) -> None:
         g = self.group
-        seen: dict = {}
-        for m in g.members.values():
-            for a in (m.assigned, m.pending_revocation):
-                for t, ps in a.items():
-                    for p in ps:
-                        if (t, p) in seen:
-                            raise InvariantViolation(f"seed {self.seed}: {(t, p)} held by {seen[(t, p)]} and "
-                                                     f"{m.member_id} at {self.now}")
-                        seen[(t, p)] = m.member_id
-        owners: dict = {}
-        for c in self.consumers.values():
-            if c.member_id not in g.members or c.left:
-                continue
-            for t, ps in c.owned.items():
-                for p in ps:
-                    if (t, p) in owners:
-                        raise InvariantViolation(f"seed {self.seed}: consumers {owners[(t, p)]} and {c.member_id} "
-                                                 f"both own {(t, p)} at {self.now}")
-                    owners[(t, p)] = c.member_id
+        check_held_once(g, self.seed, self.now)
+        check_owned_once(((c.member_id, c.owned) for c in self.consumers.values()
+                          if c.member_id in g.members and not c.left), self.seed, self.now)
         self.steps += 1
         if not self.pending and self.steps % 20 == 0:  # (a full rebuild: every 20 steps)
             r = ConsumerGroup("g")

@@ -39,6 +39,7 @@ from crc32c import crc32c
 
 from broker.log.batch import _zigzag_varint as varint
 from broker.log.batch import compress_records, encode_record
+from broker.log.legacy import xxh32
 
 GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
 CODECS = (0, GZIP, SNAPPY, LZ4, ZSTD)
@@ -206,39 +207,6 @@ def zstd_bomb(target: int, prefix: bytes = b"", suffix: bytes = b"", claim: int 
 
 def _zstd_block_header(block_type: int, size: int) -> bytes:
     return (size << 3 | block_type << 1).to_bytes(3, "little")
-
-
-def xxh32(data: bytes, seed: int = 0) -> int:
-    """xxHash32 (the LZ4 frame header checksum)."""
-    m = 0xFFFFFFFF
-    p1, p2, p3, p4, p5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
-
-    def rotl(x, r):
-        return ((x << r) | (x >> (32 - r))) & m
-
-    n, i = len(data), 0
-    if n >= 16:
-        v = [(seed + p1 + p2) & m, (seed + p2) & m, seed & m, (seed - p1) & m]
-        while i + 16 <= n:
-            for j in range(4):
-                v[j] = (rotl((v[j] + int.from_bytes(data[i:i + 4], "little") * p2) & m, 13) * p1) & m
-                i += 4
-        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & m
-    else:
-        h = (seed + p5) & m
-    h = (h + n) & m
-    while i + 4 <= n:
-        h = (rotl((h + int.from_bytes(data[i:i + 4], "little") * p3) & m, 17) * p4) & m
-        i += 4
-    while i < n:
-        h = (rotl((h + data[i] * p5) & m, 11) * p1) & m
-        i += 1
-    h ^= h >> 15
-    h = (h * p2) & m
-    h ^= h >> 13
-    h = (h * p3) & m
-    h ^= h >> 16
-    return h
 
 
 # --- families -------------------------------------------------------------------------------

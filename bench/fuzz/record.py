@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import socket
 import struct
@@ -247,7 +248,11 @@ def select(entries: list[corpus.Entry], per_api: int) -> list[corpus.Entry]:
     return out
 
 
-def record(out_path: Path, per_api: int = 24, only: list[str] | None = None) -> list[corpus.Entry]:
+def record(out_path: Path, per_api: int = 24, only: list[str] | None = None, add: bool = False
+           ) -> list[corpus.Entry]:
+    """Record the sessions (``only``: some of them) into ``out_path``; ``add``: keep the frames
+    the file has (but its transcoded and synthetic ones, made again) and add the new ones."""
+    kept = [e for e in corpus.load(out_path) if e.source not in ("transcoded", "synthetic")] if add else []
     captured: list[corpus.Entry] = []
     tag = ["setup"]
     loop = asyncio.new_event_loop()
@@ -280,7 +285,8 @@ def record(out_path: Path, per_api: int = 24, only: list[str] | None = None) -> 
         finally:
             node.close()
             loop.call_soon_threadsafe(loop.stop)
-    entries = select(list(captured), per_api)
+    base = max((e.conn for e in kept), default=-1) + 1
+    entries = select(kept + [dataclasses.replace(e, conn=e.conn + base) for e in captured], per_api)
     corpus.save(entries, out_path)
     return entries
 
@@ -290,9 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=corpus.DEFAULT_PATH)
     ap.add_argument("--per-api", type=int, default=24, help="distinct frames kept per API, version and client")
     ap.add_argument("--only", action="append", help="run only this client session (repeatable)")
+    ap.add_argument("--add", action="store_true", help="keep the corpus's recorded frames and add these")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    entries = record(args.out, args.per_api, args.only)
+    entries = record(args.out, args.per_api, args.only, args.add)
     print(summary(entries, args.out))
     return 0
 

@@ -247,11 +247,11 @@ def kafka_python(bootstrap: str, sasl_bootstrap: str) -> None:
             sasl_plain_username=user, sasl_plain_password=pw), f"{c}-sasl-{mech}"))
 
 
-def _kp_produce(p, tag: str) -> None:
+def _kp_produce(p, tag: str, headers: bool = True) -> None:
     try:
         for topic in TOPICS:
             for k, v, h in _messages(3, tag):
-                p.send(topic, value=v, key=k, headers=h)
+                p.send(topic, value=v, key=k, headers=h if headers else None)
         p.flush(TIMEOUT)
     finally:
         p.close(5)
@@ -363,9 +363,72 @@ def kcat(bootstrap: str, sasl_bootstrap: str) -> None:
         stdin="kcat over sasl\n"))
 
 
+# --- old clients: the protocol versions before Kafka 4 (magic 0/1 message sets) ----------------
+
+def kafka_python_legacy(bootstrap: str, sasl_bootstrap: str) -> None:
+    """kafka-python pinned to 0.10.0 (Produce/Fetch v2, magic 1, ListOffsets v0, JoinGroup v0), 0.9
+    (v1, magic 0, Metadata v0) and 0.8.2 (v0, OffsetCommit v1 without a group) with every codec."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    for api_version in ((0, 10, 0), (0, 9), (0, 8, 2)):
+        c = "kafka-python-" + ".".join(map(str, api_version))
+        for codec in ("none", "gzip", "snappy", "lz4"):
+            step(c, f"produce {codec}", lambda codec=codec, api_version=api_version: _kp_produce(KafkaProducer(
+                bootstrap_servers=bootstrap, api_version=api_version, compression_type=None if codec == "none" else codec,
+                linger_ms=5), f"legacy-{codec}", headers=False))
+        group = f"fuzz-group-{c}"
+        cons = KafkaConsumer(bootstrap_servers=bootstrap, api_version=api_version, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+        tp = TopicPartition("fuzz-plain", 0)
+        if api_version >= (0, 9):
+            cons.subscribe(["fuzz-plain"])
+        else:
+            cons.assign([tp])
+        deadline = time.monotonic() + TIMEOUT
+        got = 0
+        while got < 10 and time.monotonic() < deadline:
+            got += sum(len(v) for v in cons.poll(timeout_ms=500).values())
+        step(c, "commit", lambda cons=cons, tp=tp: cons.commit({tp: OffsetAndMetadata(1, "legacy", -1)}))
+        step(c, "committed", lambda cons=cons, tp=tp: cons.committed(tp))
+        step(c, "end offsets", lambda cons=cons, tp=tp: cons.end_offsets([tp]))
+        cons.close()
+
+
+def librdkafka_legacy(bootstrap: str, sasl_bootstrap: str) -> None:
+    """librdkafka without ApiVersions, as for brokers 0.9.0 and 0.8.2 (its broker.version.fallback;
+    from 0.10 on it asks ApiVersions whatever api.version.request says)."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as CTP
+    for fallback in ("0.9.0", "0.8.2"):
+        c = f"librdkafka-{fallback}"
+        old = {"api.version.request": False, "broker.version.fallback": fallback}
+        for codec in ("none", "gzip", "snappy", "lz4"):
+            p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5,
+                          "enable.idempotence": False, **old})
+            for k, v, _h in _messages(3, f"{c}-{codec}"):
+                p.produce("fuzz-plain", key=k, value=v)
+            step(c, f"produce {codec}", lambda p=p: p.flush(TIMEOUT))
+        cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"fuzz-group-{c}", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, **old})
+        if fallback == "0.8.2":  # no group management before 0.9
+            cons.assign([CTP("fuzz-plain", 0, 0)])
+        else:
+            cons.subscribe(["fuzz-plain"])
+        deadline = time.monotonic() + TIMEOUT
+        got = 0
+        while got < 10 and time.monotonic() < deadline:
+            m = cons.poll(0.5)
+            got += m is not None and not m.error()
+        step(c, "commit", lambda cons=cons: cons.commit(asynchronous=False))
+        cons.close()
+
+
 SESSIONS: dict[str, Callable[[str, str], None]] = {
     "confluent-kafka": confluent,
     "kafka-python": kafka_python,
     "aiokafka": aiokafka,
     "kcat": kcat,
+    "kafka-python-legacy": kafka_python_legacy,
+    "librdkafka-legacy": librdkafka_legacy,
 }

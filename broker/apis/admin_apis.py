@@ -160,6 +160,7 @@ class AdminApis:
 
     async def describe_configs(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
+        synonyms = req.include_synonyms if ver >= 1 else False
         image = self.image
         results = []
         seen: set[tuple[int, str]] = set()
@@ -192,17 +193,21 @@ class AdminApis:
                         entry["error_message"] = f"Topic {res.resource_name} does not exist"
                         continue
                     entry["configs"] = self._describe_topic_configs(image.topic_config(res.resource_name), wanted,
-                                                                    req.include_synonyms)
+                                                                    synonyms)
                 elif res.resource_type == BROKER:
-                    entry["configs"] = self.describe_broker_configs(res.resource_name, wanted, req.include_synonyms)
+                    entry["configs"] = self.describe_broker_configs(res.resource_name, wanted, synonyms)
                 elif res.resource_type == BROKER_LOGGER:
                     entry["configs"] = self.describe_broker_loggers(res.resource_name, wanted)
                 elif res.resource_type == GROUP:
-                    entry["configs"] = self.describe_group_configs(res.resource_name, wanted, req.include_synonyms)
+                    entry["configs"] = self.describe_group_configs(res.resource_name, wanted, synonyms)
                 else:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {res.resource_type}")
             except KafkaError as e:
                 entry["error_code"], entry["error_message"] = e.code, e.message
+        if ver == 0:  # v0 has is_default where later versions have config_source
+            for entry in results:
+                for c in entry["configs"]:
+                    c["is_default"] = c["config_source"] == SOURCE_DEFAULT
         return {"throttle_time": 0, "results": results}
 
     def _describe_topic_configs(self, overrides: dict[str, str], wanted: set[str] | None, synonyms: bool) -> list:

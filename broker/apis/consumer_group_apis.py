@@ -17,8 +17,6 @@ from metadata.acl import ResourceType as RT
 
 log = logging.getLogger("krafty.apis.group")
 
-MEMBER_TYPE_CONSUMER = 1  # ConsumerGroupDescribe v1 member_type
-
 
 def _ms(v) -> int:
     return int(v.total_seconds() * 1000) if isinstance(v, datetime.timedelta) else int(v)
@@ -100,14 +98,15 @@ class ConsumerGroupApis:
                                                               for tp in req.topic_partitions],
             client_id=ctx.header.client_id or "", client_host="/" + (ctx.client_host or ""))
         try:
-            resp, w = shard.consumer_heartbeat(c.now(), hr, str(c.clock.uuid4()), wall=c.wall())
+            resp, w, fx = shard.consumer_heartbeat(c.now(), hr, str(c.clock.uuid4()), wall=c.wall())
         except HeartbeatError as e:
             return self._error(e.code, e.message)
-        if w is not None:
-            err = await c.write(shard.partition, w)
+        written = c.write(shard.partition, w) if w is not None else None  # (appended now: before fx's writes)
+        c.run(shard, fx)  # (and new deadlines: wakes the timer loop)
+        if written is not None:
+            err = await written
             if err:
                 return self._error(err)
-        c.run(shard, None)  # new deadlines: wake the timer loop
         a = resp["assignment"]
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "member_id": resp["member_id"],
                 "member_epoch": resp["member_epoch"], "heartbeat_interval": resp["heartbeat_interval_ms"],
@@ -147,9 +146,9 @@ class ConsumerGroupApis:
             d["authorized_operations"] = (self.apis.authorized_operations(ctx, RT.GROUP, gid)
                                           if req.include_authorized_operations and not d["error_code"]
                                           else -2147483648)
-            if ver >= 1:
+            if ver < 1:
                 for m in d["members"]:
-                    m["member_type"] = MEMBER_TYPE_CONSUMER
+                    m.pop("member_type", None)
             out.append(d)
         return {"throttle_time": 0, "groups": out}
 

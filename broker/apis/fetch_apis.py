@@ -7,6 +7,8 @@ import logging
 
 from broker.apis import wire
 from broker.fetch_session import FetchContext
+from broker.log import legacy
+from broker.log.validator import in_pool
 from broker.replica.selector import candidates_for
 from broker.security.authorizer import ANONYMOUS
 from broker.security.quotas import FETCH, user_of
@@ -105,6 +107,9 @@ class FetchApis:
                           if (kept := [r for r in out if ((tid if ver >= 13 else name), r.index) in chosen])]
         if self.metrics is not None:
             self.metrics.fetched(ctx, topics_out, replica_id)
+        if ver <= 3:
+            await self._down_convert(ver, topics_out, {(name, pd.partition): pd.fetch_offset
+                                                       for name, _tid, _timg, pds in wanted for pd in pds})
         return wire.encode_fetch_response(ver, topics_out, throttle_ms=throttle, session_id=fctx.session_id)
 
     def _fetch_once(self, ver, wanted, req, replica_id, first_pass, image, denied=frozenset(), max_bytes_cap=None):
@@ -114,8 +119,8 @@ class FetchApis:
         follower_reads = from_consumer and ver >= 11
         client_rack = (req.rack_id or None) if follower_reads else None
         selector = self.replica_selector if client_rack else None
-        read_committed = from_consumer and req.isolation_level == 1  # Fetch v4+ (the baseline)
-        remaining = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+        read_committed = from_consumer and ver >= 4 and req.isolation_level == 1  # (v0-3 read uncommitted)
+        remaining = req.max_bytes if ver >= 3 and req.max_bytes > 0 else 0x7FFFFFFF  # (v0-2: per partition only)
         if max_bytes_cap is not None:
             remaining = min(remaining, max_bytes_cap)
         total = 0
@@ -192,6 +197,11 @@ class FetchApis:
                     if max_offset < 0:
                         continue
                     limit = min(p.partition_max_bytes, remaining)
+                    if ver <= 3:  # magic 0/1: converted from what is read here, below (_down_convert)
+                        self._check_down_conversion(lg.config, from_consumer)
+                    elif ver < 10 and lg.config.compression_type == "zstd":  # as Kafka: zstd came with v10
+                        raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                                         "zstd-compressed topics need Fetch v10 or later")
                     sl = lg.read(p.fetch_offset, limit, max_offset, min_one_batch=(total == 0))
                     if sl is not None and sl.size > 0:
                         r.records = FileRegion(sl.fd, sl.position, sl.size, sl.file)
@@ -212,6 +222,8 @@ class FetchApis:
                     if not isinstance(e, KafkaError):
                         raise
                     r.error = e.code
+                    if e.code == ErrorCode.KAFKA_STORAGE_ERROR and ver <= 5:
+                        r.error = ErrorCode.NOT_LEADER_OR_FOLLOWER  # Kafka: clients before v6 do not retry the former
                     errors = True
                     if e.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH) and timg:
                         reg = timg.partitions.get(p.partition)
@@ -219,6 +231,41 @@ class FetchApis:
                             r.current_leader = (reg.leader, reg.leader_epoch)
             topics_out.append((name or "", tid, out))
         return topics_out, total, errors
+
+    @staticmethod
+    def _check_down_conversion(config, from_consumer: bool) -> None:
+        """Fetch v0-3 reads magic 0/1 messages: as Kafka 3.x, UNSUPPORTED_VERSION for a consumer
+        when the topic's message.downconversion.enable is false, and UNSUPPORTED_COMPRESSION_TYPE
+        on a zstd topic (no legacy form)."""
+        if from_consumer and not config.message_downconversion_enable:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "message format conversion is disabled for this topic "
+                             "(message.downconversion.enable=false): use Fetch v4 or later")
+        if config.compression_type == "zstd":
+            raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd-compressed topics need Fetch v10 or later")
+
+    async def _down_convert(self, ver: int, topics_out, fetch_offsets: dict) -> None:
+        """Fetch v0-3 (broker/log/legacy.py): each partition's file region, read as for a newer
+        version, becomes magic 0 (v0-1) or 1 (v2-3) messages, in the validation pool: at most as
+        many bytes as the region (Kafka's LazyDownConversionRecords sizes its response so), unless
+        the first converted batch alone is larger. Sizes and quotas counted the region, as Kafka
+        counts before conversion."""
+        magic = legacy.fetch_magic(ver)
+        for name, _tid, parts in topics_out:
+            for r in parts:
+                region = r.records
+                if not isinstance(region, FileRegion):
+                    continue
+                part = self.replicas.partitions.get((name, r.index))
+                max_message_bytes = part.log.config.max_message_bytes if part is not None else None
+                try:
+                    r.records = await in_pool(legacy.down_convert_region, region.fd, region.offset, region.size,
+                                              magic, fetch_offsets[(name, r.index)], max_message_bytes) or None
+                except KafkaError as e:
+                    r.records, r.error = None, e.code
+                except OSError as e:
+                    r.records = None
+                    r.error = ErrorCode.NOT_LEADER_OR_FOLLOWER  # (KAFKA_STORAGE_ERROR before Fetch v6)
+                    log.error("%s-%d: reading for a Fetch v%d failed: %s", name, r.index, ver, e)
 
     def _preferred_read_replica(self, selector, client_rack, st, lg, image, fetch_offset) -> int | None:
         """The in-sync replica the selector prefers for this consumer, if it is not us."""

@@ -22,6 +22,7 @@ log = logging.getLogger("krafty.apis.group")
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2  # "group:topicId:partition" -> the share coordinator (KIP-932), for brokers
 
 
 def _ms(v) -> int:
@@ -111,7 +112,10 @@ class GroupApis:
             res["error_code"] = (ErrorCode.GROUP_AUTHORIZATION_FAILED if key_type == KEY_TYPE_GROUP
                                  else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             return res
-        if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        if key_type == KEY_TYPE_SHARE and not self.apis.authorize_cluster(ctx, Op.CLUSTER_ACTION):
+            res["error_code"] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            return res
+        if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE):
             res["error_code"] = ErrorCode.INVALID_REQUEST
             res["error_message"] = f"unsupported coordinator key type {key_type}"
             return res
@@ -119,7 +123,8 @@ class GroupApis:
             res["error_code"] = ErrorCode.INVALID_REQUEST
             return res
         # __consumer_offsets or __transaction_state: created on the first FindCoordinator
-        runtime = (self.coordinator if key_type == KEY_TYPE_GROUP else self.apis.txn_coordinator).runtime
+        runtime = {KEY_TYPE_GROUP: self.coordinator, KEY_TYPE_TRANSACTION: self.apis.txn_coordinator,
+                   KEY_TYPE_SHARE: self.apis.share_coordinator}[key_type].runtime
         err = await runtime.ensure_topic()
         if err:
             res["error_code"] = err
@@ -214,7 +219,10 @@ class GroupApis:
             shard = self.coordinator.shard_for(req.group_id)
             top, members, fx = shard.leave(self.coordinator.now(), req.group_id, identities,
                                            wall=self.coordinator.wall())
-            self.coordinator.run(shard, fx)
+            # answered once the leave is written (Kafka's LeaveGroup waits for its records too)
+            err = await self.coordinator.run_and_wait(shard, fx)
+            if err and not top:
+                top = err
         except KafkaError as e:
             top, members = e.code, []
         if ver < 3:
@@ -242,10 +250,14 @@ class GroupApis:
         except KafkaError as e:
             return self._commit_error(topics + denied + unknown, e.code)
         c = self.coordinator
-        out, w = shard.commit_offsets(c.now(), req.group_id, req.member_id,
+        # v0 (no member, no generation: a simple consumer's commit; there is no ZooKeeper here, so
+        # it is kept in __consumer_offsets as from v1) and v1 (a commit timestamp per partition)
+        stamps = {(t.name, p.partition_index): p.commit_timestamp for t in req.topics for p in t.partitions
+                  if p.commit_timestamp != -1} if ver == 1 else None
+        out, w = shard.commit_offsets(c.now(), req.group_id, req.member_id if ver >= 1 else "",
                                       req.group_instance_id if ver >= 7 else None,
-                                      req.generation_id_or_member_epoch, ver, topics, retention_ms=retention_ms,
-                                      wall=c.wall())
+                                      req.generation_id_or_member_epoch if ver >= 1 else -1, ver, topics,
+                                      retention_ms=retention_ms, wall=c.wall(), commit_timestamps=stamps)
         out += self._commit_error(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED)["topics"]
         out += self._commit_error(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)["topics"]
         out = _merge_topics(out)
@@ -441,7 +453,7 @@ class GroupApis:
                     entry.update(d)
                 elif ver >= 6:
                     entry["error_code"] = ErrorCode.GROUP_ID_NOT_FOUND
-                    entry["error_message"] = (f"Group {gid} is not a classic group." if gid in shard.consumer_groups
+                    entry["error_message"] = (f"Group {gid} is not a classic group." if shard.group_type(gid)
                                               else f"Group {gid} not found.")
             except KafkaError as e:
                 entry["error_code"] = e.code
@@ -460,6 +472,9 @@ class GroupApis:
                 shard = self.coordinator.shard_for(gid)
             except KafkaError as e:
                 codes[gid] = e.code
+                continue
+            if gid in shard.share_groups:  # with its share-partition state (broker/apis/share_apis.py)
+                codes[gid] = await self.apis.share_apis.delete_group(shard, gid)
                 continue
             by_shard.setdefault(shard.partition, (shard, []))[1].append(gid)
         for shard, gids in by_shard.values():

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from common.dynamic_config import SOURCE_DEFAULT, DynamicConfigError, apply_ops
 from common.errors import ErrorCode, KafkaError
-from common.group_config import CONFIG_TYPE_INT, GROUP_KEYS, group_config, validate_group_config
+from common.group_config import (
+    CONFIG_TYPE_INT,
+    CONFIG_TYPE_STRING,
+    GROUP_KEYS,
+    group_config,
+    validate_group_config,
+)
 from metadata import records as r
 
 GROUP = 32
@@ -29,7 +35,8 @@ class GroupConfigApis:
                 continue
             source = SOURCE_GROUP_CONFIG if k in overrides else SOURCE_DEFAULT
             out.append({"name": k, "value": str(v), "read_only": False, "config_source": source,
-                        "is_sensitive": False, "config_type": CONFIG_TYPE_INT,
+                        "is_sensitive": False,
+                        "config_type": CONFIG_TYPE_INT if isinstance(v, int) else CONFIG_TYPE_STRING,
                         "synonyms": [{"name": k, "value": str(v), "source": source}] if synonyms else []})
         return out
 

@@ -20,6 +20,7 @@ from broker.apis.ops_apis import PartitionOpsApis
 from broker.apis.produce_apis import CloseConnection, ProduceApis
 from broker.apis.producer_apis import ProducerApis, ProducerIdAllocator
 from broker.apis.quorum_apis import QuorumApis
+from broker.apis.share_apis import ShareApis
 from broker.apis.txn_apis import TxnApis
 from broker.apis.txn_data_apis import TxnDataApis
 from broker.fetch_session import FetchSessionCache
@@ -33,6 +34,9 @@ from broker.security.authorizer import ANONYMOUS, make_authorizer
 from broker.security.quotas import ClientQuotas, user_of
 from broker.security.scram_apis import ScramApis
 from broker.server import RequestContext
+from broker.share.coordinator import ShareCoordinator
+from broker.share.manager import SharePartitionManager
+from broker.share.persister import SharePersister
 from broker.txn.coordinator import TransactionCoordinator
 from common.clock import SYSTEM, Clock
 from common.config import Config, ConfigError, topic_defaults
@@ -88,6 +92,14 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
         self.group_coordinator = GroupCoordinator(config, broker_id, replicas, loader, controller, clock)
         self.handlers.update(GroupApis(self, self.group_coordinator).handlers())
         self.handlers.update(ConsumerGroupApis(self, self.group_coordinator).handlers())  # KIP-848
+        # share groups (KIP-932, broker/share): the share coordinator on __share_group_state, the
+        # share partitions this broker leads, and their handlers (broker/apis/share_apis.py)
+        self.share_coordinator = ShareCoordinator(config, broker_id, replicas, loader, controller, clock)
+        self.share_persister = SharePersister(self.share_coordinator, loader, replicas.fetchers, broker_id, clock=clock)
+        self.share_partitions = SharePartitionManager(config, broker_id, replicas, loader, self.share_persister, clock)
+        self.share_apis = ShareApis(self, self.group_coordinator, self.share_coordinator, self.share_persister,
+                                    self.share_partitions)
+        self.handlers.update(self.share_apis.handlers())
         self.txn_data_apis = TxnDataApis(self, clock)
         self.handlers.update(self.txn_data_apis.handlers())  # WriteTxnMarkers, DescribeProducers
         # the transaction coordinator (broker/txn) and its handlers (broker/apis/txn_apis.py)

@@ -10,6 +10,7 @@ from broker.apis.quorum_apis import supported_features
 from broker.group.coordinator import OFFSETS_TOPIC
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
+from broker.txn.coordinator import TXN_TOPIC
 from common.errors import ErrorCode, KafkaError
 from common.topic_names import INTERNAL_TOPICS, RESERVED_TOPICS, validate_topic_name
 from metadata.acl import CLUSTER_NAME
@@ -88,7 +89,7 @@ class MetadataApis:
     @staticmethod
     def _topic_error(code: int, name: str | None, topic_id=None) -> dict:
         """A topic entry that failed: no partitions (Kafka's MetadataResponse.prepareResponse)."""
-        entry = {"error_code": code, "name": name, "is_internal": False, "partitions": []}
+        entry = {"error_code": code, "name": name, "is_internal": name in INTERNAL_TOPICS, "partitions": []}
         if topic_id is not None:
             entry["topic_id"] = topic_id
         return entry
@@ -140,8 +141,11 @@ class MetadataApis:
                     if not (self.authorize_cluster(ctx, Op.CREATE) or self.authorize(ctx, Op.CREATE, RT.TOPIC, name)):
                         topics_out.append(self._topic_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name))
                         continue
-                    if name == OFFSETS_TOPIC:  # created with its own configs, as Kafka's AutoTopicCreationManager does
+                    # the coordinators' topics with their own configs, as Kafka's AutoTopicCreationManager does
+                    if name == OFFSETS_TOPIC:
                         await self.group_coordinator.ensure_offsets_topic()
+                    elif name == TXN_TOPIC:
+                        await self.txn_coordinator.ensure_topic()
                     elif name not in RESERVED_TOPICS:  # other internal topics: only by their coordinators
                         to_create.append(name)
                 topics_out.append(self._topic_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name))

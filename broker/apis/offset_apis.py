@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from broker.log import fileio as fio
+from broker.log import legacy
 from common.errors import ErrorCode, KafkaError
 from metadata.acl import AclOperation as Op
 from metadata.acl import ResourceType as RT
@@ -15,6 +17,8 @@ class OffsetApis:
     # --- ListOffsets / OffsetForLeaderEpoch ------------------------------------------------------
     async def list_offsets(self, ctx, body, ver):
         req = self.decode(ctx, body, ver)
+        if ver == 0:
+            return self._list_offsets_v0(ctx, req)
         topics = []
         for t in req.topics:
             parts = []
@@ -41,6 +45,38 @@ class OffsetApis:
                     res["error_code"] = e.code
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
+
+    def _list_offsets_v0(self, ctx, req) -> dict:
+        """ListOffsets v0: up to ``max_num_offsets`` segment start offsets before a time (Kafka 3.x's
+        handleListOffsetRequestV0 / legacyFetchOffsetsForTimestamp); a consumer's list starts at
+        most at the high watermark."""
+        topics = []
+        for t in req.topics:
+            parts = []
+            allowed = self.authorize(ctx, Op.DESCRIBE, RT.TOPIC, t.name)
+            for p in t.partitions:
+                res = {"partition_index": p.partition_index, "error_code": 0, "old_style_offsets": []}
+                parts.append(res)
+                try:
+                    if not allowed:
+                        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                    part = self.replicas.leader_partition((t.name, p.partition_index))
+                    lg = part.log
+                    try:
+                        offsets = legacy.offsets_before(lg.segments, lg.log_start_offset, lg.log_end_offset,
+                                                        p.timestamp, p.max_num_offsets, self.clock.wall_ms(),
+                                                        lambda s: int(fio.stat(s.log_path).st_mtime * 1000))
+                    except (OSError, KafkaError) as e:
+                        self.replicas.io_error(part, e)  # a failed dir: KAFKA_STORAGE_ERROR
+                        raise
+                    hw = part.state.high_watermark
+                    if req.replica_id == -1 and any(o > hw for o in offsets):
+                        offsets = [hw] + [o for o in offsets if o <= hw]
+                    res["old_style_offsets"] = offsets
+                except KafkaError as e:
+                    res["error_code"] = e.code
+            topics.append({"name": t.name, "partitions": parts})
+        return {"topics": topics}
 
     async def _list_offset(self, part, ts: int, isolation: int, replica_id: int, res: dict) -> None:
         lg, st = part.log, part.state
@@ -95,7 +131,7 @@ class OffsetApis:
                         raise self.replicas.missing_error((t.topic, p.partition), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     if replica_id < 0 and not part.state.is_leader:
                         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                    bad = part.state.check_leader_epoch(p.current_leader_epoch)
+                    bad = part.state.check_leader_epoch(p.current_leader_epoch if ver >= 2 else -1)
                     if bad:
                         raise KafkaError(ErrorCode[bad])
                     epoch, end = part.log.leader_epoch_cache.end_offset_for(p.leader_epoch, part.log.log_end_offset)

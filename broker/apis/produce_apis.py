@@ -5,7 +5,8 @@ replica manager and the acks=all wait."""
 from __future__ import annotations
 
 from broker.apis import wire
-from broker.log.batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_BIT, validate_produce_batches
+from broker.log import legacy
+from broker.log.batch import ATTRIBUTES_OFFSET, MAGIC_OFFSET, TRANSACTIONAL_BIT, validate_produce_batches
 from broker.log.validator import RecordValidationError
 from broker.protocol import codec
 from broker.replica.txn_verifier import produce_error
@@ -35,7 +36,7 @@ class ProduceApis:
         todo: list[tuple[str, object, dict, object, list]] = []  # (topic, partition data, result, partition, headers)
         any_error = False
         # Kafka: transactional records need a transactional id the principal may write
-        txn_denied = (req.transactional_id is not None or _has_transactional_records(req)) and (
+        txn_denied = (req.transactional_id is not None or _has_transactional_records(req, ver)) and (
             req.transactional_id is None or not self.authorize(ctx, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id))
         for name, parts in req.topics:
             out = results.setdefault(name, [])
@@ -57,6 +58,8 @@ class ProduceApis:
                     part = self.replicas.leader_partition((name, p.index))
                     if p.records is None:
                         raise KafkaError(ErrorCode.INVALID_RECORD, "null records")
+                    if ver < 3 and legacy.is_legacy(p.records):  # magic 0/1: one v2 batch from here on
+                        p.records = memoryview(await legacy.to_v2_async(p.records, part.log.config, f"{name}-{p.index}"))
                     headers = validate_produce_batches(p.records, part.log.config.max_message_bytes,
                                                        produce_version=ver)
                     if req.acks == -1:
@@ -150,9 +153,11 @@ class ProduceApis:
                 await ctx.park(self.replicas.wait_for_data([tp], left))
 
 
-def _has_transactional_records(req) -> bool:
+def _has_transactional_records(req, ver: int) -> bool:
     """Whether a partition's first batch is transactional (Kafka's hasTransactionalRecords):
-    one attribute byte per partition, no parsing."""
+    one attribute byte per partition, no parsing (before v3 also the magic byte: magic 0/1
+    messages have no such bit)."""
     at = ATTRIBUTES_OFFSET + 1  # the low byte of the int16 attributes
     return any(p.records is not None and len(p.records) > at and p.records[at] & TRANSACTIONAL_BIT
+               and (ver >= 3 or p.records[MAGIC_OFFSET] == 2)
                for _name, parts in req.topics for p in parts)

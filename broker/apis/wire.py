@@ -3,27 +3,27 @@ leader, written by every follower's fetcher) and the Fetch response (written by 
 followers' fetchers). The generated codec costs ~10x as much per message: kio's objects are
 built field by field, and its writer makes a buffer per flexible struct.
 
-Produce request v3-v12 (flexible from v9: compact strings/arrays/bytes + tagged fields):
-    transactional_id nullable string | acks int16 | timeout_ms int32
+Produce request v0-v12 (flexible from v9: compact strings/arrays/bytes + tagged fields):
+    [v3+ transactional_id nullable string] | acks int16 | timeout_ms int32
     topic_data [ name string | partition_data [ index int32 | records nullable bytes ] ]
 The records are returned as writable memoryviews into the request frame, so offsets are
 patched in place and the same bytes are appended to the log: no copy, no record decoding.
 
-Fetch response v4-v17 (flexible from v12; topic ids instead of names from v13):
-    throttle_time_ms int32 | [v7+ error_code int16 | session_id int32]
+Fetch response v0-v17 (flexible from v12; topic ids instead of names from v13):
+    [v1+ throttle_time_ms int32] | [v7+ error_code int16 | session_id int32]
     responses [ topic (name string | topic_id uuid) |
         partitions [ partition_index int32 | error_code int16 | high_watermark int64 |
-                     last_stable_offset int64 | [v5+ log_start_offset int64] |
-                     aborted_transactions nullable array [ producer_id int64 | first_offset int64 ] |
+                     [v4+ last_stable_offset int64] | [v5+ log_start_offset int64] |
+                     [v4+ aborted_transactions nullable array [ producer_id int64 | first_offset int64 ]] |
                      [v11+ preferred_read_replica int32] |
                      records nullable bytes | [flexible: tagged fields] ] ]
     [v16+: node_endpoints as tagged field 0]
 ``records`` is written as a length followed by a log file region sent with sendfile.
 
-Fetch request v4-v17 (flexible from v12; topic ids from v13; the replica id in a tagged
+Fetch request v0-v17 (flexible from v12; topic ids from v13; the replica id in a tagged
 ReplicaState from v15):
-    [v<15 replica_id int32] | max_wait_ms int32 | min_bytes int32 | max_bytes int32 |
-    isolation_level int8 | [v7+ session_id int32 | session_epoch int32] |
+    [v<15 replica_id int32] | max_wait_ms int32 | min_bytes int32 | [v3+ max_bytes int32] |
+    [v4+ isolation_level int8] | [v7+ session_id int32 | session_epoch int32] |
     topics [ topic (name string | topic_id uuid) |
         partitions [ partition int32 | [v9+ current_leader_epoch int32] | fetch_offset int64 |
                      [v12+ last_fetched_epoch int32] | [v5+ log_start_offset int64] |
@@ -177,7 +177,7 @@ class _Reader:
 
 def parse_produce(body: memoryview, version: int) -> ProduceRequest:
     r = _Reader(body, version >= 9)
-    txn = r.string()
+    txn = r.string() if version >= 3 else None  # (v0-2: no transactional id)
     acks = r.i16()
     timeout = r.i32()
     topics = []
@@ -225,6 +225,8 @@ class FetchPartitionResult:
 def encode_fetch_response(version: int, topics: list[tuple[str, uuid.UUID, list[FetchPartitionResult]]],
                           *, error: int = 0, session_id: int = 0, throttle_ms: int = 0) -> list:
     """The Fetch response body as chunks (bytes and FileRegions)."""
+    if version < 4:
+        return _encode_fetch_response_v0_3(version, topics, throttle_ms)
     flex = version >= 12
     chunks: list = []
     out = bytearray(_i.pack(throttle_ms))
@@ -283,6 +285,21 @@ def encode_fetch_response(version: int, topics: list[tuple[str, uuid.UUID, list[
     return chunks
 
 
+def _encode_fetch_response_v0_3(version: int, topics: list[tuple[str, uuid.UUID, list[FetchPartitionResult]]],
+                                throttle_ms: int) -> list:
+    """Fetch v0-3: no last stable offset, log start offset or aborted transactions, and the
+    records are converted messages in memory (broker/log/legacy.py), never a file region."""
+    out = bytearray(_i.pack(throttle_ms) if version >= 1 else b"")
+    out += _i.pack(len(topics))
+    for name, _tid, parts in topics:
+        b = name.encode()
+        out += _h.pack(len(b)) + b + _i.pack(len(parts))
+        for p in parts:
+            rec = p.records or b""
+            out += _i.pack(p.index) + _hq.pack(p.error, p.high_watermark) + _i.pack(len(rec)) + rec
+    return [bytes(out)]
+
+
 # --- Fetch request --------------------------------------------------------------------------------
 FetchPartitionRequest = PartitionData  # a partition of a Fetch request, as fetch sessions keep them
 
@@ -318,13 +335,15 @@ class FetchRequest:
 
 
 def parse_fetch(body, version: int) -> FetchRequest:
-    """A Fetch request body (v4+); FramingError if it does not parse."""
+    """A Fetch request body (any version); FramingError if it does not parse."""
     r = _Reader(memoryview(body), version >= 12)
     ids = version >= 13
     replica_id = r.i32() if version < 15 else -1
     req = FetchRequest(r.i32(), r.i32(), [], replica_id)
-    req.max_bytes = r.i32()
-    req.isolation_level = r.i8()
+    if version >= 3:
+        req.max_bytes = r.i32()
+    if version >= 4:
+        req.isolation_level = r.i8()
     if version >= 7:
         req.session_id = r.i32()
         req.session_epoch = r.i32()
@@ -416,10 +435,10 @@ class FetchResponse:
 
 
 def parse_fetch_response(body, version: int) -> FetchResponse:
-    """A Fetch response body (v4+; as ``encode_fetch_response`` writes it): records as bytes."""
+    """A Fetch response body (as ``encode_fetch_response`` writes it): records as bytes."""
     r = _Reader(memoryview(body), version >= 12)
     ids = version >= 13
-    resp = FetchResponse(r.i32(), 0, 0, [])
+    resp = FetchResponse(r.i32() if version >= 1 else 0, 0, 0, [])
     if version >= 7:
         resp.error = r.i16()
         resp.session_id = r.i32()
@@ -427,8 +446,9 @@ def parse_fetch_response(body, version: int) -> FetchResponse:
         name, tid = ("", r.uuid()) if ids else (r.name("topic"), None)
         parts = []
         for _ in range(r.array_len("partitions")):
-            p = FetchPartitionResult(r.i32(), r.i16(), r.i64(), r.i64(), r.i64() if version >= 5 else -1, None)
-            n = r.length(r.i32)  # aborted transactions (nullable)
+            p = FetchPartitionResult(r.i32(), r.i16(), r.i64(), r.i64() if version >= 4 else -1,
+                                     r.i64() if version >= 5 else -1, None)
+            n = r.length(r.i32) if version >= 4 else -1  # aborted transactions (nullable)
             if n >= 0:
                 if n > len(r.buf):
                     raise FramingError("array length larger than the response")

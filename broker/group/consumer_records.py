@@ -23,6 +23,12 @@ bytes, and a tagged-field section (empty here) at the end of every struct.
                                                         | previousMemberEpoch int32 | state int8
                                                         | assignedPartitions [TopicPartitions]
                                                         | partitionsPendingRevocation [TopicPartitions]
+    ConsumerGroupRegularExpressionKey (16): group regex -> topics [string] | version int64
+                                                        | timestamp int64
+
+The member metadata's tagged field 0, ClassicMemberMetadata, is set for a member that uses the
+classic protocol (KIP-848's online upgrade): sessionTimeoutMs int32 | supportedProtocols [name
+string | metadata bytes].
 
 A null value is a tombstone. Pure: no I/O.
 """
@@ -43,7 +49,10 @@ MEMBER_METADATA_KEY = 5
 TARGET_METADATA_KEY = 6
 TARGET_MEMBER_KEY = 7
 CURRENT_ASSIGNMENT_KEY = 8
-KEY_VERSIONS = range(GROUP_EPOCH_KEY, CURRENT_ASSIGNMENT_KEY + 1)
+REGEX_KEY = 16
+KEY_VERSIONS = (*range(GROUP_EPOCH_KEY, CURRENT_ASSIGNMENT_KEY + 1), REGEX_KEY)
+_SECOND_KEY_FIELD = (MEMBER_METADATA_KEY, TARGET_MEMBER_KEY, CURRENT_ASSIGNMENT_KEY, REGEX_KEY)
+_Q = struct.Struct(">q")
 
 _H = struct.Struct(">h")
 _I = struct.Struct(">i")
@@ -54,10 +63,27 @@ Assignment = Mapping[uuid.UUID, frozenset[int]]  # topic id -> partitions
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ConsumerKey:
-    """The key of a consumer-group record: ``kind`` is its key version (3-8)."""
+    """The key of a consumer-group record: ``kind`` is its key version (3-8, 16); ``member`` the
+    member id, or the regular expression of a ConsumerGroupRegularExpressionKey."""
     kind: int
     group: str
     member: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member that uses the classic protocol joined with (JoinGroup)."""
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), in the member's order of preference
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResolvedRegex:
+    """A regular expression's resolution (ConsumerGroupRegularExpressionValue): the topics it
+    matched in the metadata image of ``version``, at wall-clock ``timestamp``."""
+    topics: frozenset[str]
+    version: int = 0
+    timestamp: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,6 +96,7 @@ class MemberMetadata:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -85,14 +112,14 @@ class CurrentAssignment:
 
 def key(kind: int, group: str, member: str | None = None) -> bytes:
     out = _H.pack(kind) + encode_string(group)
-    if kind in (MEMBER_METADATA_KEY, TARGET_MEMBER_KEY, CURRENT_ASSIGNMENT_KEY):
+    if kind in _SECOND_KEY_FIELD:
         out += encode_string(member or "")
     return out
 
 
 def decode_consumer_key(kind: int, r: RecordReader) -> ConsumerKey:
     group = r.string()
-    member = r.string() if kind in (MEMBER_METADATA_KEY, TARGET_MEMBER_KEY, CURRENT_ASSIGNMENT_KEY) else None
+    member = r.string() if kind in _SECOND_KEY_FIELD else None
     return ConsumerKey(kind, group, member)
 
 
@@ -126,10 +153,24 @@ def partition_metadata_value(topics: Mapping[str, tuple[uuid.UUID, int]]) -> byt
                          for name, (tid, n) in sorted(topics.items())]) + b"\x00"
 
 
+def _cbytes(b: bytes) -> bytes:
+    return _uvarint(len(b) + 1) + b
+
+
 def member_metadata_value(m: MemberMetadata) -> bytes:
-    return (_V0 + _cstr(m.instance_id) + _cstr(m.rack_id) + _cstr(m.client_id) + _cstr(m.client_host)
-            + _array([_cstr(t) for t in m.subscribed_topic_names]) + _cstr(m.subscribed_topic_regex)
-            + _I.pack(m.rebalance_timeout_ms) + _cstr(m.server_assignor) + b"\x00")
+    out = (_V0 + _cstr(m.instance_id) + _cstr(m.rack_id) + _cstr(m.client_id) + _cstr(m.client_host)
+           + _array([_cstr(t) for t in m.subscribed_topic_names]) + _cstr(m.subscribed_topic_regex)
+           + _I.pack(m.rebalance_timeout_ms) + _cstr(m.server_assignor))
+    if m.classic is None:
+        return out + b"\x00"
+    c = m.classic
+    tag = (_I.pack(c.session_timeout_ms) + _array([_cstr(n) + _cbytes(bytes(md)) + b"\x00" for n, md in c.protocols])
+           + b"\x00")
+    return out + b"\x01" + b"\x00" + _uvarint(len(tag)) + tag  # one tagged field: tag 0, its size, the struct
+
+
+def regex_value(r: ResolvedRegex) -> bytes:
+    return _V0 + _array([_cstr(t) for t in sorted(r.topics)]) + _Q.pack(r.version) + _Q.pack(r.timestamp) + b"\x00"
 
 
 def target_metadata_value(assignment_epoch: int) -> bytes:
@@ -200,13 +241,40 @@ def decode_partition_metadata(value: bytes) -> dict[str, tuple[uuid.UUID, int]]:
     return out
 
 
+def _classic_member_metadata(r: RecordReader) -> ClassicMemberMetadata:
+    session = r.i32()
+
+    def protocol(r):
+        name, md = r.string(), r.bytes_()
+        r.tagged_fields()
+        return name, md
+    c = ClassicMemberMetadata(session, tuple(_read_array(r, protocol)))
+    r.tagged_fields()
+    return c
+
+
 def decode_member_metadata(value: bytes) -> MemberMetadata:
     r = _reader(value)
-    m = MemberMetadata(r.string(nullable=True), r.string(nullable=True), r.string(), r.string(),
-                       tuple(_read_array(r, lambda r: r.string())), r.string(nullable=True), r.i32(),
-                       r.string(nullable=True))
+    fields = (r.string(nullable=True), r.string(nullable=True), r.string(), r.string(),
+              tuple(_read_array(r, lambda r: r.string())), r.string(nullable=True), r.i32(), r.string(nullable=True))
+    classic = None
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        end = r.pos + size
+        if tag == 0:
+            classic = _classic_member_metadata(r)
+        if r.pos > end:
+            raise RecordFormatError("ClassicMemberMetadata runs past its tagged field")
+        r.pos = end
+    return MemberMetadata(*fields, classic)
+
+
+def decode_regex(value: bytes) -> ResolvedRegex:
+    r = _reader(value)
+    topics = frozenset(_read_array(r, lambda r: r.string()))
+    version, timestamp = r.i64(), r.i64()
     r.tagged_fields()
-    return m
+    return ResolvedRegex(topics, version, timestamp)
 
 
 def decode_target_member(value: bytes) -> dict[uuid.UUID, frozenset[int]]:

@@ -19,6 +19,7 @@ from broker.coordinator_runtime import CoordinatorRuntime, TopicSpec, map_append
 from broker.group.consumer_group import ConsumerGroupConfig, Topics
 from broker.group.shard import GroupShard
 from broker.group.state import Effects, GroupConfig, Write
+from broker.share.group import ShareGroupConfig
 from common.clock import SYSTEM, Clock, wait_event
 from metadata import records as mrec
 
@@ -55,7 +56,12 @@ class GroupCoordinator:
             session_timeout_ms=config["group.consumer.session.timeout.ms"],
             heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
             max_size=config["group.consumer.max.size"], assignors=tuple(config["group.consumer.assignors"]),
+            migration_policy=config["group.consumer.migration.policy"], classic_max_size=config["group.max.size"],
             group_config=lambda gid: self.loader.image.configs.get((mrec.RESOURCE_GROUP, gid), {}))
+        self.share_config = ShareGroupConfig(  # share groups (KIP-932, broker/share/group.py)
+            session_timeout_ms=config["group.share.session.timeout.ms"],
+            heartbeat_interval_ms=config["group.share.heartbeat.interval.ms"], max_size=config["group.share.max.size"],
+            group_config=self.consumer_config.group_config)
         self._topics_image = None
         self._topics: Topics = {}
         self.metadata_max_bytes = config["offset.metadata.max.bytes"]
@@ -124,8 +130,11 @@ class GroupCoordinator:
         return self._topics
 
     def new_shard(self, pid: int, epoch: int) -> GroupShard:
-        return GroupShard(pid, self.group_config, metadata_max_bytes=self.metadata_max_bytes,
-                          consumer_config=self.consumer_config, topics=self.topics)
+        shard = GroupShard(pid, self.group_config, metadata_max_bytes=self.metadata_max_bytes,
+                           consumer_config=self.consumer_config, topics=self.topics,
+                           image_version=lambda: self.loader.image.offset)
+        shard.share_config = self.share_config
+        return shard
 
     def replay(self, shard: GroupShard, key: bytes | None, value: bytes | None, offset: int = -1,
                producer_id: int = -1) -> None:
@@ -142,6 +151,8 @@ class GroupCoordinator:
                 m.heartbeat_deadline = now + m.session_timeout_ms
         for cg in shard.consumer_groups.values():
             cg.on_loaded(now, self.consumer_config, self.topics())
+        for sg in shard.share_groups.values():
+            sg.on_loaded(now, self.share_config)
         log.log(logging.INFO if records else logging.DEBUG,
                 "%s-%d: loaded %d groups (%d records%s) in epoch %d in %.3fs", OFFSETS_TOPIC, pid,
                 len(shard.groups), records, f", {bad} undecodable" if bad else "", epoch, seconds)
@@ -177,6 +188,16 @@ class GroupCoordinator:
     def run(self, shard: GroupShard, fx: Effects | None) -> None:
         self._run(shard.partition, fx)
         self._kick()
+
+    async def run_and_wait(self, shard: GroupShard, fx: Effects) -> int:
+        """``run``, then wait until the writes are committed: the first error, or 0."""
+        for waiter, resp in fx.replies:
+            if not waiter.done():
+                waiter.set_result(resp)
+        written = [self.write(shard.partition, w) for w in fx.writes]
+        self._kick()
+        errors = [await f for f in written]
+        return next((e for e in errors if e), 0)
 
     def _kick(self) -> None:
         if self._wake is not None:

@@ -218,16 +218,20 @@ class _Reader:
 
 
 def decode_key(key: bytes):
-    """OffsetKey, GroupKey, or a consumer group's ConsumerKey (consumer_records.py)."""
+    """OffsetKey, GroupKey, a consumer group's ConsumerKey (consumer_records.py) or a share group's
+    ShareKey (broker/share/records.py)."""
     r = _Reader(bytes(key))
     version = r.i16()
     if version in (0, 1):
         return OffsetKey(r.string(), r.string(), r.i32())
     if version == 2:
         return GroupKey(r.string())
-    if 3 <= version <= 8:  # a consumer group's (KIP-848) records
+    if 3 <= version <= 8 or version == 16:  # a consumer group's (KIP-848) records
         from broker.group.consumer_records import decode_consumer_key
         return decode_consumer_key(version, r)
+    if 9 <= version <= 15:  # a share group's (KIP-932) records
+        from broker.share.records import decode_share_key
+        return decode_share_key(version, r)
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
 
 

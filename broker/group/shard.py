@@ -21,10 +21,12 @@ UNSTABLE_OFFSET_COMMIT for a partition with a pending one.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from broker.group import consumer_records as cr
+from broker.group import migration
 from broker.group import records as rec
 from broker.group.consumer_group import (
     GROUP_TYPE_CONSUMER,
@@ -48,7 +50,11 @@ from broker.group.state import (
     join_error,
     sync_error,
 )
+from broker.share import records as sr
+from broker.share.group import GROUP_TYPE_SHARE, SHARE_PROTOCOL_TYPE, ShareGroup, ShareGroupConfig
 from common.errors import ErrorCode
+
+log = logging.getLogger("krafty.group")
 
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
 GROUP_TYPE_CLASSIC = "classic"
@@ -56,7 +62,8 @@ GROUP_TYPE_CLASSIC = "classic"
 
 class GroupShard:
     def __init__(self, partition: int, config: GroupConfig, *, metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
-                 consumer_config: ConsumerGroupConfig | None = None, topics: Callable[[], Topics] = dict):
+                 consumer_config: ConsumerGroupConfig | None = None, topics: Callable[[], Topics] = dict,
+                 image_version: Callable[[], int] = lambda: -1):
         self.partition = partition
         self.config = config
         self.metadata_max_bytes = metadata_max_bytes
@@ -65,6 +72,10 @@ class GroupShard:
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.consumer_config = consumer_config or ConsumerGroupConfig()
         self.topics = topics  # the topics of the metadata image: name -> (topic id, partitions)
+        self.image_version = image_version  # the metadata image's offset (regex resolutions record it)
+        # share groups (KIP-932, broker/share/group.py); a group id is of one type only
+        self.share_groups: dict[str, ShareGroup] = {}
+        self.share_config = ShareGroupConfig()
         self.offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
         # the log offset of the record of each committed offset: a transaction's offsets only
         # replace offsets committed before them (Kafka's OffsetAndMetadata.recordOffset)
@@ -89,6 +100,9 @@ class GroupShard:
         k = rec.decode_key(key)
         if isinstance(k, cr.ConsumerKey):
             self._replay_consumer(k, value)
+            return
+        if isinstance(k, sr.ShareKey):
+            self._replay_share(k, value)
             return
         if isinstance(k, rec.OffsetKey):
             tp = (k.topic, k.partition)
@@ -131,11 +145,47 @@ class GroupShard:
         if g.dead:
             del self.consumer_groups[k.group]
 
+    def _replay_share(self, k: sr.ShareKey, value: bytes | None) -> None:
+        g = self.share_groups.get(k.group)
+        if g is None:
+            if value is None:
+                return
+            g = self.share_groups[k.group] = ShareGroup(k.group)
+        g.replay(k, value)
+        if g.dead:
+            del self.share_groups[k.group]
+
+    def group_type(self, group_id: str) -> str | None:
+        """classic, consumer, share, or None for a group id not in use."""
+        if group_id in self.share_groups:
+            return GROUP_TYPE_SHARE
+        if group_id in self.consumer_groups:
+            return GROUP_TYPE_CONSUMER
+        return GROUP_TYPE_CLASSIC if group_id in self.groups else None
+
     def _consumer_write(self, g: ConsumerGroup, records) -> Write | None:
         """The records a consumer group's change emitted (already applied to it), to append."""
         if g.dead:
             self.consumer_groups.pop(g.group_id, None)
         return Write(list(records)) if records else None
+
+    def _maybe_downgraded(self, g: ConsumerGroup, records, now: int, wall: int | None) -> Effects:
+        """When the change made the consumer group a classic group (its last consumer-protocol
+        member left): the classic group takes its place, its record after the consumer group's
+        tombstones, and it rebalances when a member left (Kafka's convertToClassicGroup)."""
+        fx = Effects()
+        d = g.downgraded
+        if d is None:
+            return fx
+        gid = g.group_id
+        self.consumer_groups.pop(gid, None)
+        classic = migration.to_classic_group(gid, d, now, self.config, wall)
+        records.append(classic.metadata_record(now))
+        self.groups[gid] = classic
+        if d.rebalance:
+            fx.add(classic.prepare_rebalance(now, f"Downgrade group {gid} from consumer to classic for member "
+                                                  "leaving."))
+        return fx
 
     def replay_end_txn(self, producer_id: int, commit: bool, now: int, wall: int | None = None) -> None:
         """The marker of ``producer_id``'s transaction is in the partition (Kafka's
@@ -165,6 +215,9 @@ class GroupShard:
         for cg in self.consumer_groups.values():
             cg.dead = True
         self.consumer_groups.clear()
+        for sg in self.share_groups.values():
+            sg.dead = True
+        self.share_groups.clear()
         self.offsets.clear()
         self.positions.clear()
         self.pending_txn.clear()
@@ -173,7 +226,8 @@ class GroupShard:
 
     # --- timers -------------------------------------------------------------------------------
     def next_deadline(self) -> int | None:
-        ds = [d for g in (*self.groups.values(), *self.consumer_groups.values()) if (d := g.next_deadline()) is not None]
+        ds = [d for g in (*self.groups.values(), *self.consumer_groups.values(), *self.share_groups.values())
+              if (d := g.next_deadline()) is not None]
         return min(ds) if ds else None
 
     def tick(self, now: int, wall: int | None = None) -> Effects:
@@ -185,34 +239,63 @@ class GroupShard:
         for cg in list(self.consumer_groups.values()):
             d = cg.next_deadline()
             if d is not None and now >= d:
-                w = self._consumer_write(cg, cg.tick(now, self.topics()))
+                cg.image_version, cg.wall_offset_ms = self.image_version(), 0 if wall is None else wall - now
+                records = cg.tick(now, self.topics(), self.consumer_config)
+                more = self._maybe_downgraded(cg, records, now, wall)
+                w = self._consumer_write(cg, records)
                 if w is not None:
                     fx.writes.append(w)
+                fx.add(more)
+        for sg in list(self.share_groups.values()):
+            d = sg.next_deadline()
+            if d is not None and now >= d:
+                records = sg.tick(now)
+                if records:
+                    records += sg.refresh(now, self.topics())
+                    fx.writes.append(Write(records))
         return fx
 
     # --- ConsumerGroupHeartbeat / ConsumerGroupDescribe (KIP-848) --------------------------------
     def consumer_heartbeat(self, now: int, req: HeartbeatRequest, new_member_id: str,
-                           wall: int | None = None) -> tuple[dict, Write | None]:
-        """A ConsumerGroupHeartbeat: (response fields, the records to write before answering);
-        raises HeartbeatError."""
+                           wall: int | None = None) -> tuple[dict, Write | None, Effects]:
+        """A ConsumerGroupHeartbeat: (response fields, the records to write before answering,
+        answers to other requests); raises HeartbeatError. The first consumer-protocol member of
+        a classic group with members makes it a consumer group (KIP-848's online upgrade)."""
         gid = req.group_id
         g = self.consumer_groups.get(gid)
         records: list[tuple[bytes, bytes | None]] = []
+        upgraded = None
+        cfg = self.consumer_config
         if g is None:
-            classic = self.groups.get(gid)
-            if classic is not None and (classic.members or classic.state != EMPTY):
+            if gid in self.share_groups:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
+            classic = self.groups.get(gid)
             if req.member_epoch != 0:
-                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {gid} not found.")
-            g = ConsumerGroup(gid)
-            if classic is not None and classic.generation > 0:
-                records.append((rec.group_metadata_key(gid), None))  # the empty classic group it replaces
-        resp, more = g.heartbeat(now, req, self.topics(), self.consumer_config, new_member_id)
+                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                     f"Group {gid} is not a consumer group." if classic is not None
+                                     and (classic.members or classic.state != EMPTY) else
+                                     f"Consumer group {gid} not found.")
+            if classic is not None and (classic.members or classic.state != EMPTY):
+                g, records = migration.to_consumer_group(classic, self.topics(), cfg)
+                upgraded = classic
+            else:
+                g = ConsumerGroup(gid)
+                if classic is not None and classic.generation > 0:
+                    records.append((rec.group_metadata_key(gid), None))  # the empty classic group it replaces
+        resp, more = g.heartbeat(now, req, self.topics(), cfg, new_member_id)
         records += more
+        fx = Effects()
         if gid not in self.consumer_groups and more:
             self.consumer_groups[gid] = g
             self.groups.pop(gid, None)
-        return resp, self._consumer_write(g, records)
+            if upgraded is not None:
+                # parked JoinGroup/SyncGroup requests of the classic group: join again
+                fx.add(upgraded.make_dead(now, ErrorCode.REBALANCE_IN_PROGRESS))
+                for m in g.members.values():
+                    if m.session_deadline is None:
+                        m.session_deadline = now + m.session_ms(cfg, gid)
+        fx.add(self._maybe_downgraded(g, records, now, wall))
+        return resp, self._consumer_write(g, records), fx
 
     def consumer_metadata_changed(self, now: int) -> list[Write]:
         """The metadata image changed: groups whose subscribed topics changed get a new epoch."""
@@ -222,6 +305,10 @@ class GroupShard:
             w = self._consumer_write(g, g.on_metadata(topics, now))
             if w is not None:
                 out.append(w)
+        for sg in list(self.share_groups.values()):
+            records = sg.refresh(now, topics)
+            if records:
+                out.append(Write(records))
         return out
 
     def consumer_describe(self, group_id: str, names, default_assignor: str) -> dict:
@@ -243,12 +330,13 @@ class GroupShard:
         if not (self.config.min_session_timeout_ms <= req.session_timeout_ms <= self.config.max_session_timeout_ms):
             fx.reply(waiter, join_error(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))
             return fx
+        if req.group_id in self.share_groups:
+            fx.reply(waiter, join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+            return fx
         cg = self.consumer_groups.get(req.group_id)
         if cg is not None:
             if cg.members:
-                # classic members in a consumer group (KIP-848's online downgrade) are not served
-                fx.reply(waiter, join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
-                return fx
+                return self._classic_join_to_consumer_group(now, cg, req, waiter, wall)
             # an empty consumer group becomes a classic group (its offsets stay), as in Kafka
             fx.writes.append(Write(cg.tombstones()))
             del self.consumer_groups[req.group_id]
@@ -262,12 +350,41 @@ class GroupShard:
         self._forget_if_unused(g)
         return fx
 
+    def _classic_join_to_consumer_group(self, now: int, cg: ConsumerGroup, req: JoinRequest, waiter: Any,
+                                        wall: int | None) -> Effects:
+        """A JoinGroup to a consumer group with members: the member joins it as a classic member,
+        answered once its records are written (or the group becomes a classic group, when a
+        classic static member replaces the last consumer-protocol one)."""
+        fx = Effects()
+        try:
+            resp, records = cg.classic_join(now, req, self.topics(), self.consumer_config)
+        except HeartbeatError as e:
+            log.info("JoinGroup of member %r to consumer group %s refused: %s", req.member_id, cg.group_id, e)
+            fx.reply(waiter, join_error(e.code, req.member_id))
+            return fx
+        more = self._maybe_downgraded(cg, records, now, wall)
+        w = self._consumer_write(cg, records)
+        if w is None:
+            fx.reply(waiter, resp)
+        else:
+            w.replies.append((waiter, resp))
+            fx.writes.append(w)
+        return fx.add(more)
+
     def sync(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int,
              protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
              waiter: Any, wall: int | None = None) -> Effects:
         fx = Effects()
         if not group_id:
             fx.reply(waiter, sync_error(ErrorCode.INVALID_GROUP_ID))
+            return fx
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:  # a classic member of a consumer group
+            try:
+                fx.reply(waiter, cg.classic_sync(now, member_id, instance_id, generation, protocol_type,
+                                                 protocol_name, self.topics(), self.consumer_config))
+            except HeartbeatError as e:
+                fx.reply(waiter, sync_error(e.code))
             return fx
         g = self.groups.get(group_id)
         if g is None:
@@ -279,6 +396,12 @@ class GroupShard:
     def heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int) -> int:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:  # a classic member of a consumer group
+            try:
+                return cg.classic_heartbeat(now, member_id, instance_id, generation, self.consumer_config)
+            except HeartbeatError as e:
+                return e.code
         g = self.groups.get(group_id)
         if g is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -288,6 +411,14 @@ class GroupShard:
               ) -> tuple[int, list[dict], Effects]:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, [], Effects()
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:  # classic members leaving a consumer group
+            results, records = cg.classic_leave(identities, self.topics(), self.consumer_config)
+            fx = self._maybe_downgraded(cg, records, now, wall)
+            w = self._consumer_write(cg, records)
+            if w is not None:
+                fx.writes.insert(0, w)
+            return ErrorCode.NONE, results, fx
         g = self.groups.get(group_id)
         if g is None:
             return ErrorCode.UNKNOWN_MEMBER_ID, [], Effects()
@@ -305,6 +436,8 @@ class GroupShard:
     # --- offsets ------------------------------------------------------------------------------
     def validate_offset_commit(self, now: int, group_id: str, member_id: str, instance_id: str | None,
                                generation: int, api_version: int, transactional: bool = False) -> int:
+        if group_id in self.share_groups:
+            return ErrorCode.GROUP_ID_NOT_FOUND  # a share group's offsets are its share-partition state
         cg = self.consumer_groups.get(group_id)
         if cg is not None:
             return cg.validate_offset_commit(member_id, generation, api_version, transactional)
@@ -339,11 +472,15 @@ class GroupShard:
 
     def commit_offsets(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int,
                        api_version: int, topics: list[tuple[str, list[tuple[int, int, int, str | None]]]],
-                       retention_ms: int = -1, wall: int | None = None) -> tuple[list[dict], Write | None]:
+                       retention_ms: int = -1, wall: int | None = None,
+                       commit_timestamps: dict[tuple[str, int], int] | None = None
+                       ) -> tuple[list[dict], Write | None]:
         """``topics``: [(name, [(partition, offset, leader_epoch, metadata)])]. Returns the
         response topics (error codes filled in for refused partitions) and the Write.
         ``retention_ms`` (OffsetCommit v2-v4) other than -1 gives the offsets an expire
-        timestamp of their own, as Kafka does. Commit and expire timestamps are wall-clock."""
+        timestamp of their own, as Kafka does. Commit and expire timestamps are wall-clock;
+        ``commit_timestamps`` (OffsetCommit v1) are the client's own for some partitions, from
+        which offsets.retention counts (seed 004)."""
         stamp = now if wall is None else wall
         expire = -1 if retention_ms == -1 else min(stamp + retention_ms, 2**63 - 1)
         out = []
@@ -351,7 +488,7 @@ class GroupShard:
             err = ErrorCode.INVALID_GROUP_ID
         else:
             err = self.validate_offset_commit(now, group_id, member_id, instance_id, generation, api_version)
-        records, applied = self._offset_records(group_id, topics, err, stamp, expire, out)
+        records, applied = self._offset_records(group_id, topics, err, stamp, expire, out, commit_timestamps)
         if not records:
             return out, None
         w = Write(records)
@@ -382,7 +519,8 @@ class GroupShard:
         w.on_done = on_done
         return out, w
 
-    def _offset_records(self, group_id: str, topics, err: int, stamp: int, expire: int, out: list[dict]):
+    def _offset_records(self, group_id: str, topics, err: int, stamp: int, expire: int, out: list[dict],
+                        stamps: dict[tuple[str, int], int] | None = None):
         """The records of an offset commit (OffsetCommit, TxnOffsetCommit) and what they set,
         ((topic, partition), OffsetValue); ``out`` gets each partition's error code (``err`` for
         all, or OFFSET_METADATA_TOO_LARGE)."""
@@ -398,7 +536,8 @@ class GroupShard:
                 pout.append({"partition_index": p, "error_code": int(code)})
                 if code:
                     continue
-                v = rec.OffsetValue(offset, epoch, metadata or "", stamp, expire)
+                v = rec.OffsetValue(offset, epoch, metadata or "", stamps.get((name, p), stamp) if stamps else stamp,
+                                    expire)
                 records.append((rec.offset_commit_key(group_id, name, p), rec.offset_commit_value(v)))
                 applied.append(((name, p), v))
         return records, applied
@@ -602,6 +741,12 @@ class GroupShard:
     # --- ListGroups / DescribeGroups ------------------------------------------------------------
     def list_groups(self, states: set[str] | None, types: set[str] | None) -> list[dict]:
         out = []
+        if not types or GROUP_TYPE_SHARE in types:
+            for gid, sg in self.share_groups.items():
+                state = sg.state()
+                if not states or state.lower() in states:
+                    out.append({"group_id": gid, "protocol_type": SHARE_PROTOCOL_TYPE, "group_state": state,
+                                "group_type": GROUP_TYPE_SHARE})
         if not types or GROUP_TYPE_CONSUMER in types:
             for gid, cg in self.consumer_groups.items():
                 state = cg.state()

@@ -470,6 +470,10 @@ class ClassicGroup:
             return self._prepare_rebalance(now, reason)
         return self._maybe_complete_join(now)
 
+    def prepare_rebalance(self, now: int, reason: str) -> Effects:
+        """A rebalance the coordinator starts (a consumer group downgraded: a member left)."""
+        return self._prepare_rebalance(now, reason)
+
     def _prepare_rebalance(self, now: int, reason: str) -> Effects:
         log.info("Preparing to rebalance group %s in state %s with old generation %d (reason: %s)", self.group_id,
                  self.state, self.generation, reason)

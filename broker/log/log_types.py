@@ -67,6 +67,7 @@ class LogConfig:
     message_timestamp_before_max_ms: int = 2**63 - 1
     message_timestamp_after_max_ms: int = 3_600_000
     min_cleanable_dirty_ratio: float = 0.5
+    message_downconversion_enable: bool = True
 
     _FIELDS: ClassVar[dict[str, str]] = {
         "segment.bytes": "segment_bytes", "segment.ms": "segment_ms", "retention.ms": "retention_ms",
@@ -78,6 +79,7 @@ class LogConfig:
         "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
         "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
         "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+        "message.downconversion.enable": "message_downconversion_enable",
     }
 
     @classmethod

@@ -115,11 +115,15 @@ async def validate_async(buf, headers: list[BatchHeader], config, now_ms: int, p
         return validate_batches(buf, headers, config, now_ms, partition_name, inline=True)
     except _TooMuchForTheLoop:
         pass
+    return await in_pool(validate_batches, buf, headers, config, now_ms, partition_name)
+
+
+async def in_pool(fn, *args):
+    """``fn(*args)`` in the validation pool (record work too large for the event loop)."""
     global _pool
     if _pool is None:
         _pool = ThreadPoolExecutor(_POOL_THREADS, thread_name_prefix="krafty-validate")
-    return await asyncio.get_running_loop().run_in_executor(
-        _pool, functools.partial(validate_batches, buf, headers, config, now_ms, partition_name))
+    return await asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args))
 
 
 def recompress(buf, headers: list[BatchHeader], target: int, max_message_bytes: int
@@ -239,14 +243,20 @@ class _Validator:
         return None
 
     def _raise(self, errors: list[tuple[int, str]], bad_timestamp: bool):
-        listed = [(i, m if n < MAX_MESSAGES_IN_RECORD_ERRORS else None) for n, (i, m) in enumerate(errors)]
-        if bad_timestamp:  # as Kafka's processRecordErrors
-            raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP,
-                                        "One or more records have been rejected due to invalid timestamp", listed)
-        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-        raise RecordValidationError(ErrorCode.INVALID_RECORD,
-                                    f"One or more records have been rejected due to {len(errors)} record errors in "
-                                    f"total, and only showing the first three errors at most: [{shown}]", listed)
+        raise_record_errors(errors, bad_timestamp)
+
+
+def raise_record_errors(errors: list[tuple[int, str]], bad_timestamp: bool):
+    """Kafka's processRecordErrors: INVALID_TIMESTAMP if any record's timestamp was refused,
+    else INVALID_RECORD, with the (record index, message) of each refused record."""
+    listed = [(i, m if n < MAX_MESSAGES_IN_RECORD_ERRORS else None) for n, (i, m) in enumerate(errors)]
+    if bad_timestamp:  # as Kafka's processRecordErrors
+        raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP,
+                                    "One or more records have been rejected due to invalid timestamp", listed)
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    raise RecordValidationError(ErrorCode.INVALID_RECORD,
+                                f"One or more records have been rejected due to {len(errors)} record errors in "
+                                f"total, and only showing the first three errors at most: [{shown}]", listed)
 
 
 def _with_max_timestamp(raw, max_ts: int) -> bytearray:

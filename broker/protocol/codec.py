@@ -33,6 +33,7 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import OutOfBoundValue
 
+from broker.protocol import legacy_schema
 from broker.protocol.apis import ApiKey, is_flexible  # noqa: F401 (re-exported)
 from common.errors import ErrorCode
 
@@ -108,11 +109,15 @@ def frame(header: bytes, body: bytes) -> bytes:
 
 @functools.cache
 def request_type(api_key: int, version: int):
+    if legacy_schema.has(api_key, version):  # a classic version Kafka 4 removed (KIP-896)
+        return _plain_timestamps(legacy_schema.legacy_type(api_key, version, False))
     return _plain_timestamps(load_request_schema(api_key, version))
 
 
 @functools.cache
 def response_type(api_key: int, version: int):
+    if legacy_schema.has(api_key, version):
+        return _plain_timestamps(legacy_schema.legacy_type(api_key, version, True))
     return _plain_timestamps(load_response_schema(api_key, version))
 
 
@@ -308,11 +313,11 @@ def _known_of(cls, into: Known) -> None:
 def _known(api_key: int, response: bool) -> Known:
     """The union over every version kio knows of the message's field names."""
     out = Known()
-    load = load_response_schema if response else load_request_schema
+    load = response_type if response else request_type
     for v in range(0, 64):
         try:
             cls = load(api_key, v)
-        except Exception:  # noqa: BLE001 - a version kio does not have
+        except Exception:  # noqa: BLE001 - a version neither kio nor legacy_schema has
             continue
         _known_of(cls, out)
     return out

@@ -1,4 +1,6 @@
-"""Replica fetchers: the follower side of replication, one task per leader broker.
+"""Replica fetchers: the follower side of replication, ``num.replica.fetchers`` tasks per leader
+broker (a partition goes to one of them by Kafka's fetcher id), each with its own connection and
+fetch session.
 
 Each task drives the ``FollowerFetchState`` of every partition it follows from that leader
 (broker/replica/follower.py holds the rules) and does the I/O: OffsetForLeaderEpoch to
@@ -14,6 +16,7 @@ from collections.abc import Callable
 
 from broker.apis import wire
 from broker.fetch_session import FetchSessionHandler, PartitionData
+from broker.group.records import java_string_hashcode
 from broker.log.batch import parse_batches
 from broker.log.log import AppendAborted
 from broker.protocol.apis import ApiKey
@@ -40,16 +43,25 @@ OFLE_VERSION = 4
 LIST_OFFSETS_VERSION = 4
 
 
+def fetcher_id(tp: TopicPartition, num_fetchers: int) -> int:
+    """Kafka's AbstractFetcherManager.getFetcherId: Utils.abs(31 * topic.hashCode() + partition)
+    % num.replica.fetchers, in Java's 32-bit int arithmetic."""
+    h = (31 * java_string_hashcode(tp[0]) + tp[1]) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if h == -(1 << 31) else abs(h)) % num_fetchers
+
+
 class FetcherThread:
-    def __init__(self, manager: ReplicaFetcherManager, leader_id: int):
+    def __init__(self, manager: ReplicaFetcherManager, leader_id: int, fetcher_id: int = 0):
         self.m = manager
         self.leader_id = leader_id
+        self.fetcher_id = fetcher_id
         self.states: dict[TopicPartition, FollowerFetchState] = {}
         self.wake = asyncio.Event()
         self.conn: KafkaConnection | None = None
         self.session = FetchSessionHandler()  # one fetch session per leader broker (KIP-227)
         self.failing = False  # the last round's request failed: say so once per outage, not every round
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{leader_id}")
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{fetcher_id}-{leader_id}")
 
     def _connection(self) -> KafkaConnection | None:
         ep = self.m.endpoint_of(self.leader_id)
@@ -258,8 +270,9 @@ class ReplicaFetcherManager:
         self.endpoint_of = endpoint_of
         self.security = None  # broker.security.sasl.ClientSecurity of the inter-broker listener (set by Broker)
         self.backoff_s = max(config["controller.quorum.retry.backoff.ms"], 100) / 1000
-        self.threads: dict[int, FetcherThread] = {}
-        self.following: dict[TopicPartition, int] = {}
+        # (leader, fetcher id) -> its task; a partition -> the key of the task that fetches it
+        self.threads: dict[tuple[int, int], FetcherThread] = {}
+        self.following: dict[TopicPartition, tuple[int, int]] = {}
         self.leader_hw: dict[TopicPartition, int] = {}  # the leader's high watermark in its last answer
         self.bytes_in = 0  # bytes of records received from leaders
 
@@ -267,22 +280,37 @@ class ReplicaFetcherManager:
         self.unfollow(tp)
         if leader < 0 or leader == self.broker_id:
             return
-        th = self.threads.get(leader)
+        key = (leader, fetcher_id(tp, self.config["num.replica.fetchers"]))
+        th = self.threads.get(key)
         if th is None:
-            th = self.threads[leader] = FetcherThread(self, leader)
+            th = self.threads[key] = FetcherThread(self, *key)
         fs = FollowerFetchState(self.broker_id, retry_backoff_ms=int(self.backoff_s * 1000))
         fs.become(leader, leader_epoch, high_watermark)
         th.states[tp] = fs
-        self.following[tp] = leader
+        self.following[tp] = key
         th.wake.set()
 
     def unfollow(self, tp: TopicPartition) -> None:
         self.leader_hw.pop(tp, None)
-        leader = self.following.pop(tp, None)
-        if leader is not None and leader in self.threads:
-            fs = self.threads[leader].states.pop(tp, None)
+        key = self.following.pop(tp, None)
+        if key is not None and key in self.threads:
+            fs = self.threads[key].states.pop(tp, None)
             if fs is not None:
                 fs.stop()  # an answer still in flight is for a leadership that ended: ignore it
+
+    async def resize(self) -> None:
+        """``num.replica.fetchers`` changed (a dynamic broker config): every followed partition
+        starts again on the task its fetcher id now names, from its log (Kafka's
+        resizeThreadPool), and the tasks left without partitions stop."""
+        moves = []
+        for tp, (leader, fid) in list(self.following.items()):
+            fs = self.threads[(leader, fid)].states.get(tp)
+            if fs is not None and fid != fetcher_id(tp, self.config["num.replica.fetchers"]):
+                moves.append((tp, leader, fs.leader_epoch, self.rm.partitions[tp].state.high_watermark))
+        for tp, leader, epoch, hw in moves:
+            self.follow(tp, leader, epoch, hw)
+        for key in [k for k, th in self.threads.items() if not th.states]:
+            await self.threads.pop(key).close()
 
     async def apply_all(self, items) -> None:
         """Apply the effects of one response for each partition, each partition's in order.

@@ -105,6 +105,7 @@ class ReplicaManager:
         self._lag_ms = config["replica.lag.time.max.ms"]
         self._hw_waiters = _Waiters()
         self._leo_waiters = _Waiters()
+        self._on_change: dict[TopicPartition, list[Callable[[], None]]] = {}  # see on_next_change
         self._low_watermark_waiters = _Waiters()  # DeleteRecords waiting for followers' log starts
         self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of, clock)
         # AlterReplicaLogDirs: replicas moving between this broker's log dirs
@@ -561,9 +562,22 @@ class ReplicaManager:
     def wake_hw(self, tp: TopicPartition) -> None:
         self._wake(tp)
 
+    def on_next_change(self, tp: TopicPartition, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once, synchronously, the next time the high watermark or the leadership of
+        ``tp`` moves: an acks=all wait that completes in the step that moved the
+        watermark (Kafka's purgatory checkAndComplete), not a task woken a loop iteration later. Its
+        caller bounds the wait itself (broker/coordinator_runtime.py)."""
+        self._on_change.setdefault(tp, []).append(fn)
+
     def _wake(self, tp: TopicPartition) -> None:
         """The high watermark or leadership moved: consumers' and followers' long polls re-check
         (a follower's ends if the watermark is news to it, see KafkaApis.fetch)."""
+        fns = self._on_change.pop(tp, None)
+        for fn in fns or ():
+            try:
+                fn()
+            except Exception:
+                log.exception("%s-%d: a high watermark listener failed", *tp)
         self._hw_waiters.wake(tp)
         self._leo_waiters.wake(tp)
         self._low_watermark_waiters.wake(tp)

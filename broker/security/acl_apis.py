@@ -20,6 +20,8 @@ from metadata.acl import (
 )
 from metadata.quota import ENTITY_TYPES as QUOTA_ENTITY_TYPES
 
+LITERAL = int(PatternType.LITERAL)  # the pattern type of every ACL API's v0 (no pattern types yet)
+
 log = logging.getLogger("krafty.apis.acl")
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
@@ -71,7 +73,7 @@ class AclApis:
         if not self._cluster(ctx, AclOperation.DESCRIBE):
             out["error_code"] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             return out
-        f = _filter(req.resource_type_filter, req.resource_name_filter, req.pattern_type_filter,
+        f = _filter(req.resource_type_filter, req.resource_name_filter, req.pattern_type_filter if ver >= 1 else LITERAL,
                     req.principal_filter, req.host_filter, req.operation, req.permission_type)
         err = _filter_error(f)
         if err is not None:
@@ -95,7 +97,8 @@ class AclApis:
         if not self._cluster(ctx, AclOperation.ALTER):
             return {"throttle_time": 0, "results": [{"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}] * n}
         bindings = [AclBinding(to_enum(ResourceType, c.resource_type), c.resource_name,
-                               to_enum(PatternType, c.resource_pattern_type), c.principal, c.host,
+                               to_enum(PatternType, c.resource_pattern_type if ver >= 1 else LITERAL), c.principal,
+                               c.host,
                                to_enum(AclOperation, c.operation), to_enum(PermissionType, c.permission_type))
                     for c in req.creations]
         try:
@@ -115,7 +118,7 @@ class AclApis:
             return failed(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
         if not self._cluster(ctx, AclOperation.ALTER):
             return failed(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-        filters = [_filter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
+        filters = [_filter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter if ver >= 1 else LITERAL,
                            f.principal_filter, f.host_filter, f.operation, f.permission_type) for f in req.filters]
         bad = {i: e for i, f in enumerate(filters) if (e := _filter_error(f)) is not None}
         good = [f for i, f in enumerate(filters) if i not in bad]

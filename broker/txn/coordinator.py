@@ -15,7 +15,7 @@ import logging
 
 from broker.coordinator_runtime import CoordinatorRuntime, TopicSpec
 from broker.txn.markers import TxnMarkerSender
-from broker.txn.state import TV_0, Append, Effects, Now, TxnConfig, TxnCoordinatorCore, TxnShard, TxnState
+from broker.txn.state import TV_0, Append, Effects, Now, TxnConfig, TxnCoordinatorCore, TxnShard
 from common.clock import SYSTEM, Clock
 from common.errors import ErrorCode, KafkaError
 
@@ -26,7 +26,8 @@ TV_FEATURE = "transaction.version"
 # An AddPartitionsToTxn/AddOffsetsToTxn that arrives while the previous transaction's markers are
 # still being written would get CONCURRENT_TRANSACTIONS, and the client would retry after its
 # backoff (librdkafka and the Java client: 20 ms or more, longer than the markers take here). It
-# waits this long at most for the transaction to complete instead, then is answered as a retry.
+# waits this long at most for the transaction to complete instead (parked in the core, see
+# TxnCoordinatorCore.add_partitions), then is answered as Kafka answers.
 CONCURRENT_WAIT_S = 0.5
 NO_ID = (ErrorCode.NONE, -1, -1)
 
@@ -58,7 +59,6 @@ class TransactionCoordinator:
                                        request_timeout_ms=config["request.timeout.ms"], clock=clock)
         self._tasks: list[asyncio.Task] = []
         self.active = False
-        self._changed: asyncio.Future | None = None  # resolved whenever effects ran (a state may have moved)
 
     def now(self) -> Now:
         return Now(self.clock.wall_ms(), self.clock.monotonic_ms())
@@ -90,7 +90,7 @@ class TransactionCoordinator:
         self.markers.wake()  # partition leaders may have moved
 
     def new_shard(self, pid: int, epoch: int) -> TxnShard:
-        self.core.begin_load(pid, epoch)
+        self._run(self.core.begin_load(pid, epoch))
         return TxnShard(pid, epoch)
 
     def replay_marker(self, shard: TxnShard, producer_id: int, commit: bool) -> None:
@@ -107,13 +107,11 @@ class TransactionCoordinator:
         self._run(self.core.complete_load(pid, epoch, shard, self.now()))
 
     def on_unloaded(self, pid: int, epoch: int, shard: TxnShard | None) -> None:
-        self.core.unload(pid)
+        self._run(self.core.unload(pid))
         log.debug("%s-%d: unloaded transaction coordinator state of epoch %d", TXN_TOPIC, pid, epoch)
 
     # --- effects -----------------------------------------------------------------------------------
     def _run(self, fx: Effects) -> None:
-        if self._changed is not None and not self._changed.done():
-            self._changed.set_result(None)
         for msg in fx.log:
             log.info("%s", msg)
         for waiter, resp in fx.replies:
@@ -125,19 +123,26 @@ class TransactionCoordinator:
             self.markers.wake()
 
     def _append(self, a: Append) -> None:
-        err, committed = self.runtime.append(a.partition, [a.record(self.core.config.tv_level)],
-                                             timeout_ms=max(a.timeout_ms, 1), epoch=a.coordinator_epoch)
-        if committed is None:
+        committed: list[int] = []  # its result, if it comes before on_appended ran
+
+        def done(err: int) -> None:
+            if in_log:
+                self._run(self.core.on_append_done(a, err, self.now()))
+            else:
+                committed.append(err)
+        in_log = False
+        err, fut = self.runtime.append(a.partition, [a.record(self.core.config.tv_level)],
+                                       timeout_ms=max(a.timeout_ms, 1), epoch=a.coordinator_epoch, on_done=done)
+        if fut is None:
             self._run(self.core.on_append_done(a, err, self.now()))
-        else:
-            committed.add_done_callback(lambda f: self._run(self.core.on_append_done(a, f.result(), self.now())))
-            self._run(self.core.on_appended(a, self.now()))  # in the log: a Complete* is taken as done
+            return
+        self._run(self.core.on_appended(a, self.now()))  # in the log: a Complete* is taken as done
+        in_log = True
+        if committed:  # acknowledged at once (one replica, or the watermark already past it)
+            self._run(self.core.on_append_done(a, committed[0], self.now()))
 
     async def _call(self, build, needs_pid: bool = True, tid: str | None = None):
-        """Run one request through the core: ``build(waiter, new_pid)`` returns its effects.
-        With ``tid``: a success answered at once from the in-memory state (no write of its own,
-        e.g. partitions already in the transaction, a retried EndTxn) waits until that state is
-        committed, and becomes the error if it cannot be (its records may then be lost)."""
+        """Run one request through the core: ``build(waiter, new_pid)`` returns its effects."""
         waiter = asyncio.get_running_loop().create_future()
         fx = build(waiter, None)
         if fx.need_producer_id and needs_pid:
@@ -147,6 +152,13 @@ class TransactionCoordinator:
                 return e.code if e.code != ErrorCode.NOT_CONTROLLER else ErrorCode.COORDINATOR_NOT_AVAILABLE, None
             fx = build(waiter, pid)
         self._run(fx)
+        return await self._answer(fx, waiter, tid)
+
+    async def _answer(self, fx: Effects, waiter: asyncio.Future, tid: str | None) -> tuple[int, object]:
+        """``(NONE, the request's reply)`` once the core answered (``fx`` ran). With ``tid``: a
+        success answered at once from the in-memory state (no write of its own, e.g. partitions
+        already in the transaction, a retried EndTxn) waits until that state is committed, and
+        becomes the error if it cannot be (its records may then be lost)."""
         if tid is not None and waiter.done() and not fx.appends:
             res = waiter.result()
             if (res if isinstance(res, int) else res[0]) == ErrorCode.NONE:
@@ -163,34 +175,21 @@ class TransactionCoordinator:
         return res if not err else (err, -1, -1)
 
     async def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions, client_tv: int = TV_0) -> int:
-        deadline = self.clock.monotonic() + CONCURRENT_WAIT_S
-        while True:
-            err, res = await self._call(lambda w, _pid: self.core.add_partitions(w, tid, producer_id, epoch, partitions,
-                                                                                 self.now(), client_tv),
-                                        needs_pid=False, tid=tid)
-            if err:
-                return err
-            left = deadline - self.clock.monotonic()
-            if res != ErrorCode.CONCURRENT_TRANSACTIONS or left <= 0 or not self._completing(tid):
-                return res
-            # asked again only once tid's state moved: any request wakes _state_change, and two
-            # waiting for the same completing tid woke each other forever without time passing
-            while left > 0 and self._completing(tid):
-                await self._state_change(left)
-                left = deadline - self.clock.monotonic()
-
-    def _completing(self, tid: str) -> bool:
-        """Is ``tid``'s last transaction decided, its markers still being written?"""
-        _err, _shard, md = self.core.lookup(tid)
-        return md is not None and md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
-
-    async def _state_change(self, timeout_s: float) -> None:
-        if self._changed is None or self._changed.done():
-            self._changed = asyncio.get_running_loop().create_future()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._changed), timeout_s)
-        except TimeoutError:
-            pass
+        waiter = asyncio.get_running_loop().create_future()
+        fx = self.core.add_partitions(waiter, tid, producer_id, epoch, partitions, self.now(), client_tv, park=True)
+        self._run(fx)
+        if fx.parked:
+            # the previous transaction's markers are being written: it goes on the moment they are
+            # done (the core appends its Ongoing right behind the CompleteCommit); a wait longer
+            # than CONCURRENT_WAIT_S is answered as Kafka answers at once
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), CONCURRENT_WAIT_S)
+            except TimeoutError:
+                if self.core.unpark(tid, waiter):
+                    return ErrorCode.CONCURRENT_TRANSACTIONS
+            return await waiter
+        err, res = await self._answer(fx, waiter, tid)
+        return err or res
 
     def verify_partitions(self, tid: str, producer_id: int, epoch: int, partitions) -> dict:
         return self.core.verify_partitions(tid, producer_id, epoch, partitions)

@@ -21,7 +21,7 @@ import logging
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
 from broker.txn.state import MARKER_RETRIABLE, PARTITION_DELETED, MarkerJob, TxnCoordinatorCore
-from common.clock import SYSTEM, Clock, wait_event
+from common.clock import SYSTEM, Clock
 
 log = logging.getLogger("krafty.txn.markers")
 
@@ -49,15 +49,19 @@ class TxnMarkerSender:
         self.failing: dict[int, float] = {}  # leaders whose last request failed -> their backoff (s)
         self.sent = 0  # requests sent (for tests)
         self.local = None  # markers for this broker's own partitions, written in process (broker/apis/loopback.py)
-        self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._soon = False  # a round is scheduled with call_soon
+        self._timer: asyncio.TimerHandle | None = None  # the next round at the latest (retries)
 
     def start(self) -> None:
-        self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="txn-markers")
+        self._loop = asyncio.get_running_loop()
+        self.wake()
 
     async def close(self) -> None:
-        tasks = [t for t in (self._task, *self.sending.values()) if t is not None]
+        self._loop = None
+        if self._timer is not None:
+            self._timer.cancel()
+        tasks = list(self.sending.values())
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -66,18 +70,26 @@ class TxnMarkerSender:
         self.conns.clear()
 
     def wake(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
+        """Run a round in the next step of the loop (markers to send, answers to act on): a
+        callback, not a task woken through an event, so that markers start as soon as the decision
+        is committed."""
+        if self._loop is not None and not self._soon:
+            self._soon = True
+            self._loop.call_soon(self._tick)
 
-    async def _loop(self) -> None:
-        while True:
-            try:
-                delay = self.round()
-            except Exception:
-                log.exception("transaction marker round failed")
-                delay = 1.0
-            self._wake.clear()
-            await wait_event(self._wake, delay)
+    def _tick(self) -> None:
+        self._soon = False
+        if self._loop is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        try:
+            delay = self.round()
+        except Exception:
+            log.exception("transaction marker round failed")
+            delay = 1.0
+        if self._loop is not None:
+            self._timer = self._loop.call_later(delay, self._tick)
 
     def round(self) -> float:
         """Send what can be sent; returns how long to wait at most before the next round."""

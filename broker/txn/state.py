@@ -145,6 +145,18 @@ class PendingComplete:
 
 
 @dataclasses.dataclass(slots=True)
+class ParkedAdd:
+    """An AddPartitionsToTxn/AddOffsetsToTxn of the current producer that came while the markers
+    of its previous transaction were being written: it goes on the moment that transaction
+    completes (``TxnCoordinatorCore.add_partitions`` with ``park``)."""
+    waiter: Any
+    producer_id: int
+    epoch: int
+    partitions: frozenset[TopicPartition]
+    client_tv: int
+
+
+@dataclasses.dataclass(slots=True)
 class TxnMetadata:
     transactional_id: str
     producer_id: int
@@ -162,6 +174,11 @@ class TxnMetadata:
     failed_fence: bool = False  # a fencing epoch bump was not written: do not bump again
     deadline_mono: int | None = None  # Ongoing: when the transaction times out (monotonic ms)
     markers: PendingComplete | None = None
+    parked: list[ParkedAdd] | None = None  # requests waiting for the markers to complete
+    # the producer began its next transaction while this one's markers were written: an
+    # AddPartitionsToTxn/AddOffsetsToTxn of its epoch came after the decision and was refused
+    # (CONCURRENT_TRANSACTIONS), so that transaction has nothing in it (see TxnCoordinatorCore._end)
+    next_empty: bool = False
 
     # --- prepared transitions -----------------------------------------------------------------
     def _transit(self, state: TxnState, **changes) -> TxnTransit:
@@ -285,6 +302,8 @@ class TxnMetadata:
         self.start_ms, self.last_update_ms, self.client_tv = t.start_ms, t.last_update_ms, t.client_tv
         self.pending = None
         self.state = to
+        if to not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            self.next_empty = False
         if to == TxnState.ONGOING:
             if was != TxnState.ONGOING or self.deadline_mono is None:
                 self.set_deadline(now)
@@ -377,6 +396,7 @@ class Effects:
     markers: bool = False  # markers are waiting to be sent (see TxnCoordinatorCore.outstanding_markers)
     need_producer_id: bool = False  # call again with a new producer id
     log: list[str] = dataclasses.field(default_factory=list)  # what the shell logs at INFO
+    parked: bool = False  # the request waits for the previous transaction's markers (see ParkedAdd)
 
     def add(self, other: Effects) -> Effects:
         self.replies += other.replies
@@ -384,6 +404,7 @@ class Effects:
         self.markers |= other.markers
         self.need_producer_id |= other.need_producer_id
         self.log += other.log
+        self.parked |= other.parked
         return self
 
     def reply(self, waiter: Any, resp: Any) -> Effects:
@@ -443,9 +464,10 @@ class TxnCoordinatorCore:
             return ErrorCode.NOT_COORDINATOR, None, None
         return ErrorCode.NONE, shard, shard.txns.get(tid)
 
-    def begin_load(self, partition: int, epoch: int) -> None:
-        self.shards.pop(partition, None)
+    def begin_load(self, partition: int, epoch: int) -> Effects:
+        fx = self._drop_parked(self.shards.pop(partition, None))
         self.loading[partition] = epoch
+        return fx
 
     def complete_load(self, partition: int, epoch: int, shard: TxnShard, now: Now) -> Effects:
         """A loaded partition takes over; transactions it left in PrepareCommit/PrepareAbort get
@@ -466,9 +488,19 @@ class TxnCoordinatorCore:
                               f"found in {md.state.kafka_name} after loading partition {partition}")
         return fx
 
-    def unload(self, partition: int) -> None:
+    def unload(self, partition: int) -> Effects:
+        """The partition is no longer ours; requests parked on its transactions get NOT_COORDINATOR."""
         self.loading.pop(partition, None)
-        self.shards.pop(partition, None)
+        return self._drop_parked(self.shards.pop(partition, None))
+
+    @staticmethod
+    def _drop_parked(shard: TxnShard | None) -> Effects:
+        fx = Effects()
+        for md in shard.txns.values() if shard is not None else ():
+            parked, md.parked = md.parked, None
+            for p in parked or ():
+                fx.reply(p.waiter, ErrorCode.NOT_COORDINATOR)
+        return fx
 
     def any_loading(self) -> bool:
         return bool(self.loading)
@@ -527,8 +559,14 @@ class TxnCoordinatorCore:
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn / verification ----------------------------------
     def add_partitions(self, waiter: Any, tid: str, producer_id: int, epoch: int,
-                       partitions: Iterable[TopicPartition], now: Now, client_tv: int = TV_0) -> Effects:
-        """Replies an error code (NONE once the partitions are in the transaction)."""
+                       partitions: Iterable[TopicPartition], now: Now, client_tv: int = TV_0,
+                       park: bool = False) -> Effects:
+        """Replies an error code (NONE once the partitions are in the transaction). With ``park``,
+        a request that comes while this coordinator writes the markers of the producer's previous
+        transaction (which Kafka answers CONCURRENT_TRANSACTIONS, and the client retries after its
+        backoff) waits for them instead (``Effects.parked``): the moment the transaction completes
+        it goes on, its Ongoing appended right behind the CompleteCommit/CompleteAbort. The shell
+        bounds the wait (``unpark``)."""
         fx = Effects()
         parts = frozenset(partitions)
         if not tid:
@@ -541,12 +579,47 @@ class TxnCoordinatorCore:
         if md.producer_epoch != epoch:
             return fx.reply(waiter, ErrorCode.PRODUCER_FENCED)
         if md.pending is not None or md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            if park and md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) and md.markers is not None \
+                    and not md.markers.cancelled and md.pending in (None, TxnState.COMPLETE_COMMIT,
+                                                                    TxnState.COMPLETE_ABORT):
+                md.parked = (md.parked or []) + [ParkedAdd(waiter, producer_id, epoch, parts, client_tv)]
+                fx.parked = True
+                return fx
+            if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                md.next_empty = True
             return fx.reply(waiter, ErrorCode.CONCURRENT_TRANSACTIONS)
         if md.state == TxnState.ONGOING and parts <= md.partitions:
             return fx.reply(waiter, ErrorCode.NONE)  # already there
         transit = md.prepare_add_partitions(parts, now, client_tv)
         fx.appends.append(Append(shard.partition, shard.coordinator_epoch, tid, transit, Op.ADD, waiter,
                                  timeout_ms=transit.timeout_ms))
+        return fx
+
+    def unpark(self, tid: str, waiter: Any) -> bool:
+        """Take a parked request back (its wait is over: the shell answers it CONCURRENT_TRANSACTIONS);
+        False if it went on already (or was answered)."""
+        _err, _shard, md = self.lookup(tid)
+        if md is None or not md.parked:
+            return False
+        kept = [p for p in md.parked if p.waiter is not waiter]
+        if len(kept) == len(md.parked):
+            return False
+        md.parked = kept or None
+        md.next_empty = True
+        return True
+
+    def _resume_parked(self, md: TxnMetadata, now: Now | None, err: int = ErrorCode.NONE) -> Effects:
+        """The markers of ``md``'s transaction are done (``err`` NONE: the requests parked on it go
+        on, in order) or will not be done by this coordinator soon (they get ``err``)."""
+        fx = Effects()
+        parked, md.parked = md.parked, None
+        for p in parked or ():
+            if err:
+                md.next_empty = True
+                fx.reply(p.waiter, err)
+            else:
+                fx.add(self.add_partitions(p.waiter, md.transactional_id, p.producer_id, p.epoch, p.partitions, now,
+                                           p.client_tv))
         return fx
 
     def verify_partitions(self, tid: str, producer_id: int, epoch: int,
@@ -634,6 +707,11 @@ class TxnCoordinatorCore:
                 return answer(ErrorCode.CONCURRENT_TRANSACTIONS)
             if state == TxnState.ONGOING:
                 return prepare(prepare_state, False)
+            if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and md.next_empty:
+                # the end of the transaction begun after this one, which added nothing (Kafka answers
+                # INVALID_TXN_STATE to one of the two outcomes: librdkafka, whose AddPartitionsToTxn
+                # was refused while it already sent this EndTxn, fails fatally; librdkafka issue 4849)
+                return answer(ErrorCode.NONE)
             if state == TxnState.COMPLETE_COMMIT:
                 return answer(ErrorCode.NONE) if commit else invalid_state()
             if state == TxnState.COMPLETE_ABORT:
@@ -703,7 +781,7 @@ class TxnCoordinatorCore:
         md.complete_transition(a.transit, now)
         md.markers = None
         a.applied = True
-        return fx
+        return fx.add(self._resume_parked(md, now))
 
     def on_append_done(self, a: Append, err: int, now: Now) -> Effects:
         """``a`` was committed (``err`` NONE) or failed (``err`` mapped as for clients)."""
@@ -787,11 +865,13 @@ class TxnCoordinatorCore:
         md.markers.appending = False
         if err == ErrorCode.NONE:
             md.markers = None
+            fx.add(self._resume_parked(md, now))
         elif err == ErrorCode.COORDINATOR_NOT_AVAILABLE:
             md.markers.retry = True
         else:
             fx.log.append(f"writing {a.transit.state.kafka_name} of {a.transactional_id} failed: "
                           f"{ErrorCode(err).name}; a coordinator that loads the partition finishes it")
+            fx.add(self._resume_parked(md, now, ErrorCode.CONCURRENT_TRANSACTIONS))
 
     def _after_expire(self, fx: Effects, a: Append, err: int, md, now: Now) -> None:
         if err:
@@ -852,7 +932,7 @@ class TxnCoordinatorCore:
         # error Kafka treats as fatal: stop; the coordinator that reloads the partition goes on
         pc.cancelled = True
         fx.log.append(f"stopped writing the markers of {tid} after {tp[0]}-{tp[1]} answered {ErrorCode(err).name}")
-        return fx
+        return fx.add(self._resume_parked(md, None, ErrorCode.CONCURRENT_TRANSACTIONS))
 
     def retry_complete(self) -> Effects:
         fx = Effects()
@@ -937,4 +1017,4 @@ class TxnCoordinatorCore:
 
 
 __all__ = ["TxnState", "TxnMetadata", "TxnTransit", "TxnShard", "TxnCoordinatorCore", "TxnConfig", "Now", "Effects",
-           "Append", "Op", "Reply", "MarkerJob", "IllegalTransition", "PARTITION_DELETED", "TV_0", "TV_1", "TV_2"]
+           "Append", "Op", "Reply", "MarkerJob", "ParkedAdd", "IllegalTransition", "PARTITION_DELETED", "TV_0", "TV_1", "TV_2"]

@@ -75,6 +75,8 @@ class Params:
     zombie: float = 0.05  # per transaction: a second instance of the transactional id starts
     stall: float = 0.05  # per transaction: the producer waits past its timeout before EndTxn
     clock_step: float = 0.3  # per failover: some broker's wall clock steps
+    park: bool = True  # AddPartitionsToTxn waits for the previous transaction's markers (as the shell does)
+    abort_refused: float = 0.2  # a producer whose AddPartitionsToTxn is refused aborts at once (librdkafka)
 
 
 @dataclasses.dataclass
@@ -178,6 +180,7 @@ class Producer:
         self.acked: set[int] = set()
         self.seq: dict[int, int] = {}
         self.bump = False  # after aborting over a lost batch: InitProducerId with our epoch (KIP-360)
+        self.refused_in: int | None = None  # the coordinator epoch that refused the add of an empty abort
         self.stopping = False
         world.live_producers.add(self)
 
@@ -190,16 +193,25 @@ class Producer:
             self.coord = w.leader if w.rng.random() < 0.8 else w.rng.randrange(len(w.brokers))
         broker = self.coord
 
-        def reply(resp) -> None:
-            w.net(lambda: self.on_reply(rid, kind, resp, sent))
-        w.net(lambda: w.handle(broker, kind, args, reply))
+        def at_broker() -> None:
+            epoch = w.leader_epoch  # of the coordinator answering (only the leader has the state loaded)
+            w.handle(broker, kind, args, lambda resp: w.net(lambda: self.on_reply(rid, kind, resp, sent, epoch)))
+        w.net(at_broker)
         w.at(w.now + 400, lambda: self.on_reply(rid, kind, "timeout", sent))
 
-    def on_reply(self, rid: int, kind: str, resp, sent: int) -> None:
+    def on_reply(self, rid: int, kind: str, resp, sent: int, epoch: int | None = None) -> None:
         if rid != self.rpc_id or self.state == "dead":
             return
         self.rpc_id += 1  # later answers to this request are stale
         err = resp if resp == "timeout" else (resp if isinstance(resp, int) else resp[0])
+        if (kind == "add" and err == E.CONCURRENT_TRANSACTIONS and self.state == "add"
+                and self.w.rng.random() < self.w.p.abort_refused):
+            # librdkafka's abort_transaction() right after begin: its EndTxn was already queued
+            # behind the AddPartitionsToTxn the coordinator refused (librdkafka issue 4849)
+            self.w.trace(f"producer {self.id} aborts transaction {self.uid} before any partition was added")
+            self.commit, self.parts, self.state = False, [], "end"
+            self.refused_in = epoch
+            return self.retry()
         if resp == "timeout" or err in RETRIABLE_RPC:
             if resp == "timeout" or err in (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE):
                 self.coord = None
@@ -312,6 +324,11 @@ class Producer:
         w = self.w
         if err in FENCED:
             return self.die(f"EndTxn: {E(err).name}")
+        if err == E.INVALID_TXN_STATE and not self.parts and self.refused_in not in (None, w.leader_epoch):
+            # the coordinator that refused the add moved (what it knew went with it): Kafka's answer
+            return self.die("EndTxn(abort) of a transaction that added nothing, after the coordinator moved: "
+                            "INVALID_TXN_STATE")
+        self.refused_in = None
         if err:
             raise InvariantViolation(f"producer {self.id}: EndTxn({'commit' if self.commit else 'abort'}) "
                                      f"answered {E(err).name}")
@@ -336,7 +353,7 @@ class World:
     def __init__(self, seed: int, params: Params | None = None, trace=None):
         self.rng = random.Random(seed)
         self.seed = seed
-        self.p = params or Params(tv_level=TV_0 if self.rng.random() < 0.5 else TV_2)
+        self.p = params or Params(tv_level=TV_0 if self.rng.random() < 0.5 else TV_2, park=self.rng.random() < 0.7)
         self.trace_fn = trace
         self.now = 0
         self.queue: list = []
@@ -365,7 +382,7 @@ class World:
         self.live_producers: set[Producer] = set()
         self.events_run = 0
         b0 = self.brokers[0]
-        b0.core.begin_load(0, 0)
+        self.run_fx(b0, b0.core.begin_load(0, 0))
         self.run_fx(b0, b0.core.complete_load(0, 0, TxnShard(0, 0), self.now_of(b0)))
         for i in range(self.p.producers):
             self.start_producer(f"tx-{i}")
@@ -416,7 +433,9 @@ class World:
                 fx = core.init_producer_id(reply, *args, now, new_pid=self.next_pid)
         elif kind == "add":
             tid, pid, epoch, parts, tv = args
-            fx = core.add_partitions(reply, tid, pid, epoch, parts, now, tv)
+            fx = core.add_partitions(reply, tid, pid, epoch, parts, now, tv, park=self.p.park)
+            if fx.parked:  # the shell's bound on the wait (CONCURRENT_WAIT_S)
+                self.at(self.now + 500, lambda: core.unpark(tid, reply) and reply(E.CONCURRENT_TRANSACTIONS))
         else:
             tid, pid, epoch, commit, tv = args
             fx = core.end_txn(reply, tid, pid, epoch, commit, now, tv)
@@ -452,9 +471,10 @@ class World:
             return
         entry = Pending(b.id, self.leader_epoch, a, a.record(self.p.tv_level))
         self.pending.append(entry)
-        self.run_fx(b, b.core.on_appended(a, self.now_of(b)))  # in the leader's log, not committed yet
         self.last_commit_at = max(self.last_commit_at, self.now + self.rng.randint(1, 40))
         self.at(self.last_commit_at, lambda: self.commit(entry))
+        # in the leader's log, not committed yet (what this appends goes after it, committed after it)
+        self.run_fx(b, b.core.on_appended(a, self.now_of(b)))
 
     def commit(self, entry: Pending) -> None:
         if not self.pending or self.pending[0] is not entry:
@@ -489,7 +509,7 @@ class World:
         for entry in self.pending[:keep]:
             self.commit_record(entry.record)
         lost, self.pending = self.pending, []
-        old.core.unload(0)
+        self.run_fx(old, old.core.unload(0))
         if new == old.id:  # a restart loses the in-memory state
             old.core = TxnCoordinatorCore(dataclasses.replace(old.core.config))
             old.inflight.clear()
@@ -502,7 +522,7 @@ class World:
             self.trace(f"broker {victim.id}'s wall clock steps to offset {victim.wall_offset}")
         self.leader, self.leader_epoch = new, self.leader_epoch + 1
         b, epoch = self.brokers[new], self.leader_epoch
-        b.core.begin_load(0, epoch)
+        self.run_fx(b, b.core.begin_load(0, epoch))
 
         def loaded() -> None:
             if self.leader_epoch != epoch:

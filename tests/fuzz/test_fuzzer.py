@@ -224,7 +224,7 @@ def test_oracles_flag_unknown_server_error_accepted_hostile_batches_and_leaked_p
             {"name": "sasl.jaas.config", "value": 'user_admin="admin-secret";', "read_only": True, "config_source": 4,
              "is_sensitive": False, "synonyms": []}]}]})
     assert [x.kind for x in oracle.check_response(dc, leak, None)] == ["secret"]
-    unsupported = gen.frames.header(ApiKey.PRODUCE, 1, 5) + b"\x00"
+    unsupported = gen.frames.header(ApiKey.PRODUCE, SUPPORTED[ApiKey.PRODUCE][1] + 1, 5) + b"\x00"
     [f] = oracle.check_response(unsupported, struct.pack(">ih", 5, 35), None)
     assert f.signature == "unsupported-version-answer"
 

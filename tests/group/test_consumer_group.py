@@ -324,7 +324,7 @@ def test_the_shard_serves_consumer_groups_next_to_classic_ones():
         req = HeartbeatRequest("cg", member, epoch, None, None, 30_000, ["t1"], None, None, [], "c", "/h")
         for k, v in kw.items():
             setattr(req, k, v)
-        resp, w = shard.consumer_heartbeat(1000, req, "new-id")
+        resp, w, _fx = shard.consumer_heartbeat(1000, req, "new-id")
         if w is not None:
             log.extend(w.records)
         return resp
@@ -399,7 +399,7 @@ def test_an_empty_group_switches_protocols_both_ways_and_a_full_consumer_group_r
     def hb(member, epoch):
         req = HeartbeatRequest("g", member, epoch, None, None, 30_000 if epoch == 0 else -1,
                                ["t1"] if epoch == 0 else None, None, None, [] if epoch == 0 else None, "c", "/h")
-        resp, w = shard.consumer_heartbeat(h.now, req, member)
+        resp, w, _fx = shard.consumer_heartbeat(h.now, req, member)
         if w is not None:
             h.run_write(w)
         return resp
@@ -409,7 +409,7 @@ def test_an_empty_group_switches_protocols_both_ways_and_a_full_consumer_group_r
         hb("b", 0)
     assert ei.value.code == ErrorCode.GROUP_MAX_SIZE_REACHED
     refused = h.join("g")
-    assert refused.result["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "no classic member in it"
+    assert refused.result["error_code"] == ErrorCode.GROUP_MAX_SIZE_REACHED, "a full group takes no classic member"
     hb("a", LEAVE_GROUP_EPOCH)
     w = h.join_new("g")  # the consumer group is empty: it becomes a classic group
     h.advance(0)
@@ -418,7 +418,9 @@ def test_an_empty_group_switches_protocols_both_ways_and_a_full_consumer_group_r
                for k, v in h.log), "the consumer group's tombstones were written"
     with pytest.raises(HeartbeatError) as ei:
         hb("c", 0)
-    assert ei.value.code == ErrorCode.GROUP_ID_NOT_FOUND, "a live classic group is not upgraded online"
+    assert ei.value.code == ErrorCode.GROUP_ID_NOT_FOUND and "malformed" in str(ei.value), \
+        "a live classic group whose members' subscriptions are not the consumer protocol's is not upgraded"
+    assert shard.groups["g"].members, "and it stays as it was"
 
 
 @settings(max_examples=150, deadline=None)
@@ -452,3 +454,38 @@ def test_a_regex_too_large_for_re2s_budget_is_refused_not_compiled():
         compile_regex("[a-z]{1000}" * 100)  # ~100,000 states: past the 1 MiB budget
     assert ei.value.code == ErrorCode.INVALID_REGULAR_EXPRESSION and "too large" in ei.value.message
     assert compile_regex("orders-[a-z]{1,30}").fullmatch("orders-eu")
+
+
+def test_regex_resolutions_are_records_and_a_rebuilt_group_resolves_as_its_log_says():
+    cl = Cluster({"other": (uuid.UUID(int=3), 1), "new-1": (uuid.UUID(int=10), 2)})
+    a = Client(cl, "a", topics=("other",))
+    a.heartbeat(subscribed_topic_regex="new-.*")
+    cl.log += cl.group.tick(cl.now, cl.topics)
+    regex = [(decode_key(k), v) for k, v in cl.log if decode_key(k).kind == cr.REGEX_KEY]
+    assert [(k.member, cr.decode_regex(v).topics) for k, v in regex] == [("new-.*", frozenset({"new-1"}))]
+    r = cl.rebuilt()
+    assert r.resolved == {"new-.*": frozenset({"new-1"})} == cl.group.resolved
+    # a new coordinator resolves as the log says until its timer resolves again from the image
+    cl.topics["new-2"] = (uuid.UUID(int=11), 1)
+    r.on_loaded(cl.now, CFG, cl.topics)
+    assert r.resolved["new-.*"] == frozenset({"new-1"}) and r.next_deadline() <= cl.now
+    more = r.tick(cl.now, cl.topics)
+    assert r.resolved["new-.*"] == frozenset({"new-1", "new-2"})
+    assert any(decode_key(k).kind == cr.REGEX_KEY and v is not None for k, v in more)
+    # a regex nobody uses any more is tombstoned
+    a.heartbeat(subscribed_topic_regex="")
+    assert any(decode_key(k).kind == cr.REGEX_KEY and decode_key(k).member == "new-.*" and v is None
+               for k, v in cl.log) and not cl.rebuilt().resolved
+
+
+def test_a_loaded_group_whose_regex_has_no_record_resolves_it_and_records_it():
+    cl = Cluster({"other": (uuid.UUID(int=3), 1), "new-1": (uuid.UUID(int=10), 2)})
+    a = Client(cl, "a", topics=("other",))
+    a.heartbeat(subscribed_topic_regex="new-.*")
+    cl.log += cl.group.tick(cl.now, cl.topics)
+    cl.log = [(k, v) for k, v in cl.log if decode_key(k).kind != cr.REGEX_KEY]  # written before they were
+    r = cl.rebuilt()
+    r.on_loaded(cl.now, CFG, cl.topics)
+    assert r.resolved == {"new-.*": frozenset({"new-1"})}, "resolved at once: the subscription stays whole"
+    more = r.tick(cl.now, cl.topics)
+    assert [decode_key(k).member for k, v in more if decode_key(k).kind == cr.REGEX_KEY] == ["new-.*"]

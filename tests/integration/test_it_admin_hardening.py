@@ -55,23 +55,28 @@ def _committed(node, topic: str, group: str) -> int:
 
 
 def test_metadata_does_not_auto_create_internal_topics_as_plain_topics(node):
-    # A client asking for internal topics by name: __consumer_offsets is created as the group
-    # coordinator creates it (compacted, offsets.topic.num.partitions), the others not at all.
+    # A client asking for internal topics by name: __consumer_offsets and __transaction_state are
+    # created as their coordinators create them (compacted, offsets.topic.num.partitions /
+    # transaction.state.log.*), as Kafka's AutoTopicCreationManager does, the others not at all.
     c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "g-md", "allow.auto.create.topics": True})
     try:
-        for name in ("__transaction_state", "__share_group_state", "__cluster_metadata"):
+        for name in ("__share_group_state", "__cluster_metadata"):
             md = c.list_topics(name, timeout=10)
             assert md.topics[name].error is not None, name
-        md = wait_until(lambda: (m := c.list_topics("__consumer_offsets", timeout=10)).topics[
-            "__consumer_offsets"].error is None and m, 30, message="__consumer_offsets in Metadata")
-        assert len(md.topics["__consumer_offsets"].partitions) == int(GROUP_PROPS["offsets.topic.num.partitions"])
+        for name, partitions in (("__consumer_offsets", int(GROUP_PROPS["offsets.topic.num.partitions"])),
+                                 ("__transaction_state", 50)):
+            md = wait_until(lambda name=name: (m := c.list_topics(name, timeout=10)).topics[name].error is None and m,
+                            30, message=f"{name} in Metadata")
+            assert len(md.topics[name].partitions) == partitions
     finally:
         c.close()
     admin = _admin(node)
-    assert not {"__transaction_state", "__share_group_state", "__cluster_metadata"} & set(
-        admin.list_topics(timeout=10).topics)
-    res = ConfigResource(ConfigResource.Type.TOPIC, "__consumer_offsets")
-    assert admin.describe_configs([res])[res].result(10)["cleanup.policy"].value == "compact"
+    assert not {"__share_group_state", "__cluster_metadata"} & set(admin.list_topics(timeout=10).topics)
+    for name, key, value in (("__consumer_offsets", "cleanup.policy", "compact"),
+                             ("__transaction_state", "cleanup.policy", "compact"),
+                             ("__transaction_state", "min.insync.replicas", "1")):  # min.isr 2, capped by RF 1
+        res = ConfigResource(ConfigResource.Type.TOPIC, name)
+        assert admin.describe_configs([res])[res].result(10)[key].value == value, (name, key)
     # the metadata log's directory is not taken for a partition log of "__cluster_metadata"
     assert not list((node.data_dir / "__cluster_metadata-0").glob("*.log"))
 

@@ -45,7 +45,8 @@ async def test_api_versions_and_update_features(node):
     try:
         supported, fin, epoch = await finalized(c)
         assert supported["metadata.version"] == (7, 25) and supported["transaction.version"] == (0, 2)
-        assert fin == {"metadata.version": 25, "transaction.version": 2} and epoch >= 0
+        assert supported["share.version"] == (0, 1)
+        assert fin == {"metadata.version": 25, "transaction.version": 2, "share.version": 1} and epoch >= 0
         # a safe downgrade with no metadata change between (22 -> 21 is none; 25 -> 22 crosses 23)
         r = await update(c, 1, [("metadata.version", 22, 2)])
         assert r.error_code == ErrorCode.INVALID_UPDATE_VERSION and "might delete metadata" in r.error_message
@@ -58,7 +59,7 @@ async def test_api_versions_and_update_features(node):
         assert r.error_code == ErrorCode.INVALID_UPDATE_VERSION and "downgrade" in r.error_message
         r = await update(c, 1, [("metadata.version", 25, 1), ("metadata.version", 24, 2)])
         assert r.error_code == ErrorCode.INVALID_REQUEST
-        assert (await finalized(c))[1] == {"metadata.version": 25, "transaction.version": 2}
+        assert (await finalized(c))[1] == {"metadata.version": 25, "transaction.version": 2, "share.version": 1}
     finally:
         c.close()
 

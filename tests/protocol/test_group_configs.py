@@ -24,14 +24,21 @@ async def galter(conn, name, *ops, validate_only=False):
     return await alter(conn, name, *ops, rtype=GROUP, validate_only=validate_only)
 
 
-async def values(conn, name) -> dict[str, tuple[str, int]]:
-    return {k: (e.value, e.config_source) for k, e in (await describe(conn, name, rtype=GROUP)).items()}
+async def values(conn, name, prefix="consumer.") -> dict[str, tuple[str, int]]:
+    """The group's configs of one kind (consumer.* or share.*)."""
+    return {k: (e.value, e.config_source) for k, e in (await describe(conn, name, rtype=GROUP)).items()
+            if k.startswith(prefix)}
 
 
 async def test_a_group_without_configs_has_the_broker_defaults(conn):
     got = await describe(conn, "no-such-group", rtype=GROUP)
     assert {k: (e.value, e.config_source, e.config_type, e.read_only) for k, e in got.items()} == {
-        SESSION: ("45000", DEFAULT, 3, False), HEARTBEAT: ("5000", DEFAULT, 3, False)}
+        SESSION: ("45000", DEFAULT, 3, False), HEARTBEAT: ("5000", DEFAULT, 3, False),
+        # share groups' (KIP-932): ints (3) and strings (2)
+        "share.session.timeout.ms": ("45000", DEFAULT, 3, False), "share.heartbeat.interval.ms": ("5000", DEFAULT, 3, False),
+        "share.record.lock.duration.ms": ("30000", DEFAULT, 3, False), "share.delivery.count.limit": ("5", DEFAULT, 3, False),
+        "share.auto.offset.reset": ("latest", DEFAULT, 2, False),
+        "share.isolation.level": ("read_uncommitted", DEFAULT, 2, False)}
     assert syn(got[SESSION]) == [(SESSION, "45000", DEFAULT)]
     only = await describe(conn, "no-such-group", keys=[HEARTBEAT], rtype=GROUP)
     assert list(only) == [HEARTBEAT]
@@ -128,3 +135,19 @@ async def test_librdkafka_admin_client_alters_and_describes_group_configs(node):
 
     entries = await asyncio.to_thread(run)
     assert entries[SESSION].value == "50000" and entries[HEARTBEAT].value == "5000"
+
+
+async def test_share_group_configs_are_checked_and_stored(conn):
+    """KIP-932's group keys: share.auto.offset.reset and the share.* ints within the broker's bounds."""
+    assert await galter(conn, "sq", ("share.auto.offset.reset", SET, "earliest"),
+                        ("share.record.lock.duration.ms", SET, "20000")) == (0, None)
+    got = await values(conn, "sq", prefix="share.")
+    assert got["share.auto.offset.reset"] == ("earliest", GROUP_CONFIG)
+    assert got["share.record.lock.duration.ms"] == ("20000", GROUP_CONFIG)
+    assert await galter(conn, "sq", ("share.auto.offset.reset", SET, "by_duration:PT1H")) == (0, None)
+    code, msg = await galter(conn, "sq", ("share.auto.offset.reset", SET, "sometimes"))
+    assert code == ErrorCode.INVALID_CONFIG and "share.auto.offset.reset" in msg
+    code, msg = await galter(conn, "sq", ("share.record.lock.duration.ms", SET, "1000"))
+    assert code == ErrorCode.INVALID_CONFIG and "group.share.min.record.lock.duration.ms" in msg
+    code, msg = await galter(conn, "sq", ("share.delivery.count.limit", SET, "11"))
+    assert code == ErrorCode.INVALID_CONFIG and "group.share.max.delivery.count.limit" in msg

@@ -273,6 +273,26 @@ async def test_add_partitions_waits_for_the_markers_of_the_previous_transaction(
     env.fake.hold = False
 
 
+async def test_an_abort_right_after_a_commit_whose_markers_are_slow_is_not_invalid_txn_state(env):
+    """What librdkafka sends when the application aborts a transaction it just began, while the
+    previous commit's markers are slow (a partition, packet loss): its AddPartitionsToTxn waits and
+    is refused with CONCURRENT_TRANSACTIONS, and the EndTxn(abort) it had already queued behind it
+    on the connection comes next. It was answered CONCURRENT_TRANSACTIONS, then INVALID_TXN_STATE
+    once the commit completed (Kafka's answer to an abort in CompleteCommit), which librdkafka takes
+    as fatal: 16 producers died so in a 10-minute partition chaos run (seed 109)."""
+    await env.find("tx-a")
+    _, pid, epoch = await env.init("tx-a")
+    assert await env.add("tx-a", pid, epoch, {"t1": [0]}) == {("t1", 0): 0}
+    env.fake.hold = True
+    assert await env.end("tx-a", pid, epoch, True) == (0, -1, -1)
+    assert await env.add("tx-a", pid, epoch, {"t1": [1]}) == {("t1", 1): E.CONCURRENT_TRANSACTIONS}
+    assert await env.end("tx-a", pid, epoch, False) == (E.CONCURRENT_TRANSACTIONS, -1, -1)
+    env.fake.hold = False
+    await env.state("tx-a", "CompleteCommit")
+    assert await env.end("tx-a", pid, epoch, False) == (0, -1, -1)
+    assert [v.status for v in env.txn_log_values("tx-a")] == [0, 1, 2, 4]  # nothing written for the abort
+
+
 async def test_add_partitions_errors_on_the_wire(env):
     await env.find("tx-e")
     _, pid, epoch = await env.init("tx-e")

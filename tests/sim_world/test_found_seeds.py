@@ -48,11 +48,11 @@ def test_power_loss_during_message_loss_is_excused():
     assert run_seed(20979, safety_s=4.0, faults=LOSS_THEN_POWER).acked > 0
 
 
-@pytest.mark.xfail(strict=True, reason="no KIP-966 (ELR / unclean-shutdown detection) in controller/replication.py")
-def test_power_loss_during_message_loss_keeps_acknowledged_writes(monkeypatch):
-    from sim.world import World
-    monkeypatch.setattr(World, "durability_excused", lambda self: False)
-    run_seed(20979, safety_s=4.0, faults=LOSS_THEN_POWER)
+# (A strict xfail of this seed with durability_excused patched out pinned the loss itself until
+# the transaction coordinator's writes began to complete in the step that moves the high
+# watermark: the world's message-loss draws then fall differently and this seed no longer reaches
+# the window; 27 variations of its fault times and seeds 20900-20978 did not either. The gap stays
+# pinned by tests/sim_world/test_mutations.py::test_power_loss_of_the_last_isr_member_keeps_acknowledged_writes.)
 
 
 # Seed 20337 whole: besides the above, broker 5 loses power while 4 and 6 are down (stopped by

@@ -269,6 +269,152 @@ def test_a_complete_commit_in_the_log_frees_the_next_transaction_before_it_is_co
     assert h2.core.retry_complete().appends == []
 
 
+def _park(h: Harness, tid: str, pid: int, epoch: int, *tps) -> Waiter:
+    w = Waiter("add")
+    fx = h.core.add_partitions(w, tid, pid, epoch, list(tps), h.now, park=True)
+    assert fx.parked and not fx.appends and not fx.replies
+    h.run(fx)
+    return w
+
+
+def test_an_add_partitions_during_the_markers_waits_for_them_and_goes_right_behind_the_complete_commit():
+    """Kafka answers CONCURRENT_TRANSACTIONS and the client retries after its backoff (librdkafka
+    20 ms); with ``park`` the request waits for the markers instead, and its Ongoing is appended in
+    the same step as the CompleteCommit (one replication round for both, no wake-up between)."""
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    w = _park(h, "t1", pid, epoch, TP2)
+    assert h.add("t1", pid, epoch, TP2) == E.CONCURRENT_TRANSACTIONS  # without park: Kafka's answer
+    h.run(h.core.on_marker_result("t1", 5, TP0, 0))
+    assert w.result is None and h.md().parked  # one marker to go
+    h.hold = True
+    h.run(h.core.on_marker_result("t1", 5, TP1, 0))
+    complete, = h.held
+    assert complete.transit.state == TxnState.COMPLETE_COMMIT and w.result is None
+    h.run(h.core.on_appended(complete, h.now))  # the CompleteCommit is in the log: the add goes on at once
+    assert [a.transit.state for a in h.held] == [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]
+    assert h.md().parked is None and h.core.unpark("t1", w) is False
+    h.release()
+    assert w.result == 0
+    assert [r.status for r in h.records()][-2:] == [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]
+    assert (h.md().state, h.md().partitions) == (TxnState.ONGOING, {TP2})
+
+
+def test_a_parked_add_partitions_goes_on_when_the_complete_commit_is_committed_without_on_appended():
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, False)
+    w = _park(h, "t1", pid, epoch, TP0)
+    h.ack_markers()
+    assert w.result == 0 and (h.md().state, h.md().partitions) == (TxnState.ONGOING, {TP0})
+    assert [r.status for r in h.records()][-2:] == [TxnState.COMPLETE_ABORT, TxnState.ONGOING]
+
+
+def test_a_parked_add_partitions_is_checked_again_when_it_goes_on():
+    """Parked requests go on in order; the second finds the first one's write pending; a request of a
+    producer fenced meanwhile is refused as it would be then."""
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    w1, w2 = _park(h, "t1", pid, epoch, TP0), _park(h, "t1", pid, epoch, TP1)
+    h.ack_markers()
+    assert (w1.result, w2.result) == (0, E.CONCURRENT_TRANSACTIONS)
+
+
+def test_a_parked_add_partitions_taken_back_by_the_shell_stays_out():
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    w = _park(h, "t1", pid, epoch, TP2)
+    assert h.core.unpark("t1", w) is True and h.core.unpark("t1", w) is False
+    h.ack_markers()
+    assert w.result is None and h.md().state == TxnState.COMPLETE_COMMIT and h.md().partitions == set()
+
+
+def test_parked_add_partitions_get_not_coordinator_when_the_partition_moves():
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    w = _park(h, "t1", pid, epoch, TP2)
+    h.run(h.core.unload(0))
+    assert w.result == E.NOT_COORDINATOR
+    h2 = Harness()
+    pid, epoch = begun(h2)
+    h2.end("t1", pid, epoch, True)
+    w = _park(h2, "t1", pid, epoch, TP2)
+    h2.run(h2.core.begin_load(0, 6))  # a new epoch of the same partition
+    assert w.result == E.NOT_COORDINATOR
+
+
+def test_parked_add_partitions_get_concurrent_transactions_when_the_markers_stop():
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    w = _park(h, "t1", pid, epoch, TP2)
+    h.run(h.core.on_marker_result("t1", 5, TP0, E.TRANSACTION_COORDINATOR_FENCED))
+    assert w.result == E.CONCURRENT_TRANSACTIONS
+
+
+@pytest.mark.parametrize("commit_first", [True, False])
+@pytest.mark.parametrize("refused_by", ["concurrent", "unpark"])
+def test_ending_a_next_transaction_that_added_nothing_succeeds(commit_first, refused_by):
+    """librdkafka's abort (or commit) right after beginning a transaction sends EndTxn while its
+    AddPartitionsToTxn is outstanding; the coordinator refuses the add (CONCURRENT_TRANSACTIONS:
+    the previous transaction's markers are being written) and then gets the EndTxn. Kafka answers
+    INVALID_TXN_STATE to one of the two outcomes once the previous transaction completed, which
+    librdkafka takes as fatal (its issue 4849; once per partition chaos run here). The add came
+    after the decision with the producer's epoch: the EndTxn ends that new, empty transaction."""
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, commit_first)
+    if refused_by == "concurrent":
+        assert h.add("t1", pid, epoch, TP2) == E.CONCURRENT_TRANSACTIONS
+    else:
+        w = _park(h, "t1", pid, epoch, TP2)
+        assert h.core.unpark("t1", w)  # the shell's wait ran out: answered CONCURRENT_TRANSACTIONS
+    n = len(h.log)
+    assert h.end("t1", pid, epoch, not commit_first) == (E.CONCURRENT_TRANSACTIONS, -1, -1)  # markers pending
+    h.ack_markers()
+    n = len(h.log)
+    assert h.end("t1", pid, epoch, not commit_first) == (0, -1, -1)
+    assert h.end("t1", pid, epoch, commit_first) == (0, -1, -1)
+    assert len(h.log) == n  # nothing written: there is nothing to end
+    # the next transaction that adds a partition is an ordinary one again
+    assert h.add("t1", pid, epoch, TP2) == 0
+    assert h.end("t1", pid, epoch, False) == (0, -1, -1)
+    h.ack_markers()
+    assert h.end("t1", pid, epoch, True) == (E.INVALID_TXN_STATE, -1, -1)
+
+
+def test_ending_the_other_way_without_a_refused_add_is_invalid_txn_state_as_in_kafka():
+    h = Harness()
+    pid, epoch = begun(h)
+    h.end("t1", pid, epoch, True)
+    assert h.end("t1", pid, epoch, False) == (E.CONCURRENT_TRANSACTIONS, -1, -1)
+    h.ack_markers()
+    assert h.end("t1", pid, epoch, False) == (E.INVALID_TXN_STATE, -1, -1)
+    # an add of an older epoch (a fenced producer) does not mark anything
+    h2 = Harness()
+    pid, epoch = begun(h2)
+    h2.end("t1", pid, epoch, True)
+    assert h2.add("t1", pid, epoch - 1, TP2) == E.PRODUCER_FENCED
+    h2.ack_markers()
+    assert h2.end("t1", pid, epoch, False) == (E.INVALID_TXN_STATE, -1, -1)
+
+
+def test_add_partitions_is_not_parked_outside_the_markers():
+    """Only a transaction whose markers this coordinator writes parks: a pending write of another
+    kind (here the PrepareCommit itself) is CONCURRENT_TRANSACTIONS at once, as in Kafka."""
+    h = Harness()
+    pid, epoch = begun(h)
+    h.hold = True
+    h.end("t1", pid, epoch, True)
+    w = Waiter("add")
+    fx = h.core.add_partitions(w, "t1", pid, epoch, [TP2], h.now, park=True)
+    assert not fx.parked and fx.replies == [(w, E.CONCURRENT_TRANSACTIONS)]
+
+
 @pytest.mark.parametrize("state_commit,commit,code", [
     (True, True, E.NONE), (True, False, E.INVALID_TXN_STATE), (False, False, E.NONE),
     (False, True, E.INVALID_TXN_STATE)])

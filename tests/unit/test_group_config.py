@@ -21,7 +21,11 @@ BASE = {"node.id": "1", "process.roles": "broker,controller",
 
 def test_defaults_come_from_the_broker_and_a_group_overrides_them():
     cfg = Config(dict(BASE, **{"group.consumer.session.timeout.ms": "50000"}))
-    assert group_config(cfg, {}) == {"consumer.session.timeout.ms": 50000, "consumer.heartbeat.interval.ms": 5000}
+    assert group_config(cfg, {}) == {"consumer.session.timeout.ms": 50000, "consumer.heartbeat.interval.ms": 5000,
+                                     # share groups' (KIP-932)
+                                     "share.session.timeout.ms": 45000, "share.heartbeat.interval.ms": 5000,
+                                     "share.record.lock.duration.ms": 30000, "share.delivery.count.limit": 5,
+                                     "share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted"}
     assert group_config(cfg, {"consumer.heartbeat.interval.ms": "6000"})["consumer.heartbeat.interval.ms"] == 6000
 
 
@@ -29,7 +33,9 @@ def test_defaults_come_from_the_broker_and_a_group_overrides_them():
     ({"consumer.session.timeout.ms": "0"}, "Value must be at least 1"),
     ({"consumer.session.timeout.ms": "2147483648"}, "Not a number of type INT"),
     ({"consumer.heartbeat.interval.ms": "x"}, "Not a number of type INT"),
-    ({"share.session.timeout.ms": "30000"}, "Unknown group config name: share.session.timeout.ms"),
+    ({"share.bogus.ms": "30000"}, "Unknown group config name: share.bogus.ms"),
+    ({"share.session.timeout.ms": "30000"}, "must be greater than or equal to group.share.min.session.timeout.ms"),
+    ({"share.auto.offset.reset": "soon"}, "Invalid value soon for configuration share.auto.offset.reset"),
     ({"consumer.session.timeout.ms": "70000"}, "must be less than or equal to group.consumer.max.session.timeout.ms"),
 ])
 def test_bad_values_are_invalid_config(props, words):

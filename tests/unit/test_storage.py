@@ -44,6 +44,7 @@ def test_format_writes_meta_properties_and_bootstrap(tmp_path):
     assert f"Formatting metadata directory {tmp_path}/meta with metadata.version 4.0-IV3." in out.getvalue()
     assert f"Formatting data directory {tmp_path}/a with metadata.version 4.0-IV3." in out.getvalue()
     assert storage.read_bootstrap(f"{tmp_path}/meta") == [r.FeatureLevelRecord("metadata.version", 25),
+                                                          r.FeatureLevelRecord("share.version", 1),
                                                           r.FeatureLevelRecord("transaction.version", 2)]
     with pytest.raises(storage.StorageError, match="already formatted. Use --ignore-formatted"):
         storage.format_directories(c, CID, out=out)
@@ -101,12 +102,14 @@ def server_properties(tmp_path):
 
 
 @pytest.mark.parametrize("args, expected", [
-    ([], {"metadata.version": 25, "transaction.version": 2}),  # release 4.0: transaction.version 2, as Kafka's
+    # release 4.0: transaction.version 2, as Kafka's; share groups on (krafty's latest release)
+    ([], {"metadata.version": 25, "transaction.version": 2, "share.version": 1}),
+    (["--feature", "share.version=0"], {"metadata.version": 25, "transaction.version": 2}),
     (["--release-version", "3.9"], {"metadata.version": 21}),  # before 4.0-IV2: transaction.version 0
     (["--release-version", "4.0-IV1"], {"metadata.version": 23}),
     (["--release-version", "4.0-IV2"], {"metadata.version": 24, "transaction.version": 2}),
-    (["--feature", "transaction.version=1"], {"metadata.version": 25, "transaction.version": 1}),
-    (["--feature", "transaction.version=0"], {"metadata.version": 25}),
+    (["--feature", "transaction.version=1"], {"metadata.version": 25, "transaction.version": 1, "share.version": 1}),
+    (["--feature", "transaction.version=0"], {"metadata.version": 25, "share.version": 1}),
     (["--release-version", "3.9", "--feature", "transaction.version=2"], {"metadata.version": 21,
                                                                          "transaction.version": 2}),
 ])

@@ -57,6 +57,11 @@ def test_a_verb_whose_extra_is_missing_says_which_extra(monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["krafty chaos needs the 'chaos' extra (confluent_kafka is not installed): "
                    "pip install 'krafty[chaos]'"]
+    for name in [m for m in sys.modules if m == "mirror" or m.startswith("mirror.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert cli.main(["mirror", "mm2.properties"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "krafty mirror needs the 'mirror' extra (confluent_kafka is not installed): pip install 'krafty[mirror]'"]
 
 
 @pytest.mark.parametrize("verb", sorted(NETWORK_VERBS))

@@ -197,7 +197,12 @@ def test_offsets_decoder_reads_consumer_group_records(tmp_path, capsys):
         Record(1, 1000, cr.key(cr.TARGET_MEMBER_KEY, "g", "m1"), cr.target_member_value({tid: frozenset({0, 2})}), []),
         Record(2, 1000, cr.key(cr.CURRENT_ASSIGNMENT_KEY, "g", "m1"), cr.current_assignment_value(
             cr.CurrentAssignment(4, 3, 0, {tid: frozenset({0})}, {})), []),
-        Record(3, 1000, cr.key(cr.MEMBER_METADATA_KEY, "g", "m1"), None, [])])
+        Record(3, 1000, cr.key(cr.MEMBER_METADATA_KEY, "g", "m1"), None, []),
+        Record(4, 1000, cr.key(cr.REGEX_KEY, "g", "new-.*"), cr.regex_value(
+            cr.ResolvedRegex(frozenset({"new-1", "new-2"}), 42, 1700000000000)), []),
+        Record(5, 1000, cr.key(cr.MEMBER_METADATA_KEY, "g", "k1"), cr.member_metadata_value(cr.MemberMetadata(
+            None, None, "c", "/h", ("t",), None, 30000, None, cr.ClassicMemberMetadata(10000, (("range", b"\x00"),)))),
+            [])])
     log.flush()
     out = dump(capsys, "--files", os.path.join(log.path, f"{0:020d}.log"), "--offsets-decoder")[1]
     recs = [line.split("headerKeys: [] ")[1] for line in out.splitlines() if line.startswith("|")]
@@ -208,4 +213,10 @@ def test_offsets_decoder_reads_consumer_group_records(tmp_path, capsys):
         'key: {"type":"8","data":{"groupId":"g","memberId":"m1"}} payload: {"version":"0","data":{"memberEpoch":4,'
         '"previousMemberEpoch":3,"state":0,"assignedPartitions":[{"topicId":"AAAAAAAAAAAAAAAAAAAAAQ","partitions":'
         '[0]}],"partitionsPendingRevocation":[]}}',
-        'key: {"type":"5","data":{"groupId":"g","memberId":"m1"}} payload: <DELETE>']
+        'key: {"type":"5","data":{"groupId":"g","memberId":"m1"}} payload: <DELETE>',
+        'key: {"type":"16","data":{"groupId":"g","regularExpression":"new-.*"}} payload: {"version":"0","data":'
+        '{"topics":["new-1","new-2"],"version":42,"timestamp":1700000000000}}',
+        'key: {"type":"5","data":{"groupId":"g","memberId":"k1"}} payload: {"version":"0","data":{"instanceId":null,'
+        '"rackId":null,"clientId":"c","clientHost":"/h","subscribedTopicNames":["t"],"subscribedTopicRegex":null,'
+        '"rebalanceTimeoutMs":30000,"serverAssignor":null,"classicMemberMetadata":{"sessionTimeoutMs":10000,'
+        '"supportedProtocols":[{"name":"range","metadata":"AA=="}]}}}']

@@ -59,7 +59,7 @@ async def test_answer_arriving_after_leadership_change_is_not_applied():
     m = ReplicaFetcherManager(rm, 1, cfg, lambda b: None)
     try:
         m.follow(("t", 0), leader=2, leader_epoch=1, high_watermark=0)
-        fs = m.threads[2].states[("t", 0)]
+        fs = m.threads[(2, 0)].states[("t", 0)]
         fs.phase = fs.phase.FETCHING
         act = fs.next_action(part.log, 0)
         assert isinstance(act, FetchRequest)
@@ -110,7 +110,7 @@ async def test_follower_whose_copy_is_corrupt_truncates_to_the_damage_and_fetche
     m = ReplicaFetcherManager(rm, 1, cfg, lambda b: None)
     try:
         m.follow(("t", 0), leader=2, leader_epoch=1, high_watermark=8)
-        fs = m.threads[2].states[("t", 0)]
+        fs = m.threads[(2, 0)].states[("t", 0)]
         fs.phase = fs.phase.FETCHING
         for _ in range(50):
             await asyncio.sleep(0.02)

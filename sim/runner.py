@@ -29,11 +29,15 @@ class Outcome:
 _RUN_ONE: Callable[[int], tuple[float, dict]] | None = None  # the job of forked workers
 
 
+_COLLECT_EVERY = 8  # seeds between two collections (each seed leaves ~10-20 MB of cyclic garbage)
+_since_collect = 0
+
+
 def _run(seed: int) -> Outcome:
-    """One seed, with the cyclic garbage collector off while it runs and one collection after
-    it: a seed makes ~10 MB of garbage, and collecting it once costs ~0.02 s where the
-    collector's passes during the run cost ~20% of the seed (the objects that outlive seeds,
-    modules and caches, are frozen out of its sight by ``_settle``)."""
+    """One seed, with the cyclic garbage collector off while it runs, and one collection every
+    ``_COLLECT_EVERY`` seeds: a seed makes ~10-20 MB of cyclic garbage, and collecting it once
+    costs ~0.02-0.05 s where the collector's passes during the run cost ~10-20% of the seed (the
+    objects that outlive seeds, modules and caches, are frozen out of its sight by ``_settle``)."""
     cpu = time.process_time()
     gc.disable()
     try:
@@ -44,8 +48,11 @@ def _run(seed: int) -> Outcome:
 
 
 def _collect(cpu: float) -> float:
-    gc.collect()
-    gc.enable()
+    global _since_collect
+    _since_collect += 1
+    if _since_collect >= _COLLECT_EVERY:  # (off between seeds too: a young-generation pass would
+        _since_collect = 0                 # walk every object the seed left, as a full one does)
+        gc.collect()
     return time.process_time() - cpu
 
 
@@ -77,16 +84,20 @@ def run_seeds(seeds: list[int], run_one: Callable[[int], tuple[float, dict]], jo
                 out.append(o)
                 if on_outcome is not None:
                     on_outcome(o)
+        gc.enable()
         order = {s: i for i, s in enumerate(seeds)}
         out.sort(key=lambda o: order[o.seed])
         return out
-    for i, seed in enumerate(seeds):
-        o = _run(seed)
-        if i == 0:
-            _settle()
-        out.append(o)
-        if on_outcome is not None:
-            on_outcome(o)
+    try:
+        for i, seed in enumerate(seeds):
+            o = _run(seed)
+            if i == 0:
+                _settle()
+            out.append(o)
+            if on_outcome is not None:
+                on_outcome(o)
+    finally:
+        gc.enable()
     return out
 
 

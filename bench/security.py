@@ -7,7 +7,8 @@
 It makes a throwaway CA with openssl, starts a node with the four listeners, creates a SCRAM
 user with ``krafty configs``, then for each listener produces --records records of
 --value-bytes into a fresh single-partition topic (linger.ms=5, batch.size=1 MiB, no
-compression) and consumes them back. MB = 10^6 bytes of record values."""
+compression) and consumes them back, with the node's CPU time per MB of each (from /proc, medians).
+MB = 10^6 bytes of record values."""
 
 from __future__ import annotations
 
@@ -40,7 +41,15 @@ def client_conf(proto: str, port: int, ca: Path) -> dict:
     return conf
 
 
-def run_one(proto: str, conf: dict, records: int, value_bytes: int, acks: str) -> dict:
+def cpu_s(pid: int) -> float:
+    """CPU time of a process (every thread), from /proc."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_one(proto: str, conf: dict, records: int, value_bytes: int, acks: str, pid: int) -> dict:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -51,6 +60,7 @@ def run_one(proto: str, conf: dict, records: int, value_bytes: int, acks: str) -
     p = Producer({**conf, "acks": acks, "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20,
                   "compression.type": "none"})
     value = b"x" * value_bytes
+    c0 = cpu_s(pid)
     t0 = time.perf_counter()
     for _ in range(records):
         while True:
@@ -61,20 +71,24 @@ def run_one(proto: str, conf: dict, records: int, value_bytes: int, acks: str) -
                 p.poll(0.01)
     assert p.flush(120) == 0
     produce_s = time.perf_counter() - t0
+    produce_cpu = cpu_s(pid) - c0
     c = Consumer({**conf, "group.id": "bench", "enable.auto.commit": False, "fetch.max.bytes": 50 << 20,
                   "max.partition.fetch.bytes": 10 << 20})
     c.assign([TopicPartition(topic, 0, 0)])
-    got, t0 = 0, time.perf_counter()
+    got, t0, c0 = 0, time.perf_counter(), cpu_s(pid)
     while got < records and time.perf_counter() - t0 < 120:
         for m in c.consume(10000, 1.0):
             if not m.error():
                 got += 1
     consume_s = time.perf_counter() - t0
+    consume_cpu = cpu_s(pid) - c0
     c.close()
     mb = records * value_bytes / 1e6
     return {"listener": proto, "records": records, "value_bytes": value_bytes, "acks": acks,
             "produce_s": round(produce_s, 2), "produce_mbps": round(mb / produce_s, 1),
-            "consumed": got, "consume_mbps": round(got * value_bytes / 1e6 / consume_s, 1)}
+            "consumed": got, "consume_mbps": round(got * value_bytes / 1e6 / consume_s, 1),
+            "produce_cpu_ms_per_mb": round(produce_cpu / mb * 1000, 3),
+            "consume_cpu_ms_per_mb": round(consume_cpu / max(got * value_bytes / 1e6, 1e-9) * 1000, 3)}
 
 
 def main() -> int:
@@ -106,19 +120,23 @@ def main() -> int:
                 order = LISTENERS if rnd % 2 == 0 else LISTENERS[::-1]
                 for p in order:
                     runs[p].append(run_one(p, client_conf(p, ports[p], ca.ca_cert), args.records,
-                                           args.value_bytes, args.acks))
+                                           args.value_bytes, args.acks, node.proc.pid))
             results = []
             for p in LISTENERS:
                 rs = sorted(runs[p], key=lambda r: r["produce_mbps"])
                 med = dict(rs[len(rs) // 2])
                 med["produce_mbps_all"] = [r["produce_mbps"] for r in runs[p]]
                 med["consume_mbps"] = sorted(r["consume_mbps"] for r in runs[p])[len(rs) // 2]
+                for k in ("produce_cpu_ms_per_mb", "consume_cpu_ms_per_mb"):
+                    med[k] = sorted(r[k] for r in runs[p])[len(rs) // 2]
                 results.append(med)
         finally:
             node.close()
-    print(f"{'listener':<16}{'produce MB/s':>14}{'consume MB/s':>14}   produce MB/s per round")
+    print(f"{'listener':<16}{'produce MB/s':>14}{'consume MB/s':>14}{'broker ms/MB in':>17}{'broker ms/MB out':>18}"
+          "   produce MB/s per round")
     for r in results:
-        print(f"{r['listener']:<16}{r['produce_mbps']:>14}{r['consume_mbps']:>14}   {r['produce_mbps_all']}")
+        print(f"{r['listener']:<16}{r['produce_mbps']:>14}{r['consume_mbps']:>14}{r['produce_cpu_ms_per_mb']:>17}"
+              f"{r['consume_cpu_ms_per_mb']:>18}   {r['produce_mbps_all']}")
     base = results[0]["produce_mbps"]
     for r in results[1:]:
         print(f"{r['listener']}: produce at {r['produce_mbps'] / base:.0%} of PLAINTEXT")

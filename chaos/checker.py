@@ -18,6 +18,10 @@ nemesis wrote down (see ``chaos/history.py`` for the event shapes):
 * ``{"f": "heal", "t"}`` — the harness healed every fault (the end of the faults).
 * ``{"f": "final-read", "tp", "msgs": [[offset, value], ...], "complete": bool, "low", "high"}``
   after the heal: the partition read from ``low`` to the high watermark ``high``.
+* ``{"f": "final-batches", "tp", "batches": [[base offset, last offset, producer id, producer epoch,
+  base sequence], ...], "complete": bool}`` — the record batches of ``tp`` after the heal.
+* ``{"f": "stuck", "worker", "process", "call", "since", "stack"}`` — a workload thread still
+  running when the run ended (hung in a client call).
 * ``{"f": "final-produce", "type": "ok"|"fail", "sent": [[tp, value]], "acks": [[tp, offset,
   value]]}`` — a fresh write to every partition after the heal (negative values).
 * ``{"f": "topic", "type": "ok"|"fail", "op": "create"|"delete", "topic"}``;
@@ -30,6 +34,8 @@ No I/O, no clock: the same history always gives the same verdict.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from statistics import median
@@ -84,17 +90,85 @@ def check_inconsistent_offsets(history: list[dict]) -> list[dict]:
     return out
 
 
-def check_duplicates(history: list[dict]) -> list[dict]:
-    """A value (written once) found at more than one offset, or in more than one partition."""
+def check_duplicates(history: list[dict]) -> tuple[list[dict], list[dict]]:
+    """A value (written once) found at more than one offset, or in more than one partition:
+    ``(duplicates, resent)`` (the latter in full: the verdict counts them).
+
+    Kafka's idempotence holds within one producer epoch: a retried batch carries the producer id,
+    epoch and sequences of its first send, and the leader writes it once. A client that bumps its
+    epoch starts a new session whose batches nothing links to the old one's: librdkafka does so
+    when a request after one that failed gets OUT_OF_ORDER_SEQUENCE_NUMBER (the ISR grew back to
+    min.insync.replicas between a NOT_ENOUGH_REPLICAS answer and the next request, which Kafka's
+    brokers answer the same way) and renumbers every queued batch, including those whose first
+    send may have been written (the leader died mid-request): a copy under each epoch
+    (librdkafka issue #4953). The final read's batch metadata (``final-batches``) tells them
+    apart: copies in different epochs of one producer id are ``resent``; copies within one
+    epoch, or that cannot be placed, are ``duplicates``, the broker's fault."""
     where: dict[int, set[tuple[str, int]]] = defaultdict(set)
     for tp, off, val, src in observations(history):
         if src != "ack":
             where[val].add((tp, off))
-    out: list[dict] = []
+    batches = _final_batches(history)
+    dups: list[dict] = []
+    resent: list[dict] = []
     for val, places in sorted(where.items()):
         if len(places) > 1:
-            _ex(out, {"value": val, "at": sorted([list(p) for p in places])})
+            at = sorted([list(p) for p in places])
+            sessions = [_session_of(batches, tp, off) for tp, off in at]
+            if all(s is not None for s in sessions) and len({s[0] for s in sessions}) == 1 \
+                    and len({s[1] for s in sessions}) == len(sessions):
+                resent.append({"value": val, "at": at, "producer": sessions[0][0],
+                               "epochs": [s[1] for s in sessions]})
+            else:
+                _ex(dups, {"value": val, "at": at, "sessions": sessions})
+    return dups, resent
+
+
+def check_sequences(history: list[dict]) -> list[dict]:
+    """The broker's side of idempotence, from the final read's batch metadata: within one partition
+    and one producer epoch, no sequence number is in two batches (a retried batch was appended
+    again)."""
+    out: list[dict] = []
+    for tp, (_bases, bs) in sorted(_final_batches(history).items()):
+        seen: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
+        for base, last, pid, epoch, seq in bs:
+            if pid >= 0 and seq >= 0:
+                seen[(pid, epoch)].append((seq, seq + last - base, base))
+        for (pid, epoch), ranges in sorted(seen.items()):
+            ranges.sort()
+            for (s1, e1, o1), (s2, _e2, o2) in itertools.pairwise(ranges):
+                if s2 <= e1:
+                    _ex(out, {"tp": tp, "producer": pid, "epoch": epoch, "sequences": [s1, e1],
+                              "offsets": [o1, o2]})
     return out
+
+
+def check_stuck(history: list[dict]) -> list[dict]:
+    """Workers still running when the run ended: a client hung in a call without a timeout of its
+    own (librdkafka's synchronous commit, close), with the call and since when."""
+    return [{k: op.get(k) for k in ("worker", "process", "call", "since")} for op in history if op.get("f") == "stuck"]
+
+
+def _final_batches(history: list[dict]) -> dict[str, tuple[list[int], list[list[int]]]]:
+    """tp -> (base offsets, batches) of the final read's batch metadata, sorted by offset."""
+    out: dict[str, tuple[list[int], list[list[int]]]] = {}
+    for op in history:
+        if op.get("f") == "final-batches":
+            bs = sorted(op["batches"])
+            out[op["tp"]] = ([b[0] for b in bs], bs)
+    return out
+
+
+def _session_of(batches, tp: str, off: int) -> tuple[int, int] | None:
+    """(producer id, producer epoch) of the batch holding ``tp``/``off``, if the final read saw it."""
+    got = batches.get(tp)
+    if got is None:
+        return None
+    bases, bs = got
+    i = bisect.bisect_right(bases, off) - 1
+    if i < 0 or bs[i][1] < off:
+        return None
+    return bs[i][2], bs[i][3]
 
 
 def _read_state(history: list[dict]):
@@ -636,10 +710,12 @@ def check(history: list[dict], group_liveness_s: float | None = None) -> dict:
     long after the heal a group member may go without records (default: from the members' session
     timeout, see ``default_group_liveness_s``)."""
     lost, n_lost, n_unseen = check_lost(history)
+    dups, resent = check_duplicates(history)
     bound = default_group_liveness_s(history) if group_liveness_s is None else group_liveness_s
     anomalies = {
         "lost": lost,
-        "duplicate": check_duplicates(history),
+        "duplicate": dups,
+        "duplicate-sequence": check_sequences(history),
         "inconsistent-offsets": check_inconsistent_offsets(history),
         "unexpected-read": check_unexpected_reads(history),
         "reorder": check_reorder(history),
@@ -649,6 +725,7 @@ def check(history: list[dict], group_liveness_s: float | None = None) -> dict:
         "topic-state": check_topics(history),
         "no-recovery": check_recovery(history),
         "group-liveness": check_group_liveness(history, bound),
+        "stuck-client": check_stuck(history),
     }
     sends = [op for op in history if op.get("f") == "send"]
     counts = {
@@ -662,11 +739,13 @@ def check(history: list[dict], group_liveness_s: float | None = None) -> dict:
         "faults": len(fault_windows(history)),
         "commits": sum(1 for op in history if op.get("f") == "commit" and op.get("type") == "ok"),
         "topic-ops": sum(1 for op in history if op.get("f") == "topic"),
+        "resent-after-epoch-bump": len(resent),
     }
     txn_anomalies, txn_counts = txn_checker.check(history)  # the transactional workload, when it ran
     anomalies.update(txn_anomalies)
     counts.update(txn_counts)
     found = sorted(k for k, v in anomalies.items() if v)
     return {"valid": not found, "anomaly-types": found, "anomalies": anomalies, "counts": counts,
+            "resent-after-epoch-bump": resent[:MAX_EXAMPLES],
             "elections": election_times(history), "outages": produce_outages(history),
             "group-stalls": group_stalls(history), "group-liveness-bound-s": bound}

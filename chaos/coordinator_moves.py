@@ -5,8 +5,8 @@ brings it back, and waits SETTLE seconds::
 
     python -m chaos.coordinator_moves pause|kill HOLD ROUNDS SETTLE OUT
 
-With KRAFTY_CHAOS_CLIENT_DEBUG_DIR=DIR the members write librdkafka's consumer-group debug log to
-DIR/g0.log and DIR/g1.log (times on the history's clock); the brokers' logs (with the group
+With KRAFTY_CHAOS_CLIENT_DEBUG_DIR set the members print librdkafka's consumer-group debug log to
+stderr (lines tagged g0#consumer-N, g1#consumer-N); the brokers' logs (with the group
 coordinator's rebalance lines) are in OUT/cluster."""
 
 from __future__ import annotations

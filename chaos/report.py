@@ -176,6 +176,10 @@ def render(verdict: dict, history: list[dict]) -> str:
     parts.append(_table(rows, ["check", "result"]))
     for k in verdict["anomaly-types"]:
         parts.append(f"<h3 class='bad'>{_esc(k)}</h3><pre>{_esc(json.dumps(verdict['anomalies'][k], indent=1))}</pre>")
+    if verdict.get("resent-after-epoch-bump"):
+        parts.append("<h3>client re-sends (not a broker anomaly)</h3><p>values written once in each of two epochs of "
+                     "one producer: the client sent them again after bumping its epoch (librdkafka #4953)</p>"
+                     f"<pre>{_esc(json.dumps(verdict['resent-after-epoch-bump'], indent=1))}</pre>")
     if verdict.get("harness-error"):
         parts.append(f"<h3 class='bad'>harness error</h3><pre>{_esc(verdict['harness-error'])}</pre>")
     parts.append("<h2>Counts</h2>")

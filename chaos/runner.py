@@ -10,6 +10,7 @@ could not be carried out.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -25,6 +26,9 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker.log.batch import parse_batches
+from broker.protocol.apis import ApiKey
+from broker.protocol.client import KafkaConnection
 from chaos import checker, report
 from chaos.cluster import FAKETIME_LIB, BaseCluster, make_cluster
 from chaos.history import History
@@ -192,6 +196,71 @@ def final_read(c: BaseCluster, hist: History, partitions: int, timeout: float) -
         cons.close()
 
 
+def final_batches(c: BaseCluster, hist: History, partitions: int, timeout: float) -> None:
+    """The producer id, epoch and sequences of every record batch of the chaos topic, read with
+    raw Fetch requests from each partition's leader (a Kafka consumer does not show them): the
+    checker tells a value written twice within one producer epoch (the broker's idempotence
+    failed) from one the client sent again under a new epoch, which Kafka does not deduplicate
+    either (see checker.check_duplicates)."""
+    admin = AdminClient({"bootstrap.servers": c.bootstrap, "logger": _NullLogger()})
+    for pid in range(partitions):
+        tp = f"{TOPIC}/{pid}"
+        try:
+            batches, complete = asyncio.run(_read_batches(admin, pid, timeout))
+        except (KafkaException, ConnectionError, OSError, TimeoutError) as e:
+            hist.add("final-batches", tp=tp, batches=[], complete=False, error=repr(e))
+            continue
+        hist.add("final-batches", tp=tp, batches=batches, complete=complete)
+
+
+async def _read_batches(admin: AdminClient, partition: int, timeout: float) -> tuple[list[list[int]], bool]:
+    """[[base offset, last offset, producer id, producer epoch, base sequence], ...] of one partition,
+    from its log start to its high watermark; and whether the read got there."""
+    deadline = time.monotonic() + timeout
+    out: list[list[int]] = []
+    offset, high, max_bytes = 0, None, 1 << 20
+    conn = None
+    try:
+        while time.monotonic() < deadline and (high is None or offset < high):
+            if conn is None:
+                md = admin.list_topics(TOPIC, timeout=5).topics[TOPIC].partitions[partition]
+                b = admin.list_topics(timeout=5).brokers.get(md.leader)
+                if b is None:
+                    await asyncio.sleep(1)
+                    continue
+                conn = KafkaConnection(b.host, b.port, client_id="chaos-final-batches")
+            try:
+                r = await conn.request(ApiKey.FETCH, 12, {
+                    "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": 0,
+                    "session_id": 0, "session_epoch": -1, "topics": [{"topic": TOPIC, "partitions": [{
+                        "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                        "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+                    "forgotten_topics_data": [], "rack_id": ""}, timeout=10)
+            except (ConnectionError, TimeoutError):
+                conn = None
+                await asyncio.sleep(1)
+                continue
+            pd = r.responses[0].partitions[0]
+            if int(pd.error_code) != 0:
+                conn.close()
+                conn = None
+                await asyncio.sleep(1)
+                continue
+            high = int(pd.high_watermark) if high is None else high
+            data = bytes(pd.records or b"")
+            hs = [h for h in parse_batches(data) if h.next_offset > offset]
+            if not hs:
+                if offset < high:
+                    max_bytes *= 2  # a batch larger than the fetch size
+                continue
+            out.extend([h.base_offset, h.last_offset, h.producer_id, h.producer_epoch, h.base_sequence] for h in hs)
+            offset = hs[-1].next_offset
+    finally:
+        if conn is not None:
+            conn.close()
+    return out, high is not None and offset >= high
+
+
 def final_topics(c: BaseCluster, hist: History) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap, "logger": _NullLogger()})
     try:
@@ -336,13 +405,19 @@ def run(opts: Options) -> int:
             w.join(60)
         log("final reads")
         final_read(c, hist, opts.partitions, 120)
+        final_batches(c, hist, opts.partitions, 120)
         if opts.workload == "txn":
             txn_final_read(c.bootstrap, hist, TXN_TOPIC, opts.partitions, t_heal, opts.recovery_timeout)
         final_topics(c, hist)
         errors = {w.name: repr(w.error) for w in workers if w.error is not None}
-        stuck = [w.name for w in workers if w.is_alive()]
-        if errors or stuck:
-            harness_error = f"workers failed: {errors}" + (f"; did not stop: {stuck}" if stuck else "")
+        for w in workers:
+            if w.is_alive():  # hung in a client call that has no timeout of its own: the checker reports it
+                r = w.stuck_report()
+                hist.add("stuck", **r)
+                log(f"{w.name} did not stop: it is in {r['call'] or 'an unmarked call'} since t={r['since']}\n"
+                    f"{r['stack']}")
+        if errors:
+            harness_error = f"workers failed: {errors}"
     except HarnessError as e:
         harness_error = str(e)
     except Exception as e:  # noqa: BLE001 - reported with the partial history
@@ -418,6 +493,10 @@ def print_summary(v: dict, out: str) -> None:
         lines.append(f"unavailability (longest gap between acknowledged writes to one partition, per fault): "
                      f"median {gaps[len(gaps) // 2]['max_ack_gap_s']:.2f}s, max {worst['max_ack_gap_s']:.2f}s "
                      f"during {worst['desc']}")
+    if c.get("resent-after-epoch-bump"):
+        lines.append(f"client re-sends: {c['resent-after-epoch-bump']} value(s) written once per producer epoch, the "
+                     f"client having sent them again under a bumped epoch (librdkafka #4953; not a broker anomaly): "
+                     f"{json.dumps(v['resent-after-epoch-bump'][:3])}")
     for k in v["anomaly-types"]:
         lines.append(f"  {k}: {json.dumps(v['anomalies'][k][:3])}")
     lines.append(f"report: {os.path.join(out, 'report.html')}  verdict: {os.path.join(out, 'verdict.json')}")

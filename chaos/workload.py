@@ -5,11 +5,14 @@ partition leaders and the active controller."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import random
+import sys
 import threading
 import time
+import traceback
 
 # gRPC core logs every GOAWAY from a restarted controller to stderr; the probe handles them
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
@@ -39,9 +42,30 @@ class Worker(threading.Thread):
         self.hist = hist
         self.stopping = threading.Event()
         self.error: BaseException | None = None
+        # the client call this worker is in, if it is one that has no timeout of its own (librdkafka's
+        # synchronous commit and close): (what, process, history time it started)
+        self.in_call: tuple[str, str, float] | None = None
 
     def stop(self) -> None:
         self.stopping.set()
+
+    @contextlib.contextmanager
+    def calling(self, what: str, process: str):
+        """Marks a client call that may block for as long as the client library likes: a worker
+        that does not stop is reported with the call it is stuck in (see ``stuck_report``)."""
+        self.in_call = (what, process, self.hist.now())
+        try:
+            yield
+        finally:
+            self.in_call = None
+
+    def stuck_report(self) -> dict:
+        """What this worker, still running after it was told to stop, is doing: the client call
+        and since when, and its Python stack."""
+        frame = sys._current_frames().get(self.ident)
+        stack = "".join(traceback.format_stack(frame)[-6:]) if frame is not None else ""
+        what, process, since = self.in_call or ("", "", None)
+        return {"worker": self.name, "process": process, "call": what, "since": since, "stack": stack}
 
     def run(self) -> None:
         try:
@@ -95,7 +119,7 @@ class ProducerWorker(Worker):
         p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
                       "linger.ms": 5, "message.timeout.ms": 60000, "request.timeout.ms": 10000,
                       "max.in.flight.requests.per.connection": 5, "topic.metadata.refresh.interval.ms": 2000,
-                      "error_cb": on_error, "logger": _NullLogger()})
+                      "error_cb": on_error, "logger": _NullLogger(), **_debug_log("eos,msg", proc, self.hist)})
         part = itertools.cycle(range(self.partitions))
         interval = 1.0 / self.rate if self.rate > 0 else 0
         next_at = time.monotonic()
@@ -136,6 +160,22 @@ class _TimeLogger:
         self.f.flush()
 
 
+def _debug_log(contexts: str, proc: str, hist) -> dict:
+    """With KRAFTY_CHAOS_CLIENT_DEBUG_DIR=DIR: the client settings that write librdkafka's debug log of
+    ``contexts`` to DIR/<proc>.log (times on the history's clock); else none."""
+    dbg = os.environ.get("KRAFTY_CHAOS_CLIENT_DEBUG_DIR")
+    return {"debug": contexts, "logger": _TimeLogger(os.path.join(dbg, f"{proc}.log"), hist)} if dbg else {}
+
+
+def _stderr_debug(contexts: str, proc: str) -> dict:
+    """With KRAFTY_CHAOS_CLIENT_DEBUG_DIR set: a consumer's debug log of ``contexts`` through
+    librdkafka's own printer to stderr, lines tagged ``<proc>#consumer-N``. A log callback is only
+    served by poll(), so it would say nothing while the application hangs in a call (commit, close)."""
+    if not os.environ.get("KRAFTY_CHAOS_CLIENT_DEBUG_DIR"):
+        return {}
+    return {"debug": contexts, "client.id": proc, "logger": None}
+
+
 class _NullLogger:
     """librdkafka's logs would flood stderr during faults; errors reach the history instead."""
 
@@ -167,7 +207,7 @@ class ConsumerWorker(Worker):
             c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-{self.prefix}reader-{self.idx}",
                           "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200,
                           "isolation.level": self.isolation, "topic.metadata.refresh.interval.ms": 2000,
-                          "logger": _NullLogger()})
+                          "logger": _NullLogger(), **_stderr_debug("cgrp,consumer,broker,protocol", proc)})
             tps = []
             for p in range(self.partitions):
                 start = max(0, pos[p] - self.rng.randint(0, 50)) if session > 1 else 0
@@ -187,7 +227,8 @@ class ConsumerWorker(Worker):
                         for tp, off, _v in got:
                             pos[int(tp.rsplit("/", 1)[1])] = off + 1
             finally:
-                c.close()
+                with self.calling("close", proc):
+                    c.close()
 
 
 # the group members' client settings (the checker's group-liveness bound derives from the session timeout)
@@ -220,8 +261,7 @@ class GroupWorker(Worker):
         state = {"session": 0}
         self.hist.add("member", type="start", process=proc, group=self.group,
                       session_timeout_ms=GROUP_SESSION_TIMEOUT_MS)
-        dbg = os.environ.get("KRAFTY_CHAOS_CLIENT_DEBUG_DIR")
-        extra = {"debug": "cgrp", "logger": _TimeLogger(os.path.join(dbg, f"{proc}.log"), self.hist)} if dbg else {}
+        extra = _stderr_debug("cgrp,protocol,broker", proc)
         timing = ({"group.protocol": "consumer"} if self.protocol == "consumer" else
                   {"session.timeout.ms": GROUP_SESSION_TIMEOUT_MS, "heartbeat.interval.ms": GROUP_HEARTBEAT_INTERVAL_MS})
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False,
@@ -259,7 +299,8 @@ class GroupWorker(Worker):
                     last[int(tp.rsplit("/", 1)[1])] = off + 1
                 offsets = [TopicPartition(self.topic, p, o) for p, o in last.items()]
                 try:
-                    res = c.commit(offsets=offsets, asynchronous=False)
+                    with self.calling("commit", proc):
+                        res = c.commit(offsets=offsets, asynchronous=False)
                     for tp in res:
                         if tp.error is None:
                             self.commits += 1
@@ -269,7 +310,8 @@ class GroupWorker(Worker):
                     self.hist.add("commit", type="fail", process=proc, group=self.group, error=str(e))
         finally:
             self.hist.add("member", type="stop", process=proc, group=self.group)
-            c.close()
+            with self.calling("close", proc):
+                c.close()
 
 
 class TopicChurnWorker(Worker):

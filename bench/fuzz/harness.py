@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import struct
 import sys
 import tempfile
@@ -47,11 +48,15 @@ from bench.fuzz.oracle import Finding, LogScanner, check_response
 from bench.fuzz.target import (
     CANARY_TOPIC,
     TOPICS,
+    TopicIdSwap,
     api_versions_ok,
     create_scram_users,
     create_topics,
     make_node,
+    to_node_ids,
 )
+from broker.protocol import codec
+from broker.protocol.apis import SUPPORTED, ApiKey
 
 log = logging.getLogger("krafty.fuzz")
 
@@ -86,6 +91,7 @@ class Options:
     on_input: object = None  # test hook: called with (fuzzer, inputs sent so far) as each input is sent
     bomb_target: int = 30 << 30
     catalogue: bool = True  # start with one input of every hostile batch variant (gen.Generator.catalogue)
+    warm: bool = True  # one recorded request of every API version before the run is watched (warm_node)
     probe_failures: int = 3  # new-connection ApiVersions probes (every 2 s) that may fail in a row
     janitor: float = 30.0  # seconds between deletions of topics the inputs created (0: never)
     workdir: Path | None = None
@@ -248,6 +254,7 @@ class Fuzzer:
         self.inflight: dict[int, Input] = {}
         self.node = None
         self.sasl_port = 0
+        self.ids = TopicIdSwap({})  # the corpus' topic ids -> the node's
         self.node_up = asyncio.Event()
         self.stopping = False
         self.canary: Canary | None = None
@@ -271,9 +278,13 @@ class Fuzzer:
                                               root=self.o.krafty_root)
         self.node.start()
         create_topics(self.node.bootstrap)
+        self.ids = to_node_ids(self.node.bootstrap)
         create_scram_users(self.node.bootstrap)
         self.scanner = LogScanner(self.node.log_path)
         self.scanner.skip_to_end()
+        if self.o.warm:
+            for frame, f in warm_node(self.node.port, self.entries, self.ids):
+                self.report(f, [Input(-1_000_000, "warm", "fast", [frame], detail="warm-up: a recorded request")])
         if self.o.canary:
             self.canary = Canary(self.node.bootstrap, self.o.canary_bound)
             self.canary.start()
@@ -394,7 +405,7 @@ class Fuzzer:
             for k, f in enumerate(inp.frames):
                 expect[cid_of(inp.id, k)] = (inp, k)
                 order.append((inp, k))
-                out += frames.sized(f)
+                out += frames.sized(self.ids(f))
         out += frames.sized(sentinel(s_cid))
         pos_of = {(inp.id, k): n for n, (inp, k) in enumerate(order)}
         last = -1  # position of the last answered frame
@@ -462,7 +473,7 @@ class Fuzzer:
                 self._sent(inp)
                 what = "left-waiting"  # the node still waits for the rest of a frame: fine
                 try:
-                    conn.w.write(inp.wire)
+                    conn.w.write(self.ids(inp.wire))
                     async with asyncio.timeout(self.o.solo_timeout):
                         while await conn.r.read(65536):
                             pass
@@ -491,7 +502,7 @@ class Fuzzer:
                 what = "answered"
                 try:
                     for k, f in enumerate(inp.frames):  # one at a time: a login is a dialogue
-                        conn.w.write(frames.sized(f))
+                        conn.w.write(frames.sized(self.ids(f)))
                         async with asyncio.timeout(self.o.sasl_timeout):
                             (size,) = struct.unpack(">i", await conn.r.readexactly(4))
                             raw = await conn.r.readexactly(max(0, min(size, 64 << 20)))
@@ -611,6 +622,8 @@ class Fuzzer:
             if self.node_up.is_set():
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(_delete_extra_topics, self.node.bootstrap, keep)
+                    # a fuzz topic it recreated has a new id
+                    self.ids = await asyncio.to_thread(to_node_ids, self.node.bootstrap)
 
     def progress_line(self) -> str:
         el = time.monotonic() - self.t0
@@ -673,6 +686,67 @@ class Fuzzer:
         return res
 
 
+# the SASL exchange (not on this listener); JoinGroup/SyncGroup, which wait for a rebalance
+_NOT_WARMED = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP)
+
+
+def warm_node(port: int, entries: list[corpus.Entry], swap, timeout: float = 5.0, budget: float = 120.0
+              ) -> list[tuple[bytes, Finding]]:
+    """Sends the node one recorded request of every (API, version) of the corpus, one at a time,
+    before the canary and the inputs start; returns what the oracle finds in the answers. The
+    node imports the kio schema modules of an API version on its first use, on its event loop
+    (855 modules for the 278 versions krafty serves: 8-10 s of a loaded machine), which is its
+    start-up and not what an input did to it: during the run those imports stalled the loop for
+    seconds and failed the canary of the smoke test on a machine at load ~25."""
+    first: dict[tuple[int, int], bytes] = {}
+    for e in entries:
+        lo_hi = SUPPORTED.get(e.api_key)
+        if (e.listener != "plain" or lo_hi is None or not lo_hi[0] <= e.api_version <= lo_hi[1]
+                or (e.api_key, e.api_version) in first or e.api_key in _NOT_WARMED):
+            continue
+        if e.api_key == ApiKey.PRODUCE and _acks(e) == 0:  # no answer to wait for
+            continue
+        first[(e.api_key, e.api_version)] = e.frame
+    found: list[tuple[bytes, Finding]] = []
+    sock = None
+    deadline = time.monotonic() + budget
+    for n, (_, frame) in enumerate(sorted(first.items())):
+        if time.monotonic() > deadline:
+            break
+        frame = frames.with_cid(frame, n + 1)  # (findings keep the corpus' topic ids, as inputs do)
+        try:
+            if sock is None:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+            sock.sendall(frames.sized(swap(frame)))
+            (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+            raw = _recv_exact(sock, size)
+            found += [(frame, f) for f in check_response(frame, raw, None)]
+        except (OSError, ConnectionError, struct.error):
+            if sock is not None:
+                sock.close()
+            sock = None
+    if sock is not None:
+        sock.close()
+    return found
+
+
+def _acks(e: corpus.Entry) -> int | None:
+    try:
+        return codec.decode_request(e.api_key, e.api_version, e.frame, codec.parse_request_header(e.frame).size).acks
+    except Exception:  # noqa: BLE001 - undecodable: not sent
+        return 0
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return bytes(buf)
+
+
 def _delete_extra_topics(bootstrap: str, keep: set[str]) -> None:
     """Deletes the topics inputs created, and recreates a fuzz topic that inputs gave more
     partitions (CreatePartitions), so that a long run keeps the node's size steady."""
@@ -725,6 +799,7 @@ async def replay(path: Path, bootstrap: str | None, sasl_port: int | None, memor
         node, sasl_port = make_node(tmp, memory_limit_mb=memory_mb, root=root)
         await asyncio.to_thread(node.start)
         await asyncio.to_thread(create_topics, node.bootstrap)
+        ids = await asyncio.to_thread(to_node_ids, node.bootstrap)
         await asyncio.to_thread(create_scram_users, node.bootstrap)
         host, port = "127.0.0.1", node.port
         scanner = LogScanner(node.log_path)
@@ -732,6 +807,7 @@ async def replay(path: Path, bootstrap: str | None, sasl_port: int | None, memor
     else:
         host, port = bootstrap.rsplit(":", 1)
         port = int(port)
+        ids = await asyncio.to_thread(to_node_ids, bootstrap)
     found = 0
     try:
         for inp in inputs:
@@ -745,9 +821,9 @@ async def replay(path: Path, bootstrap: str | None, sasl_port: int | None, memor
                 break
             try:
                 if inp.wire is not None:
-                    w.write(inp.wire)
+                    w.write(ids(inp.wire))
                 for k, f in enumerate(inp.frames):
-                    w.write(frames.sized(f))
+                    w.write(frames.sized(ids(f)))
                     async with asyncio.timeout(timeout):
                         (size,) = struct.unpack(">i", await r.readexactly(4))
                         raw = await r.readexactly(size)
@@ -796,6 +872,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=16, help="inputs per pipelined send")
     ap.add_argument("--no-canary", action="store_true")
     ap.add_argument("--no-catalogue", action="store_true", help="do not start with every hostile batch variant")
+    ap.add_argument("--no-warm", action="store_true",
+                    help="do not send one recorded request of every API version before the run is watched")
     ap.add_argument("--canary-bound", type=float, default=5.0)
     ap.add_argument("--max-crashes", type=int, default=3)
     ap.add_argument("--now-ms", type=int, default=DEFAULT_NOW_MS, help="the 'now' of generated timestamps")
@@ -824,8 +902,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench.fuzz.record import record
         record(a.corpus)
     opts = Options(inputs=a.inputs, seed=a.seed, out=a.out, corpus_path=a.corpus, memory_mb=a.memory_mb,
-                   fast_conns=a.conns, window=a.window, canary=not a.no_canary, catalogue=not a.no_catalogue, canary_bound=a.canary_bound,
-                   max_crashes=a.max_crashes, now_ms=a.now_ms, progress=a.progress, linger=a.linger,
+                   fast_conns=a.conns, window=a.window, canary=not a.no_canary, catalogue=not a.no_catalogue,
+                   warm=not a.no_warm, canary_bound=a.canary_bound, max_crashes=a.max_crashes, now_ms=a.now_ms, progress=a.progress, linger=a.linger,
                    ids=[int(x) for x in a.ids.split(",")] if a.ids else None,
                    node_overrides=dict(kv.split("=", 1) for kv in a.override), krafty_root=a.krafty_root,
                    weights={k: float(v) for k, v in (kv.split("=") for kv in a.weights.split(","))} if a.weights else None)

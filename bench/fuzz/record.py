@@ -30,12 +30,25 @@ import uuid
 from pathlib import Path
 
 from bench.fuzz import corpus, frames, sessions
-from bench.fuzz.target import ADMIN, USERS, create_topics, free_port, make_node
+from bench.fuzz.target import (
+    ADMIN,
+    CORPUS_TOPIC_IDS,
+    TOPICS,
+    USERS,
+    TopicIdSwap,
+    create_topics,
+    free_port,
+    make_node,
+    topic_ids,
+)
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
 
 log = logging.getLogger("krafty.fuzz.record")
 MAX_FRAME = 64 * 1024
+
+_SHARE_TOPIC = CORPUS_TOPIC_IDS["fuzz-plain"]
+_SHARE_IMPLICIT = sessions.SHARE_GROUP + "-implicit"
 
 # Requests for the APIs none of the clients sends (kio field dicts, encoded at every version).
 SYNTHETIC: dict[int, dict] = {
@@ -88,6 +101,32 @@ SYNTHETIC: dict[int, dict] = {
     # kafka-reassign-partitions' replica move to a dir the node does not have (LOG_DIR_NOT_FOUND)
     ApiKey.ALTER_REPLICA_LOG_DIRS: {"dirs": [{"path": "/nonexistent/fuzz-dir", "topics": [
         {"name": "fuzz-plain", "partitions": [0]}]}]},
+    # KIP-932 admin (kafka-share-groups.sh; confluent-kafka 2.16's AdminClient has none of these) on
+    # the share groups of sessions.confluent_share: its partitions of fuzz-plain, the offsets of
+    # one partition of it and of fuzz-compact (the group is empty: the session closed its consumer)
+    ApiKey.SHARE_GROUP_DESCRIBE: {"group_ids": [sessions.SHARE_GROUP, "fuzz-group-confluent"],
+                                  "include_authorized_operations": True},
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: {"groups": [
+        {"group_id": sessions.SHARE_GROUP, "topics": [{"topic_name": "fuzz-plain", "partitions": [0, 1, 2]}]},
+        {"group_id": _SHARE_IMPLICIT, "topics": None}]},
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: {"group_id": sessions.SHARE_GROUP, "topics": [
+        {"topic_name": "fuzz-plain", "partitions": [{"partition_index": 0, "start_offset": 0}]}]},
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: {"group_id": sessions.SHARE_GROUP, "topics": [{"topic_name": "fuzz-compact"}]},
+    # what share-partition leaders send the share coordinator (the corpus' topic id of fuzz-plain,
+    # which the fuzzer swaps for its node's): state of the session's group, whose consumers are
+    # gone; delivery states 2 acknowledged, 4 archived
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: {"group_id": sessions.SHARE_GROUP, "topics": [
+        {"topic_id": _SHARE_TOPIC, "partitions": [{"partition": 2, "state_epoch": 1, "start_offset": 0}]}]},
+    ApiKey.READ_SHARE_GROUP_STATE: {"group_id": sessions.SHARE_GROUP, "topics": [
+        {"topic_id": _SHARE_TOPIC, "partitions": [{"partition": 0, "leader_epoch": 0}]}]},
+    ApiKey.WRITE_SHARE_GROUP_STATE: {"group_id": sessions.SHARE_GROUP, "topics": [{"topic_id": _SHARE_TOPIC, "partitions": [
+        {"partition": 1, "state_epoch": 0, "leader_epoch": 0, "start_offset": 0, "delivery_complete_count": 2,
+         "state_batches": [{"first_offset": 0, "last_offset": 0, "delivery_state": 2, "delivery_count": 1},
+                           {"first_offset": 1, "last_offset": 1, "delivery_state": 4, "delivery_count": 5}]}]}]},
+    ApiKey.DELETE_SHARE_GROUP_STATE: {"group_id": _SHARE_IMPLICIT, "topics": [
+        {"topic_id": _SHARE_TOPIC, "partitions": [{"partition": 0}]}]},
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: {"group_id": sessions.SHARE_GROUP, "topics": [
+        {"topic_id": _SHARE_TOPIC, "partitions": [{"partition": 0, "leader_epoch": 0}]}]},
 }
 
 
@@ -269,6 +308,7 @@ def record(out_path: Path, per_api: int = 24, only: list[str] | None = None, add
         try:
             node.start()
             create_topics(node.bootstrap)
+            ids = topic_ids(node.bootstrap)
             bootstrap, sasl_bootstrap = f"127.0.0.1:{plain_port}", f"127.0.0.1:{sasl_proxy_port}"
             for name, fn in sessions.SESSIONS.items():
                 if only and name not in only:
@@ -286,7 +326,9 @@ def record(out_path: Path, per_api: int = 24, only: list[str] | None = None, add
             node.close()
             loop.call_soon_threadsafe(loop.stop)
     base = max((e.conn for e in kept), default=-1) + 1
-    entries = select(kept + [dataclasses.replace(e, conn=e.conn + base) for e in captured], per_api)
+    to_corpus = TopicIdSwap({ids[n]: CORPUS_TOPIC_IDS[n] for n in TOPICS})
+    entries = select(kept + [dataclasses.replace(e, conn=e.conn + base, frame=to_corpus(e.frame)) for e in captured],
+                     per_api)
     corpus.save(entries, out_path)
     return entries
 

@@ -424,6 +424,90 @@ def librdkafka_legacy(bootstrap: str, sasl_bootstrap: str) -> None:
         cons.close()
 
 
+# --- share groups (KIP-932): librdkafka's share consumer ---------------------------------------
+
+SHARE_GROUP = "fuzz-share-confluent"
+
+
+def confluent_share(bootstrap: str, sasl_bootstrap: str) -> None:
+    """confluent-kafka's ShareConsumer: ShareGroupHeartbeat (join, steady, leave), ShareFetch with
+    piggybacked acknowledgements and ShareAcknowledge (ACCEPT, RELEASE and REJECT in explicit
+    mode, commit_sync and commit_async; implicit mode; close). confluent-kafka 2.16's AdminClient
+    has no share-group calls (no DescribeShareGroupOffsets, Alter/DeleteShareGroupOffsets,
+    ShareGroupDescribe): record.py writes those from SYNTHETIC. What the admin clients do to a
+    share group otherwise: the group configs, ListGroups (kafka-python's with the share type
+    filter), DescribeGroups and DeleteGroups of it."""
+    from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    c = "confluent-kafka-share"
+    implicit_group = SHARE_GROUP + "-implicit"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def wait(futs):
+        return {k: f.result(TIMEOUT) for k, f in futs.items()} if isinstance(futs, dict) else futs.result(TIMEOUT)
+
+    for g in (SHARE_GROUP, implicit_group):  # kafka-configs --entity-type groups: read from the start
+        step(c, f"group config {g}", lambda g=g: wait(admin.incremental_alter_configs([ConfigResource(
+            ResourceType.GROUP, g, incremental_configs=[
+                ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])])))
+    step(c, "describe group config", lambda: wait(admin.describe_configs([ConfigResource(ResourceType.GROUP,
+                                                                                          SHARE_GROUP)])))
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for topic in ("fuzz-plain", "fuzz-compact"):
+        for k, v, h in _messages(12, f"{c}-{topic}"):
+            p.produce(topic, value=v, key=k, headers=h)
+    step(c, "produce", lambda: p.flush(TIMEOUT))
+
+    conf = {"bootstrap.servers": bootstrap, "group.id": SHARE_GROUP, "share.acknowledgement.mode": "explicit"}
+    cons = ShareConsumer(conf)
+    cons.subscribe(["fuzz-plain", "fuzz-compact"])
+    kinds = (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT)
+    got, rounds, deadline = 0, 0, time.monotonic() + TIMEOUT
+    while (got < 30 or rounds < 4) and time.monotonic() < deadline:
+        msgs = step(c, "poll", lambda: cons.poll(1.0)) or []
+        n = 0
+        for m in msgs:
+            if m.error() is None:
+                step(c, "acknowledge", lambda m=m, n=n: cons.acknowledge(m, kinds[n % 3]))
+                n += 1
+        got += n
+        if n:  # the acknowledgements go on the next ShareFetch, or alone in ShareAcknowledge
+            rounds += 1
+            if rounds % 3 == 1:
+                step(c, "commit sync", lambda: cons.commit_sync(TIMEOUT))
+            elif rounds % 3 == 2:
+                step(c, "commit async", cons.commit_async)
+    time.sleep(1.5)  # steady heartbeats
+    step(c, "close", cons.close)
+
+    imp = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": implicit_group})
+    imp.subscribe(["fuzz-plain"])
+    got, deadline = 0, time.monotonic() + TIMEOUT
+    while got < 10 and time.monotonic() < deadline:
+        got += sum(1 for m in (step(c, "poll implicit", lambda: imp.poll(1.0)) or []) if m.error() is None)
+    step(c, "commit sync implicit", lambda: imp.commit_sync(TIMEOUT))
+    step(c, "close implicit", imp.close)
+
+    step(c, "list groups", lambda: wait(admin.list_consumer_groups()))
+    step(c, "describe groups", lambda: wait(admin.describe_consumer_groups([SHARE_GROUP])))
+    step(c, "delete share group", lambda: wait(admin.delete_consumer_groups([implicit_group])))
+
+    from kafka.admin import KafkaAdminClient
+    kp = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=TIMEOUT * 1000)
+    try:
+        step("kafka-python", "list share groups", lambda: kp.list_groups(types_filter=["share"]))
+        step("kafka-python", "describe share group", lambda: kp.describe_groups([SHARE_GROUP]))
+    finally:
+        kp.close()
+
+
 SESSIONS: dict[str, Callable[[str, str], None]] = {
     "confluent-kafka": confluent,
     "kafka-python": kafka_python,
@@ -431,4 +515,5 @@ SESSIONS: dict[str, Callable[[str, str], None]] = {
     "kcat": kcat,
     "kafka-python-legacy": kafka_python_legacy,
     "librdkafka-legacy": librdkafka_legacy,
+    "confluent-kafka-share": confluent_share,
 }

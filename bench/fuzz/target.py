@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +27,11 @@ TOPICS: dict[str, tuple[int, dict[str, str]]] = {
     "fuzz-gzip": (1, {"compression.type": "gzip"}),
     "fuzz-lat": (1, {"message.timestamp.type": "LogAppendTime"}),
 }
+# Topic ids are random per cluster: the corpus carries these ids of the fuzz topics in place of
+# the recording node's (record.py), and the fuzzer puts its own node's in their place as it sends
+# (harness.py), so a recorded Fetch v13+, ShareFetch or share-state request names a topic the
+# fuzz node has
+CORPUS_TOPIC_IDS: dict[str, uuid.UUID] = {name: uuid.uuid5(uuid.NAMESPACE_URL, f"krafty-fuzz/{name}") for name in TOPICS}
 CANARY_TOPIC = "krafty-fuzz-canary"  # never named in the corpus, so no input can target it by name
 ADMIN = ("admin", "admin-secret")
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -96,6 +102,40 @@ def create_topics(bootstrap: str, names: dict[str, tuple[int, dict[str, str]]] |
         except Exception as e:  # noqa: BLE001 - only "already exists" is fine
             if "already exists" not in str(e).lower() and "TOPIC_ALREADY_EXISTS" not in str(e):
                 raise RuntimeError(f"cannot create fuzz topic {name}: {e}") from None
+
+
+def topic_ids(bootstrap: str, timeout: float = 30.0) -> dict[str, uuid.UUID]:
+    """The node's ids of the fuzz topics."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    out = {}
+    for name, f in admin.describe_topics(TopicCollection(list(TOPICS))).items():
+        tid = f.result(timeout).topic_id
+        out[name] = uuid.UUID(int=(tid.get_most_significant_bits() % (1 << 64)) << 64
+                              | tid.get_least_significant_bits() % (1 << 64))
+    return out
+
+
+class TopicIdSwap:
+    """Rewrites the 16 bytes of each topic id of ``pairs`` (old -> new) wherever they occur in a
+    frame (another 16-byte run equal to a random UUID is not a concern)."""
+
+    def __init__(self, pairs: dict[uuid.UUID, uuid.UUID]):
+        self.pairs = [(a.bytes, b.bytes) for a, b in pairs.items() if a != b]
+
+    def __call__(self, frame: bytes) -> bytes:
+        for a, b in self.pairs:
+            if a in frame:
+                frame = frame.replace(a, b)
+        return frame
+
+
+def to_node_ids(bootstrap: str) -> TopicIdSwap:
+    """Corpus topic ids -> the node's."""
+    ids = topic_ids(bootstrap)
+    return TopicIdSwap({CORPUS_TOPIC_IDS[n]: ids[n] for n in TOPICS})
 
 
 def create_scram_users(bootstrap: str, timeout: float = 30.0) -> None:

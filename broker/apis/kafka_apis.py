@@ -14,7 +14,7 @@ from broker.apis.fetch_apis import FetchApis
 from broker.apis.group_apis import GroupApis
 from broker.apis.group_config_apis import GroupConfigApis
 from broker.apis.loopback import LoopbackConnection
-from broker.apis.metadata_apis import MetadataApis
+from broker.apis.metadata_apis import MetadataAnswers, MetadataApis
 from broker.apis.offset_apis import OffsetApis
 from broker.apis.ops_apis import PartitionOpsApis
 from broker.apis.produce_apis import CloseConnection, ProduceApis
@@ -71,6 +71,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
             self.replica_selector = make_selector(config["replica.selector.class"])
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        self._metadata_cache = MetadataAnswers()  # Metadata answers of the current image (metadata_apis.py)
         self.fetch_sessions = FetchSessionCache(self.rng, config["max.incremental.fetch.session.cache.slots"])
         self.handlers = {
             ApiKey.API_VERSIONS: self.api_versions,

@@ -23,6 +23,23 @@ from metadata.image import MetadataImage
 
 log = logging.getLogger("krafty.apis")
 
+# the Metadata answers kept (MetadataApis.metadata): requests of at most this many bytes,
+# answers of at most this many, this many answers per metadata image
+_CACHED_REQUEST_MAX = 4096
+_CACHED_ANSWER_MAX = 256 * 1024
+_CACHED_ANSWERS = 256
+
+
+class MetadataAnswers:
+    """Encoded Metadata answers of one metadata image (see MetadataApis.metadata)."""
+
+    __slots__ = ("image", "answers")
+
+    def __init__(self) -> None:
+        self.image = None
+        self.answers: dict[tuple, tuple[bytes, object]] = {}
+
+
 _SOFTWARE_RE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -95,8 +112,38 @@ class MetadataApis:
         return entry
 
     async def metadata(self, ctx, body, ver):
+        """Metadata. Clients ask the same question again and again (librdkafka every
+        topic.metadata.refresh.interval.ms and on every leader change, per topic): an answer
+        that changed nothing (no topic auto-created) is kept for the same request bytes, version,
+        listener and (with an authorizer) principal and host until the metadata image changes,
+        and sent again without decoding the request or building the answer."""
+        image = self.image
+        key = (ver, bytes(body), ctx.listener, *((ctx.principal, ctx.client_host) if self.authorizer else ())) \
+            if len(body) <= _CACHED_REQUEST_MAX else None
+        cache = self._metadata_cache
+        if cache.image is not image:
+            cache.image = image
+            cache.answers.clear()
+        if key is not None and (hit := cache.answers.get(key)) is not None:
+            if self.metrics is not None:
+                self.metrics.count_errors(ApiKey.METADATA, hit[1])
+            return [hit[0]]
+        data, cacheable = await self._metadata(ctx, body, ver)
+        obj = codec.build_response(ApiKey.METADATA, ver, data)
+        encoded = codec.encode_response(ApiKey.METADATA, ver, obj)
+        if self.metrics is not None:
+            self.metrics.count_errors(ApiKey.METADATA, obj)
+        if key is not None and cacheable and cache.image is self.image and len(encoded) <= _CACHED_ANSWER_MAX:
+            if len(cache.answers) >= _CACHED_ANSWERS:
+                cache.answers.clear()
+            cache.answers[key] = (encoded, obj)
+        return [encoded]
+
+    async def _metadata(self, ctx, body, ver) -> tuple[dict, bool]:
+        """The Metadata answer, and whether it may be kept (nothing was created for it)."""
         req = self.decode(ctx, body, ver)
         image = self.image
+        cacheable = True
         allow_auto = (req.allow_auto_topic_creation if ver >= 4 else True) and self.config["auto.create.topics.enable"]
         topics_out = []
         if req.topics is None or (ver == 0 and not req.topics):
@@ -141,6 +188,7 @@ class MetadataApis:
                     if not (self.authorize_cluster(ctx, Op.CREATE) or self.authorize(ctx, Op.CREATE, RT.TOPIC, name)):
                         topics_out.append(self._topic_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name))
                         continue
+                    cacheable = False
                     # the coordinators' topics with their own configs, as Kafka's AutoTopicCreationManager does
                     if name == OFFSETS_TOPIC:
                         await self.group_coordinator.ensure_offsets_topic()
@@ -169,7 +217,7 @@ class MetadataApis:
                     entry["topic_authorized_operations"] = self.authorized_operations(ctx, RT.TOPIC, entry["name"])
         if 8 <= ver <= 10 and req.include_cluster_authorized_operations:
             out["cluster_authorized_operations"] = self.authorized_operations(ctx, RT.CLUSTER, CLUSTER_NAME)
-        return out
+        return out, cacheable
 
     async def _auto_create(self, names: list[str]) -> dict[str, int]:
         new = [NewTopic(n) for n in names]

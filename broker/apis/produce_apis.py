@@ -78,7 +78,10 @@ class ProduceApis:
                     code, message = unverified[tp]
                     raise KafkaError(code, message)
                 min_isr = self.replicas.min_insync_replicas(image, name)
-                info = await self.replicas.append_async(part, p.records, headers, verification_guard=guards.get(tp))
+                guard = guards.get(tp) if guards else None
+                info = self.replicas.try_append(part, p.records, headers, guard)
+                if info is None:
+                    info = await self.replicas.append_async(part, p.records, headers, verification_guard=guard)
                 res["base_offset"] = info.first_offset
                 res["log_append_time"] = info.log_append_time_ms
                 res["log_start_offset"] = info.log_start_offset
@@ -94,10 +97,9 @@ class ProduceApis:
             if any_error:
                 raise CloseConnection()
             return None
-        if appended:
+        if appended and not self._replicated(appended):
             await self._await_replication(ctx, appended, req.timeout_ms)
-        return {"responses": [{"name": n, "partition_responses": ps} for n, ps in results.items()],
-                "throttle_time": throttle}
+        return [wire.encode_produce_response(ver, results, throttle)]
 
     def _produce_error(self, image, name: str, p, res: dict, e: KafkaError) -> None:
         if self.metrics is not None:
@@ -132,6 +134,18 @@ class ProduceApis:
             req.transactional_id, pid, epoch, [part for *_x, part in txn], [h.base_sequence for _n, _p, h, _x in txn],
             supports_epoch_bump=tv2)
         return guards, {tp: produce_error(code, tv2) for tp, code in errors.items()}
+
+    def _replicated(self, appended) -> bool:
+        """Whether every acks=all append is done already (the high watermark passed it, as
+        with a single in-sync replica): its result set, no purgatory."""
+        parts = self.replicas.partitions
+        for tp, last_offset, min_isr, _res in appended:
+            part = parts.get(tp)
+            if part is None or not part.state.is_leader or part.state.acks_all_result(last_offset, min_isr) is None:
+                return False
+        for tp, last_offset, min_isr, res in appended:
+            res["error_code"] = parts[tp].state.acks_all_result(last_offset, min_isr)
+        return True
 
     async def _await_replication(self, ctx, appended, timeout_ms: int) -> None:
         """The produce purgatory: acks=all completes when the HW passes each batch."""

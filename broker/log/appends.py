@@ -34,7 +34,7 @@ from .log_types import AppendAborted, AppendInfo, LogClosedError, UnexpectedAppe
 from .producer_state import CLIENT, CompletedTxn
 from .segment import INT32_MAX, LogSegment, SegmentFile, write_at
 from .txn_index import AbortedTxn
-from .validator import CODECS, recompress, validate_async
+from .validator import CODECS, recompress, validate_async, validate_now
 
 logger = logging.getLogger("krafty.log")
 
@@ -152,6 +152,21 @@ class LogAppends:
                 return w
             return await self._write_async(w, executor)
 
+    def try_append_as_leader(self, buf: bytearray, headers: list[BatchHeader], leader_epoch: Callable[[], int],
+                             now_ms: int, executor, **producer_checks) -> AppendInfo | None:
+        """``append_as_leader_async`` when it need not wait (the produce path's usual case:
+        writes on the loop, no other append of this log in progress): done at once, without the
+        coroutines and the lock that only a wait needs. None, having done nothing, when it
+        would wait: then await ``append_as_leader_async``."""
+        turn = self._turn
+        if executor is not None or (turn is not None and (turn.locked() or turn._waiters)):
+            return None
+        w = self._prepare_leader(buf, headers, leader_epoch(), now_ms, producer_checks)
+        if isinstance(w, AppendInfo):
+            return w
+        w.run()
+        return self._commit(w)
+
     async def append_as_follower_async(self, buf, headers: list[BatchHeader] | None, now_ms: int, executor,
                                        still_following: Callable[[], bool]) -> AppendInfo:
         """``append_as_follower`` with the write in ``executor``; ``still_following()`` is
@@ -235,6 +250,10 @@ class LogAppends:
         (possibly re-encoded) batches to append, or raises the error for the client. Runs in a
         worker thread unless the batches are small."""
         return await validate_async(buf, headers, self.config, now_ms, f"{self.topic}-{self.partition}")
+
+    def validate_client_batches_now(self, buf, headers: list[BatchHeader], now_ms: int):
+        """``validate_client_batches`` if it can be done on the loop (small batches), else None."""
+        return validate_now(buf, headers, self.config, now_ms, f"{self.topic}-{self.partition}")
 
     def _prepare_follower(self, buf, headers: list[BatchHeader] | None, now_ms: int) -> PendingWrite | AppendInfo:
         if self.closed:

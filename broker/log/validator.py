@@ -108,13 +108,21 @@ def validate_batches(buf, headers: list[BatchHeader], config, now_ms: int, parti
     return joined, parse_batches(joined)
 
 
-async def validate_async(buf, headers: list[BatchHeader], config, now_ms: int, partition_name: str):
-    """``validate_batches`` on the event loop when that is O(1) or the batches are small, else
-    in the pool."""
+def validate_now(buf, headers: list[BatchHeader], config, now_ms: int, partition_name: str):
+    """``validate_batches`` on the event loop when that is O(1) or the batches are small; None
+    when it is more than that (then ``validate_async``)."""
     try:
         return validate_batches(buf, headers, config, now_ms, partition_name, inline=True)
     except _TooMuchForTheLoop:
-        pass
+        return None
+
+
+async def validate_async(buf, headers: list[BatchHeader], config, now_ms: int, partition_name: str):
+    """``validate_batches`` on the event loop when that is O(1) or the batches are small, else
+    in the pool."""
+    done = validate_now(buf, headers, config, now_ms, partition_name)
+    if done is not None:
+        return done
     return await in_pool(validate_batches, buf, headers, config, now_ms, partition_name)
 
 

@@ -48,7 +48,9 @@ def _expire(fut: asyncio.Future) -> None:
 
 class _Waiters:
     def __init__(self) -> None:
-        self._by_tp: dict[TopicPartition, list[asyncio.Future]] = {}
+        # per partition, the futures of the long polls waiting on it (a dict: O(1) removal when
+        # a poll times out, with thousands of consumers on one partition)
+        self._by_tp: dict[TopicPartition, dict[asyncio.Future, None]] = {}
 
     def wake(self, tp: TopicPartition) -> None:
         for fut in self._by_tp.pop(tp, ()):
@@ -59,8 +61,12 @@ class _Waiters:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         keys = list(tps)
+        by_tp = self._by_tp
         for tp in keys:
-            self._by_tp.setdefault(tp, []).append(fut)
+            waiting = by_tp.get(tp)
+            if waiting is None:
+                waiting = by_tp[tp] = {}
+            waiting[fut] = None
         # the timeout resolves the future like a wake does (most long polls end so): a plain
         # timer, none of wait_for's waiter future, callbacks and cancellation
         timer = loop.call_later(timeout_s, _expire, fut)
@@ -69,14 +75,9 @@ class _Waiters:
         finally:
             timer.cancel()
             for tp in keys:
-                lst = self._by_tp.get(tp)
-                if lst:
-                    try:
-                        lst.remove(fut)
-                    except ValueError:
-                        pass
-                    if not lst:
-                        del self._by_tp[tp]
+                waiting = by_tp.get(tp)
+                if waiting and waiting.pop(fut, 0) is None and not waiting:
+                    del by_tp[tp]
 
     def wake_all(self) -> None:
         for tp in list(self._by_tp):
@@ -355,6 +356,30 @@ class ReplicaManager:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             return part.state.leader_epoch
         return leader_epoch
+
+    def try_append(self, part: Partition, buf, headers, verification_guard: object = None):
+        """``append_async`` done at once when it needs no wait (batches small enough to validate
+        on the loop, log writes on the loop, no other append of the partition in progress):
+        its AppendInfo; None, having done nothing, when ``append_async`` must be awaited."""
+        lg = part.log
+        writer = self.logs.writer
+        turn = lg._turn
+        if writer is not None or (turn is not None and (turn.locked() or turn._waiters)):
+            return None
+        now = self.clock.wall_ms()  # record timestamps: the wall clock
+        checked = lg.validate_client_batches_now(buf, headers, now)
+        if checked is None:
+            return None
+        buf, headers = checked
+        try:
+            info = lg.try_append_as_leader(buf, headers, self._leader_epoch_of(part), now, None,
+                                           verification_guard=verification_guard,
+                                           require_verification=self.verification_enabled)
+        except (OSError, KafkaError) as e:
+            self.io_error(part, e)
+            raise
+        self._appended(part)
+        return info
 
     async def append_async(self, part: Partition, buf, headers, verification_guard: object = None):
         """Append produced batches after validating their records (Kafka's LogValidator, off the

@@ -203,7 +203,7 @@ class SharePartitionManager:
         res = await self.persister.read(sh.key, sh.leader_epoch)
         err = res["error_code"]
         if err:
-            code = ErrorCode.NOT_LEADER_OR_FOLLOWER if err == ErrorCode.FENCED_LEADER_EPOCH else err
+            code = ErrorCode.NOT_LEADER_OR_FOLLOWER if err == ErrorCode.FENCED_LEADER_EPOCH else ErrorCode(err)
             raise KafkaError(code, res.get("error_message"))
         batches = [b if isinstance(b, StateBatch) else StateBatch(
             b["first_offset"] if isinstance(b, dict) else b.first_offset,
@@ -231,7 +231,7 @@ class SharePartitionManager:
         if core.version > sh.durable:
             err = await self.persist(sh)
             if err:
-                raise KafkaError(err)
+                raise KafkaError(ErrorCode(err))
 
     # --- writes ------------------------------------------------------------------------------------
     def persist(self, sh: _Shell) -> asyncio.Future:

@@ -61,6 +61,31 @@ def merge_batches(current: tuple[StateBatch, ...], new: tuple[StateBatch, ...], 
     return tuple(trimmed)
 
 
+# How far past its start offset a written state may reach. A share partition leader writes the
+# records in flight in its window (group.share.partition.max.record.locks, at most 10,000, plus
+# offsets a compacted log no longer has), and loads a state offset by offset: a state reaching
+# billions of offsets past its start (a WriteShareGroupState no leader sends) held the loading
+# broker's event loop until it ran out of memory.
+MAX_STATE_SPAN = 100_000
+_DELIVERY_STATES = (sr.AVAILABLE, sr.ACKNOWLEDGED, sr.ARCHIVED)
+
+
+def batches_problem(start: int, batches: tuple[StateBatch, ...]) -> str | None:
+    """Why state batches written over a state starting at ``start`` are invalid, or None."""
+    for b in batches:
+        if b.first_offset < 0 or b.last_offset < b.first_offset:
+            return f"State batch [{b.first_offset}, {b.last_offset}] is not an offset range."
+        if b.delivery_state not in _DELIVERY_STATES:
+            return f"State batch [{b.first_offset}, {b.last_offset}] has delivery state {b.delivery_state} " \
+                   f"(must be 0 available, 2 acknowledged or 4 archived)."
+        if b.delivery_count < 0:
+            return f"State batch [{b.first_offset}, {b.last_offset}] has delivery count {b.delivery_count}."
+        if b.last_offset - max(start, 0) >= MAX_STATE_SPAN:
+            return f"State batch [{b.first_offset}, {b.last_offset}] reaches more than {MAX_STATE_SPAN} offsets " \
+                   f"past the start offset {start}."
+    return None
+
+
 def _result(error: int = 0, message: str | None = None, **kw) -> dict:
     return {"error_code": int(error), "error_message": message, **kw}
 
@@ -147,6 +172,9 @@ class ShareStateShard:
         if state_epoch != -1 and state_epoch < s.state_epoch:
             return _result(ErrorCode.FENCED_STATE_EPOCH, f"State epoch {state_epoch} is older than "
                            f"{s.state_epoch}."), records
+        problem = batches_problem(s.start_offset if start_offset == -1 else start_offset, batches)
+        if problem is not None:
+            return _result(ErrorCode.INVALID_REQUEST, problem), records
         leader_epoch = s.leader_epoch if leader_epoch == -1 else leader_epoch
         if self.updates.get(k, 0) >= self.records_per_snapshot:
             start = s.start_offset if start_offset == -1 else start_offset
@@ -180,4 +208,4 @@ class ShareStateShard:
         return _result(), records
 
 
-__all__ = ["ShareStateShard", "merge_batches", "UNINITIALIZED_START_OFFSET"]
+__all__ = ["ShareStateShard", "merge_batches", "batches_problem", "MAX_STATE_SPAN", "UNINITIALIZED_START_OFFSET"]

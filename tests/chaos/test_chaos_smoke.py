@@ -45,6 +45,13 @@ def test_chaos_smoke_finds_nothing(tmp_path):
     from chaos.checker import check
     from chaos.history import load
     history = load(os.path.join(out, "history.jsonl"))
+    # the batch metadata the duplicate check places copies with: every partition, every record read
+    batches = {op["tp"]: op for op in history if op["f"] == "final-batches"}
+    reads = {op["tp"]: op for op in history if op["f"] == "final-read"}
+    assert set(batches) == set(reads) and all(op["complete"] for op in batches.values())
+    for tp, op in reads.items():
+        assert sum(b[1] - b[0] + 1 for b in batches[tp]["batches"]) >= len(op["msgs"]) > 0
+        assert all(b[2] >= 0 and b[4] >= 0 for b in batches[tp]["batches"])  # idempotent producers' batches
     gone = next(op for op in history if op["f"] == "send" and op["type"] == "ok")
     for op in history:
         if op["f"] == "poll":

@@ -82,6 +82,50 @@ def test_duplicate_value():
     assert kinds(h) == ["duplicate"]
 
 
+def batches(*bs, tp=TP):
+    """final-batches: (base offset, last offset, producer id, producer epoch, base sequence)."""
+    return {"f": "final-batches", "t": 100.5, "tp": tp, "batches": [list(b) for b in bs], "complete": True}
+
+
+def test_a_value_written_again_under_a_new_producer_epoch_is_a_client_resend_not_a_duplicate():
+    # librdkafka #4953: the batch of values 3-4 ended possibly persisted (it is at 3-4, epoch 0), the
+    # client bumped its epoch and sent it again as sequences 0-1 of epoch 1 (offsets 5-6)
+    h = clean()
+    h[-2] = final([(0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 3), (6, 4)])
+    h.insert(-1, batches((0, 2, 7, 0, 0), (3, 4, 7, 0, 3), (5, 6, 7, 1, 0)))
+    v = check(h)
+    assert v["valid"], v["anomalies"]
+    assert v["counts"]["resent-after-epoch-bump"] == 2
+    assert v["resent-after-epoch-bump"][0] == {"value": 3, "at": [[TP, 3], [TP, 5]], "producer": 7, "epochs": [0, 1]}
+
+
+def test_a_value_written_twice_in_one_producer_epoch_is_a_duplicate():
+    h = clean()
+    h[-2] = final([(0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 3), (6, 4)])
+    # the retry of sequences 3-4 was appended again instead of being answered as a duplicate
+    h.insert(-1, batches((0, 2, 7, 0, 0), (3, 4, 7, 0, 3), (5, 6, 7, 0, 3)))
+    v = check(h)
+    assert v["anomaly-types"] == ["duplicate", "duplicate-sequence"]
+    assert v["anomalies"]["duplicate"][0]["sessions"] == [(7, 0), (7, 0)]
+    assert v["anomalies"]["duplicate-sequence"] == [{"tp": TP, "producer": 7, "epoch": 0, "sequences": [3, 4],
+                                                     "offsets": [3, 5]}]
+    assert v["counts"]["resent-after-epoch-bump"] == 0
+
+
+def test_a_duplicate_the_final_batches_cannot_place_stays_a_duplicate():
+    h = clean()
+    h[-2] = final([(0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 4)])
+    h.insert(-1, batches((0, 4, 7, 0, 0)))  # offset 5 is in no batch the read saw
+    assert kinds(h) == ["duplicate"]
+
+
+def test_two_producers_copies_are_a_duplicate_whatever_their_epochs():
+    h = clean()
+    h[-2] = final([(0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 4)])
+    h.insert(-1, batches((0, 4, 7, 0, 0), (5, 5, 8, 1, 0)))
+    assert kinds(h) == ["duplicate"]
+
+
 def test_inconsistent_offsets():
     h = clean()
     # a poll saw value 9 at offset 1, the final read sees value 1 there (and 9 nowhere else)
@@ -431,3 +475,12 @@ def test_a_member_without_partitions_is_not_expected_to_get_records():
     assert check(h)["valid"], check(h)["anomalies"]
     h.insert(-3, {"f": "member", "type": "assigned", "t": 60.0, "process": "g1", "group": "g", "tps": [TP]})
     assert check(h)["anomaly-types"] == ["group-liveness"]
+
+
+def test_a_worker_hung_in_a_client_call_is_reported_with_the_call():
+    h = clean()
+    h.append({"f": "stuck", "t": 102.0, "worker": "group-0", "process": "g0", "call": "commit", "since": 29.7,
+              "stack": "  File ...\n"})
+    v = check(h)
+    assert v["anomaly-types"] == ["stuck-client"]
+    assert v["anomalies"]["stuck-client"] == [{"worker": "group-0", "process": "g0", "call": "commit", "since": 29.7}]

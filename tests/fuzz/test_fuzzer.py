@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import struct
+import uuid
 import zlib
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import zstandard
 
 from bench.fuzz import corpus, gen, hostile, mutate, oracle
 from bench.fuzz.harness import Fuzzer, Options, load_replay
+from bench.fuzz.target import CORPUS_TOPIC_IDS, TopicIdSwap
 from broker.log.batch import HEADER_SIZE, read_varint, unpack_header
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
@@ -42,6 +44,22 @@ def test_corpus_is_small_and_has_a_request_for_every_api_version_krafty_serves()
             ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.CREATE_ACLS,
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS} <= recorded
     assert corpus.sasl_logins(ENTRIES), "no SASL login was recorded"
+    # a share consumer's traffic (KIP-932), its topic ids the corpus' own (the harness swaps in
+    # its node's), and the share-state APIs no client sends as synthetic requests naming them
+    share = [e for e in ENTRIES if e.source == "confluent-kafka-share"]
+    assert {ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE} <= {e.api_key for e in share}
+    ids = {t.bytes for t in CORPUS_TOPIC_IDS.values()}
+    for api in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE, ApiKey.READ_SHARE_GROUP_STATE,
+                ApiKey.WRITE_SHARE_GROUP_STATE):
+        assert any(i in e.frame for e in ENTRIES if e.api_key == api for i in ids), api.name
+
+
+def test_topic_id_swap_rewrites_every_occurrence_and_nothing_else():
+    a, b, c = (CORPUS_TOPIC_IDS[t] for t in ("fuzz-plain", "fuzz-compact", "fuzz-gzip"))
+    x, y = uuid.UUID(int=1), uuid.UUID(int=2)
+    frame = b"head" + a.bytes + b"mid" + b.bytes + a.bytes + c.bytes
+    assert TopicIdSwap({a: x, b: y})(frame) == b"head" + x.bytes + b"mid" + y.bytes + x.bytes + c.bytes
+    assert TopicIdSwap({})(frame) == frame
 
 
 def test_inputs_are_a_function_of_seed_and_id():

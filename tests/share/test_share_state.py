@@ -9,7 +9,7 @@ from broker.group import records as grec
 from broker.share import records as sr
 from broker.share.group import ShareGroup, ShareGroupConfig, ShareHeartbeatError, assign
 from broker.share.records import ACKNOWLEDGED, ARCHIVED, AVAILABLE, StateBatch, StateKey
-from broker.share.state import ShareStateShard, merge_batches
+from broker.share.state import MAX_STATE_SPAN, ShareStateShard, merge_batches
 from common.errors import ErrorCode
 
 T = uuid.UUID("11111111-2222-3333-4444-555555555555")
@@ -89,6 +89,28 @@ def test_write_read_and_fencing():
     assert (r["state_epoch"], r["start_offset"], r["leader_epoch"]) == (1, 42, 3)
     apply(s, s.delete(K))
     assert K not in s.states and s.prune_offset() is None
+
+
+def test_a_write_of_batches_no_share_partition_leader_writes_is_refused_and_changes_nothing():
+    """(found by the fuzzer: a WriteShareGroupState of a batch reaching 2^31 offsets past the start
+    was stored, and the share partition loading it held the broker's event loop until memory ran
+    out)"""
+    s = ShareStateShard(0)
+    assert apply(s, s.initialize(K, 0, 100, 0))["error_code"] == 0
+    before = s.states[K]
+    for bad in (StateBatch(100, 99, ACKNOWLEDGED, 1), StateBatch(-5, 3, AVAILABLE, 1),
+                StateBatch(100, 100, 1, 1), StateBatch(100, 100, 3, 1), StateBatch(100, 100, AVAILABLE, -1),
+                StateBatch(100, 100 + MAX_STATE_SPAN, ARCHIVED, 1), StateBatch(101, 2**31 - 1, ACKNOWLEDGED, 1)):
+        res, records = s.write(K, 0, 0, -1, (StateBatch(100, 100, ACKNOWLEDGED, 1), bad), -1, 0)
+        assert res["error_code"] == ErrorCode.INVALID_REQUEST and records == [], bad
+        assert str(bad.first_offset) in res["error_message"]
+    assert s.states[K] == before
+    # the edges that are fine: a window of MAX_STATE_SPAN offsets, from a new start offset
+    ok = (StateBatch(100, 99 + MAX_STATE_SPAN, ARCHIVED, 1),)
+    assert apply(s, s.write(K, 0, 0, -1, ok, -1, 0))["error_code"] == 0
+    far = (StateBatch(10**12, 10**12 + 5, ACKNOWLEDGED, 2),)
+    assert apply(s, s.write(K, 0, 0, 10**12, far, -1, 0))["error_code"] == 0
+    assert s.states[K].batches == far
 
 
 def test_rebuilding_from_the_log_gives_the_same_state():

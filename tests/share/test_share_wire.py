@@ -146,3 +146,25 @@ async def test_share_groups_need_share_version(snode):
         assert (await _fetch(c, tid, 0)).error_code == ErrorCode.UNSUPPORTED_VERSION
     finally:
         c.close()
+
+
+async def test_share_fetch_of_a_partition_whose_share_state_was_never_initialized(snode):
+    """A member that never heartbeated (a fuzzer's recorded ShareFetch replayed against a fresh
+    node found this): the share coordinator has no state for the partition; ShareFetch and
+    ShareAcknowledge answer the partition UNKNOWN_TOPIC_OR_PARTITION, as Kafka's share partition
+    does when its persister read fails so, and nothing is delivered (the handler used to raise
+    building the KafkaError from the int error code: UNKNOWN_SERVER_ERROR)."""
+    c, tid = await _setup(snode.port, 3)
+    try:
+        r = await _fetch(c, tid, 0, member="never-joined", max_wait=500)
+        assert r.error_code == 0, r
+        p = r.responses[0].partitions[0]
+        assert (p.error_code, list(p.acquired_records)) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+        r = await c.request(ApiKey.SHARE_ACKNOWLEDGE, 1, {
+            "group_id": "g", "member_id": "never-joined", "share_session_epoch": 1, "topics": [
+                {"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]}]}]})
+        assert r.error_code == 0, r
+        assert r.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        c.close()

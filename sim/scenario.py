@@ -370,10 +370,17 @@ def _all_done(tasks: list[asyncio.Task]):
 
 
 def _restart_failed(w: World, down: set[int]) -> None:
-    """A node whose metadata log stopped (a disk error) exits; the operator restarts it."""
+    """A node whose metadata log stopped (a disk error), or whose start failed (every log dir
+    failed while loading: AllLogDirsFailed), exits; the operator restarts it."""
     for nid, p in list(w.procs.items()):
-        if p.alive and p.node is not None and p.node.failed() is not None and nid not in down:
-            w.note(f"node {nid} stopped: {p.node.failed()!r}")
+        if not p.alive or p.node is None or nid in down:
+            continue
+        t = p.task
+        why = p.node.failed()
+        if why is None and t is not None and t.done() and not t.cancelled():
+            why = t.exception()
+        if why is not None:
+            w.note(f"node {nid} stopped: {why!r}")
             w.kill(nid)
             down.add(nid)
             _impaired(w, nid, 1.0)  # down until the restart below, as after a kill fault

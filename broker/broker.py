@@ -23,7 +23,7 @@ from broker.security.sasl import inter_broker_security, listener_security
 from broker.security.scram import ScramCredential
 from broker.server import KafkaServer
 from common import dynamic_config as dyn
-from common.clock import SYSTEM, Clock
+from common.clock import SYSTEM, Clock, wait_event
 from common.config import Config, topic_defaults
 from common.errors import ErrorCode, KafkaError
 from common.net import REAL, Net
@@ -357,10 +357,7 @@ class Broker:
                 log.debug("heartbeat failed: %s", e)
             fast = (self.fenced and not self._unfenced.is_set()) or self._want_shutdown
             self._wake_heartbeat.clear()
-            try:
-                await asyncio.wait_for(self._wake_heartbeat.wait(), 0.05 if fast else interval)
-            except TimeoutError:
-                pass
+            await wait_event(self._wake_heartbeat, 0.05 if fast else interval)
 
     async def controlled_shutdown(self, timeout_s: float = 30.0) -> None:
         """Asks the controller to move leadership away, and waits until it says we may stop, at

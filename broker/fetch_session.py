@@ -17,6 +17,7 @@ sessionless full fetch (closing the named one), n > 0 continues session ``id`` a
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from typing import Protocol
@@ -40,6 +41,7 @@ class PartitionData:
     current_leader_epoch: int = -1
     last_fetched_epoch: int = -1
     log_start_offset: int = -1
+    replica_directory_id: uuid.UUID | None = None  # Fetch v17 (KIP-853)
 
 
 @dataclasses.dataclass(slots=True)

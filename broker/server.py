@@ -489,7 +489,8 @@ class Connection:
         if sec.sasl:
             from broker.security.sasl import SaslSession
 
-            self.sasl = SaslSession(sec, self.server.scram_lookup, client=f"{self.addr[0]}:{self.addr[1]}")
+            self.sasl = SaslSession(sec, self.server.scram_lookup, client=f"{self.addr[0]}:{self.addr[1]}",
+                                    secrets=self.server.clock)
             self.sasl.on_auth = self.server.count_authentication
 
     async def send(self, chunks: Chunks) -> None:

@@ -17,6 +17,7 @@ Outside this module no krafty code calls ``time.time()``, ``time.monotonic()``, 
 
 from __future__ import annotations
 
+import asyncio
 import random
 import secrets
 import time
@@ -113,3 +114,17 @@ class ManualClock:
 
 
 SYSTEM: Clock = SystemClock()
+
+
+async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
+    """``event.wait()`` for at most ``timeout_s`` seconds of the loop's time; whether the event
+    is set. (``asyncio.wait_for`` would make a task per wait: the idle rounds of fetchers, the
+    heartbeat and the coordinators' timers wait this way several times a second.)"""
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True

@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import os
 import re
 import sys
 
 from broker.protocol.apis import ApiKey
 from broker.protocol.client import KafkaConnection
 from broker.security import scram
+from common.clock import SYSTEM
 from common.config import ConfigError
 from common.errors import ErrorCode
 from krafty import resource_configs
@@ -143,7 +143,7 @@ async def describe(conn: KafkaConnection, users: list[str] | None) -> int:
 async def alter(conn: KafkaConnection, user: str, add: list[tuple[str, int, str]], delete: list[str]) -> int:
     upserts = []
     for mech, iterations, password in add:
-        salt = os.urandom(32)
+        salt = SYSTEM.secret_bytes(32)
         salted = scram.salted_password(mech, password.encode(), salt, iterations) \
             if scram.MIN_ITERATIONS <= iterations <= scram.MAX_ITERATIONS else b"x"
         upserts.append({"name": user, "mechanism": scram.MECHANISMS[mech][1], "iterations": iterations,

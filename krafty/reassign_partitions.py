@@ -30,6 +30,7 @@ import random
 import sys
 
 from broker.protocol.apis import ApiKey
+from common.clock import SYSTEM
 from common.errors import ErrorCode, KafkaError
 from controller.placement import BrokerPlacement, assign_replicas
 from krafty.admin_tool import (
@@ -257,7 +258,7 @@ class ReassignTool:
         if unknown:
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                              f"Unknown broker id(s) {','.join(map(str, unknown))}")
-        proposed = generate(current, brokers, racks, not a.disable_rack_aware, random.Random())
+        proposed = generate(current, brokers, racks, not a.disable_rack_aware, SYSTEM.rng)
         print("Current partition replica assignment")
         print(assignment_json(current))
         print()

@@ -61,28 +61,18 @@ class _VirtualSelector:
         return {}
 
 
-class _Held:
-    """A handle of a paused process waits, instead of running, until the process resumes."""
+class _SimHandle(asyncio.Handle):
+    """A callback: run by ``SimLoop._run_once`` itself (``_run`` only for asyncio's own use)."""
 
     __slots__ = ()
 
-    def _run(self):
-        loop = self._loop
-        if loop.paused:
-            ctx = self._context
-            held = loop.paused.get(ctx.get(NODE) if ctx is not None else None)
-            if held is not None:
-                held.append(self)
-                return
-        super()._run()
 
-
-class _SimHandle(_Held, asyncio.Handle):
+class _SimTimerHandle(asyncio.TimerHandle):
     __slots__ = ()
 
 
-class _SimTimerHandle(_Held, asyncio.TimerHandle):
-    __slots__ = ()
+_new_handle = object.__new__
+_copy_context = contextvars.copy_context
 
 
 class SimLoop(asyncio.BaseEventLoop):
@@ -102,6 +92,7 @@ class SimLoop(asyncio.BaseEventLoop):
         self.paused: dict[object, list] = {}  # process -> its handles that came up while it was paused
         self.steps = 0  # callbacks run (a measure of work)
         self.on_step: Callable[[], None] | None = None  # called after every batch of callbacks (invariants)
+        self.ran: set[object] = set()  # with on_step: the processes whose callbacks ran (it empties it)
         self.set_exception_handler(self._exception)
         self.errors: list[dict] = []
 
@@ -148,10 +139,29 @@ class SimLoop(asyncio.BaseEventLoop):
             ready.append(h)
         n = len(ready)
         popleft = ready.popleft
+        paused = self.paused
+        ran = self.ran if self.on_step is not None else None
         for _ in range(n):
             h = popleft()
-            if not h._cancelled:
-                h._run()
+            if h._cancelled:
+                continue
+            ctx = h._context
+            if paused or ran is not None:
+                owner = ctx.get(NODE)
+                if paused:
+                    held = paused.get(owner)
+                    if held is not None:  # its process is stopped: it waits for the resume
+                        held.append(h)
+                        continue
+                if ran is not None:
+                    ran.add(owner)
+            try:
+                ctx.run(h._callback, *h._args)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:  # noqa: BLE001 - as asyncio.Handle._run: to the exception handler
+                self.call_exception_handler({"message": f"Exception in callback {h._callback!r}", "exception": exc,
+                                             "handle": h})
         self.steps += n
         self._at_instant += n
         if self.on_step is not None:
@@ -186,26 +196,45 @@ class SimLoop(asyncio.BaseEventLoop):
     # A callback runs in the context it was scheduled with; NODE in that context names the
     # process. Killing a process cancels what it has scheduled; anything scheduled for it
     # later (a task of it woken by another process's future) is born cancelled.
-    def _dead_context(self, context) -> bool:
-        return context is not None and bool(self.dead) and context.get(NODE) in self.dead
+    def _handle(self, cls, callback, args, context):
+        """asyncio's Handle.__init__ without debug mode; born cancelled for a dead process."""
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        h = _new_handle(cls)
+        if context is None:
+            context = _copy_context()
+        h._context = context
+        h._loop = self
+        h._repr = h._source_traceback = None
+        if self.dead and context.get(NODE) in self.dead:
+            h._cancelled = True
+            h._callback = h._args = None
+        else:
+            h._cancelled = False
+            h._callback = callback
+            h._args = args
+        return h
+
+    def call_soon(self, callback, *args, context=None):
+        h = self._handle(_SimHandle, callback, args, context)
+        if not h._cancelled:
+            self._ready.append(h)
+        return h
 
     def _call_soon(self, callback, args, context):
-        handle = _SimHandle(callback, args, self, context)
-        if self._dead_context(context):
-            handle.cancel()
-        else:
-            self._ready.append(handle)
-        return handle
+        return self.call_soon(callback, *args, context=context)
+
+    def call_later(self, delay, callback, *args, context=None):
+        return self.call_at(self._now + delay, callback, *args, context=context)
 
     def call_at(self, when, callback, *args, context=None):
-        self._check_closed()
-        timer = _SimTimerHandle(when, callback, args, self, context)
-        if self._dead_context(context):
-            timer.cancel()
-            return timer
-        self._seq += 1
-        heapq.heappush(self._timers, (when, self._seq, timer))
-        timer._scheduled = True
+        timer = self._handle(_SimTimerHandle, callback, args, context)
+        timer._when = when
+        timer._scheduled = False
+        if not timer._cancelled:
+            self._seq += 1
+            heapq.heappush(self._timers, (when, self._seq, timer))
+            timer._scheduled = True
         return timer
 
     def pause(self, owner: object) -> None:
@@ -274,10 +303,10 @@ class SimLoop(asyncio.BaseEventLoop):
         sock.send(data)
 
     def _sim_socket(self, fd: int):
-        for s in self.net.streams:
-            if s.fileno() == fd:
-                return s
-        raise ValueError(f"no simulated socket has fd {fd}")
+        s = self.net.streams.get(fd)
+        if s is None or s.closed:
+            raise ValueError(f"no simulated socket has fd {fd}")
+        return s
 
     def add_reader(self, fd, callback, *args) -> None:
         s = self._sim_socket(fd)

@@ -72,6 +72,14 @@ def sync_hands_out_the_leaders_assignment(mp) -> None:
     mp.setattr(state.ClassicGroup, "_sync_response", first)
 
 
-MUTATIONS = {f.__name__: f for f in (wall_clock_sessions, vote_twice, vote_for_stale_log,
+def hw_ignores_pending_isr_expansion(mp) -> None:
+    """KIP-497 lost: the high watermark is computed over the committed ISR only, so a replica
+    whose addition to the ISR is pending is not waited for, and joins the ISR behind it (the
+    lost ISR expansion)."""
+    from broker.replica.partition import PartitionState
+    mp.setattr(PartitionState, "maximal_isr", property(lambda self: self.isr))
+
+
+MUTATIONS = {f.__name__: f for f in (hw_ignores_pending_isr_expansion, wall_clock_sessions, vote_twice, vote_for_stale_log,
                                      recovery_drops_a_torn_segment, aborted_index_skipped,
                                      sync_hands_out_the_leaders_assignment)}

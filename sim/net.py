@@ -57,7 +57,7 @@ class SimNet:
         self.cuts: set[tuple[object, object]] = set()  # (from, to) process names
         self.grpc_servers: dict[str, SimGrpcServer] = {}  # "host:port" -> server
         self.listeners: dict[tuple[str, int], SimListener] = {}
-        self.streams: list[SimSocket] = []  # open stream ends (reset on cuts and kills)
+        self.streams: dict[int, SimSocket] = {}  # open stream ends by fd (reset on cuts and kills)
         self.sent = self.lost = 0
         self._fd = 100_000
         loop.net = self
@@ -81,13 +81,13 @@ class SimNet:
         return (a, b) not in self.cuts and a not in self.loop.dead and b not in self.loop.dead
 
     def _reset_crossing(self) -> None:
-        for s in list(self.streams):
+        for s in list(self.streams.values()):
             if s.peer is not None and not self.reachable(s.owner, s.peer.owner):
                 s.reset()
 
     def killed(self, owner) -> None:
         """``owner`` died: its streams reset (its peers' kernels see the RST its kernel sends)."""
-        for s in list(self.streams):
+        for s in list(self.streams.values()):
             if s.owner == owner:
                 s.reset()
         for k, lst in list(self.listeners.items()):
@@ -122,51 +122,87 @@ class SimNet:
         return lst
 
     # -- gRPC --------------------------------------------------------------------------
-    async def unary_call(self, target: str, method: str, data: bytes, timeout: float | None,
-                         trailing: list | None = None):
-        """The serialized answer of ``method`` at ``target``; the trailing metadata the servicer
-        set is appended to ``trailing``."""
+    def unary_call(self, target: str, method: str, data: bytes, timeout: float | None,
+                   trailing: list | None = None) -> asyncio.Future:
+        """A future of the serialized answer of ``method`` at ``target`` (or of the grpc error
+        the caller sees); the trailing metadata the servicer set is appended to ``trailing``.
+        The request and the reply travel as timers of the world (a message on the wire arrives
+        whatever becomes of its sender); the caller's deadline is a timer of its own."""
         loop = self.loop
         src = NODE.get()
-        deadline = loop.time() + (timeout if timeout is not None else 3600.0)
+        now = loop.time()
+        deadline = now + (timeout if timeout is not None else 3600.0)
+        fut = loop.create_future()
         self.sent += 1
+
+        def fail(code: grpc.StatusCode, details: str) -> None:
+            if not fut.done():
+                fut.set_exception(_rpc_error(code, details))
+
+        def fail_at(when: float, code: grpc.StatusCode, details: str) -> None:
+            loop.call_at(when, fail, code, details, context=_world_context)
+
         srv = self.grpc_servers.get(target)
         if srv is None and target.startswith("localhost:"):
             srv = self.grpc_servers.get("127.0.0.1:" + target.split(":", 1)[1])
         if srv is None or not srv.serving:
-            await asyncio.sleep(min(self.delay() * 2, max(deadline - loop.time(), 0)))
-            raise _rpc_error(grpc.StatusCode.UNAVAILABLE, f"nothing listens on {target}")
+            fail_at(min(now + self.delay() * 2, deadline), grpc.StatusCode.UNAVAILABLE, f"nothing listens on {target}")
+            return fut
         if not self.reachable(src, srv.owner) or self.rng.random() < self.loss:
             self.lost += 1
-            await asyncio.sleep(max(deadline - loop.time(), 0))
-            raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "request lost")
-        await asyncio.sleep(self.delay())
-        handler = srv.handlers.get(method)
-        if handler is None or not srv.serving or srv.owner in loop.dead:
-            await asyncio.sleep(max(deadline - loop.time(), 0))
-            raise _rpc_error(grpc.StatusCode.UNIMPLEMENTED if handler is None else grpc.StatusCode.DEADLINE_EXCEEDED,
-                             method)
-        request = handler.request_deserializer(data)
-        ctx = _Context()
-        call = loop.create_task(handler.unary_unary(request, ctx), context=srv.context.copy())
-        done, _ = await asyncio.wait({call}, timeout=max(deadline - loop.time(), 0))
-        if not done:
-            call.cancel()
-            raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer in time")
-        exc = call.exception()
-        if isinstance(exc, _Abort):
-            raise _rpc_error(exc.code, exc.details)
-        if exc is not None:
-            raise _rpc_error(grpc.StatusCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
-        body = handler.response_serializer(call.result())
-        if not self.reachable(srv.owner, src) or self.rng.random() < self.loss:
-            self.lost += 1
-            await asyncio.sleep(max(deadline - loop.time(), 0))
-            raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "reply lost")
-        await asyncio.sleep(min(self.delay(), max(deadline - loop.time(), 0)))
-        if trailing is not None:
-            trailing.extend(ctx.trailing)
-        return body
+            fail_at(deadline, grpc.StatusCode.DEADLINE_EXCEEDED, "request lost")
+            return fut
+        call: list[asyncio.Task] = []
+
+        def expire() -> None:  # the caller's deadline
+            if call and not call[0].done():
+                call[0].cancel()
+            fail(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer in time")
+        timer = loop.call_at(deadline, expire, context=_world_context)
+
+        def arrive() -> None:  # the request reaches the server
+            handler = srv.handlers.get(method)
+            if handler is None or not srv.serving or srv.owner in loop.dead:
+                code = grpc.StatusCode.UNIMPLEMENTED if handler is None else grpc.StatusCode.DEADLINE_EXCEEDED
+                timer.cancel()
+                fail_at(deadline, code, method)
+                return
+            ctx = _Context()  # (run even if the caller has given up meanwhile: the request was sent)
+            task = loop.create_task(handler.unary_unary(handler.request_deserializer(data), ctx),
+                                    context=srv.context.copy())
+            call.append(task)
+            task.add_done_callback(lambda t: answered(t, handler, ctx), context=_world_context)
+
+        def answered(task: asyncio.Task, handler, ctx: _Context) -> None:
+            if task.cancelled():
+                return  # at the caller's deadline (expire)
+            exc = task.exception()
+            if isinstance(exc, _Abort):
+                timer.cancel()
+                fail(exc.code, exc.details)
+                return
+            if exc is not None:
+                timer.cancel()
+                fail(grpc.StatusCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
+                return
+            body = handler.response_serializer(task.result())
+            if not self.reachable(srv.owner, src) or self.rng.random() < self.loss:
+                self.lost += 1
+                return  # the caller's deadline comes
+            timer.cancel()
+            at = loop.time() + self.delay()
+            if at >= deadline:
+                fail_at(deadline, grpc.StatusCode.DEADLINE_EXCEEDED, "no answer in time")
+                return
+
+            def deliver() -> None:
+                if not fut.done():
+                    if trailing is not None:
+                        trailing.extend(ctx.trailing)
+                    fut.set_result(body)
+            loop.call_at(at, deliver, context=_world_context)
+        loop.call_at(now + self.delay(), arrive, context=_world_context)
+        return fut
 
 
 class _Context:
@@ -306,7 +342,8 @@ class SimSocket:
         self._last_arrival = 0.0
         self._waiters: list[asyncio.Future] = []
         self.on_readable = None  # loop.add_reader's callback
-        net.streams.append(self)
+        self.on_event = None  # SimTransport's delivery: called at once when bytes, EOF or an error arrive
+        net.streams[self._fd] = self
 
     # -- the kernel's side ---------------------------------------------------------------
     def _arrive(self, data: bytes | None) -> None:
@@ -319,14 +356,18 @@ class SimSocket:
         self._wake()
 
     def _wake(self) -> None:
-        if self.net.loop.is_closed():
+        loop = self.net.loop
+        if loop.is_closed():
             return
-        for w in self._waiters:
-            if not w.done():
-                w.set_result(None)
-        self._waiters.clear()
-        if self.on_readable is not None and not self.net.loop.is_closed():
-            self.net.loop.call_soon(self.on_readable)
+        if self._waiters:
+            for w in self._waiters:
+                if not w.done():
+                    w.set_result(None)
+            self._waiters.clear()
+        if self.on_event is not None:
+            self.on_event()
+        if self.on_readable is not None:
+            loop.call_soon(self.on_readable)
 
     def _transmit(self, data: bytes | None) -> None:
         peer = self.peer
@@ -347,8 +388,8 @@ class SimSocket:
                 s.error = ConnectionResetError(104, "connection reset (simulated)")
                 s._wake()
         for s in (self, self.peer):
-            if s is not None and s in self.net.streams:
-                self.net.streams.remove(s)
+            if s is not None:
+                self.net.streams.pop(s._fd, None)
 
     def readable(self) -> bool:
         return bool(self.buf) or self.eof or self.error is not None or self.closed
@@ -424,8 +465,7 @@ class SimSocket:
             self.wr_shut = True
         self.closed = True
         self._wake()
-        if self in self.net.streams:
-            self.net.streams.remove(self)
+        self.net.streams.pop(self._fd, None)
 
 
 class SimListener:
@@ -497,41 +537,39 @@ async def connect(net: SimNet, host: str, port: int) -> SimSocket:
 
 
 class SimTransport(asyncio.Transport):
-    """asyncio streams over a ``SimSocket`` (``loop.create_connection``)."""
+    """asyncio streams over a ``SimSocket`` (``loop.create_connection``). What arrives is handed
+    to the protocol at once (as a selector callback of asyncio's would, one loop turn later);
+    nothing is handed to a killed process's protocol."""
 
     def __init__(self, loop: SimLoop, sock: SimSocket, protocol: asyncio.Protocol):
         super().__init__()
         self._loop, self._sock, self._protocol = loop, sock, protocol
         self._closing = False
         self._paused = False
-        self._task = loop.create_task(self._pump())
+        self._eof = False
+        sock.on_event = self._deliver
+        if sock.readable():
+            loop.call_soon(self._deliver)
 
-    async def _pump(self) -> None:
+    def _deliver(self) -> None:
         s, p = self._sock, self._protocol
-        while True:
-            await s.wait_readable()
-            while self._paused and not s.error:
-                fut = self._loop.create_future()
-                s._waiters.append(fut)
-                await fut
-            if s.buf:
-                data = bytes(s.buf)
-                s.buf.clear()
-                p.data_received(data)
-                continue
-            if s.error is not None or s.closed:
-                self._closing = True
-                p.connection_lost(s.error)
+        if self._closing or (self._paused and s.error is None) or s.owner in self._loop.dead:
+            return
+        if s.buf:
+            data = bytes(s.buf)
+            s.buf.clear()
+            p.data_received(data)
+            if self._closing or (self._paused and s.error is None):
                 return
-            if s.eof:
-                keep = p.eof_received()
-                if not keep:
-                    self._closing = True
-                    s.close()
-                    p.connection_lost(None)
-                    return
-                s.eof = False  # (half-closed: nothing more will come)
-                await asyncio.Future()
+        if s.error is not None or s.closed:
+            self._closing = True
+            p.connection_lost(s.error)
+        elif s.eof and not self._eof:
+            self._eof = True  # (half-closed: nothing more will come)
+            if not p.eof_received():
+                self._closing = True
+                s.close()
+                p.connection_lost(None)
 
     def write(self, data) -> None:
         if self._closing:
@@ -556,7 +594,6 @@ class SimTransport(asyncio.Transport):
         self._closing = True
         self._sock.close()
         self._loop.call_soon(self._protocol.connection_lost, None)
-        self._task.cancel()
 
     def abort(self) -> None:
         self._sock.reset()
@@ -570,7 +607,7 @@ class SimTransport(asyncio.Transport):
 
     def resume_reading(self) -> None:
         self._paused = False
-        self._sock._wake()
+        self._loop.call_soon(self._deliver)
 
     def is_reading(self) -> bool:
         return not self._paused

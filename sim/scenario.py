@@ -93,24 +93,28 @@ class Checker:
         self.leaders: dict[int, int] = {}  # raft epoch -> leader id
         self.committed: dict[int, tuple[int, bytes]] = {}  # offset -> (epoch, data) of the metadata log
         self.checked_hw: dict[tuple, int] = {}
-        self.part_hw: dict[tuple, int] = {}
+        self.part_hw: dict[tuple, tuple] = {}  # (process, partition) -> (leader epoch, HW, ISR) it led with
         self.fenced: set[int] = set()  # brokers seen fenced (in any node's image) after the workload began
         self.leader_epochs: dict[tuple, int] = {}  # (process, topic id, partition) -> leader epoch
         self.n = 0
         self.version = -1
         self.watch: list = []
+        self.by_owner: dict = {}  # process -> its entry of watch
 
     def _watch_list(self) -> list:
-        """[nid, process, core, loader, last hw, last image] of every running node whose
-        metadata log has started (rebuilt when a process starts, dies or finishes starting)."""
+        """[nid, process, core, loader, last hw, last image, broker, its partitions] of every running
+        node whose metadata log has started (rebuilt when a process starts, dies or finishes
+        starting)."""
         out = []
         for nid, p in self.w.procs.items():
             node = p.node
             if p.alive and node is not None and node.metadata_log.core is not None:
-                out.append([nid, p.owner, node.metadata_log.core, node.loader, None, None])
+                out.append([nid, p.owner, node.metadata_log.core, node.loader, None, None, node.broker, None])
         return out
 
     def step(self) -> None:
+        """After every batch of callbacks: the nodes whose code ran in it are looked at (only
+        their own callbacks change a node's Raft state or image), and every node every 20th."""
         w = self.w
         self.n += 1
         if w.failure is not None:
@@ -118,8 +122,16 @@ class Checker:
         if self.version != w.version:
             self.version = w.version
             self.watch = self._watch_list()
+            self.by_owner = {ent[1]: ent for ent in self.watch}
+        ran = w.loop.ran
+        if self.n % 20 == 0:
+            entries = self.watch
+        else:
+            by_owner = self.by_owner
+            entries = [by_owner[o] for o in ran if o in by_owner]
+        ran.clear()
         leader = Role.LEADER
-        for ent in self.watch:
+        for ent in entries:
             core = ent[2]
             if core.role is leader:
                 prev = self.leaders.setdefault(core.epoch, ent[0])
@@ -129,17 +141,19 @@ class Checker:
                 ent[4] = core.hw
                 self._committed(ent[0], ent[1], core)
             img = ent[3].image
+            fresh = self.n % 20 == 0
             if img is not ent[5]:
                 ent[5] = img
                 self._image(ent[0], ent[1], img)
-        if self.n % 20 == 0:
-            if len(self.watch) != sum(1 for p in w.procs.values() if p.alive):
-                self.version = -1  # a node still starting: look again
-            self._hw_monotonic()
-            for nid in w.controller_ids:
-                n = w.node(nid)
-                if n is not None:
-                    self.fenced.update(b for b, reg in n.loader.image.brokers.items() if reg.fenced)
+                fresh = True
+            broker = ent[6]
+            if broker is not None and broker.replicas is not None:
+                if fresh or ent[7] is None:  # leadership changes with the image: who leads what, again
+                    ent[7] = [(tp, part) for tp, part in broker.replicas.partitions.items()
+                              if part.state.leader == part.state.local_broker]
+                self._led(ent[0], ent[1], ent[7])
+        if self.n % 20 == 0 and len(self.watch) != sum(1 for p in w.procs.values() if p.alive):
+            self.version = -1  # a node still starting: look again
 
     def _committed(self, nid: int, key, core) -> None:
         """The metadata log's committed entries of one node agree with every other node's."""
@@ -159,6 +173,10 @@ class Checker:
     def _image(self, nid: int, key, img) -> None:
         """A node's metadata image, each time it changes: what the controller managers promise."""
         w = self.w
+        if nid in w.controller_ids:
+            self.fenced.update(b for b, reg in img.brokers.items() if reg.fenced)
+            if w.active_controller() == nid:
+                self._controller_isrs(img)
         if len(img.topics_by_name) != len(img.topics_by_id):
             raise w.violation(f"node {nid}: two topics share a name at metadata offset {img.offset}")
         for t in img.topics_by_id.values():
@@ -177,22 +195,76 @@ class Checker:
                     raise w.violation(f"{where}: leader epoch went back to {reg.leader_epoch}")
                 self.leader_epochs[k] = reg.leader_epoch
 
-    def _hw_monotonic(self) -> None:
-        w = self.w
-        for nid in w.broker_ids:
-            n = w.node(nid)
-            if n is None or n.broker is None or n.broker.replicas is None:
+    def _led(self, nid: int, owner, partitions) -> None:
+        """The partitions ``nid`` leads, after a step of its own: the high watermark never goes
+        back within a leader epoch, and where it or the ISR changed, every in-sync replica holds
+        what the high watermark exposes (its log reaches it: the HW waits for every member of
+        the ISR, a pending expansion's included, KIP-497)."""
+        last = self.part_hw
+        for tp, part in partitions:
+            st = part.state
+            if st.leader != st.local_broker:
                 continue
-            for tp, part in list(n.broker.replicas.partitions.items()):
-                st = part.state
-                if not st.is_leader:
+            key = (owner, tp)
+            hw, epoch, isr = st.high_watermark, st.leader_epoch, st.isr
+            prev = last.get(key)
+            if prev is not None and prev[0] == epoch:
+                if hw < prev[1]:
+                    raise self.w.violation(f"high watermark of {tp} went back from {prev[1]} to {hw} on leader {nid} "
+                                           f"in epoch {epoch}")
+                if hw == prev[1] and isr is prev[2]:
                     continue
-                key = (w.procs[nid].owner, tp, st.leader_epoch)
-                hw = st.high_watermark
-                if hw < self.part_hw.get(key, -1):
-                    raise w.violation(f"high watermark of {tp} went back from {self.part_hw[key]} to {hw} on "
-                                      f"leader {nid} in epoch {st.leader_epoch}")
-                self.part_hw[key] = hw
+            last[key] = (epoch, hw, isr)
+            self._isr_holds(nid, tp, hw, isr, epoch)
+
+    def _registration(self, tp):
+        """The partition as the active controller has it committed (None: unknown)."""
+        c = self.w.active_controller()
+        if c is None:
+            return None
+        t = self.w.node(c).loader.image.topics_by_name.get(tp[0])
+        return t.partitions.get(tp[1]) if t is not None else None
+
+    def _controller_isrs(self, img) -> None:
+        """A new committed image of the active controller: each partition's ISR holds what its
+        leader's high watermark exposes (the leader's state as of now)."""
+        w = self.w
+        for t in img.topics_by_id.values():
+            for pid, reg in t.partitions.items():
+                node = w.node(reg.leader) if reg.leader >= 0 else None
+                if node is None or node.broker is None or node.broker.replicas is None:
+                    continue
+                part = node.broker.replicas.partitions.get((t.name, pid))
+                if part is None:
+                    continue
+                st = part.state
+                if st.leader == st.local_broker and st.leader_epoch == reg.leader_epoch:
+                    self._isr_holds(reg.leader, (t.name, pid), st.high_watermark, st.isr, st.leader_epoch)
+
+    def _isr_holds(self, nid: int, tp, hw: int, isr, epoch: int) -> None:
+        """Every replica in the ISR holds what leader ``nid``'s high watermark ``hw`` exposes:
+        the members of its own ISR, and those of the ISR the controller has committed for it
+        (which may already include a replica whose addition the leader has only proposed:
+        KIP-497, the HW waits for it)."""
+        w = self.w
+        if w.durability_excused():
+            return  # (an ISR member's unsynced tail may be gone: see World.durability_excused)
+        reg = self._registration(tp)
+        if reg is not None and reg.leader == nid and reg.leader_epoch == epoch:
+            isr = tuple(isr) + tuple(r for r in reg.isr if r not in isr)
+        for r in isr:
+            if r == nid or r in w.powered:
+                continue
+            node = w.node(r)
+            if node is None or node.broker is None or node.broker.replicas is None:
+                continue
+            part = node.broker.replicas.partitions.get(tp)
+            if part is None or part.log is None:
+                continue
+            end = part.log.log_end_offset
+            if end < hw:
+                raise w.violation(f"{tp[0]}-{tp[1]}: the high watermark {hw} of leader {nid} is above the log end {end} "
+                                  f"of in-sync replica {r} (ISR {list(isr)})")
 
 
 @dataclasses.dataclass
@@ -286,11 +358,29 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
             w.note(f"{errno.errorcode[f.arg]} on the next partition log write of {f.node} in {os.path.basename(d)}")
 
 
+def _all_done(tasks: list[asyncio.Task]):
+    """A stop condition of ``World.run_for`` (asked after every step): all ``tasks`` are done."""
+    left = [len(tasks)]
+
+    def one_done(_t) -> None:
+        left[0] -= 1
+    for t in tasks:
+        t.add_done_callback(one_done)
+    return lambda: left[0] == 0
+
+
 def _restart_failed(w: World, down: set[int]) -> None:
-    """A node whose metadata log stopped (a disk error) exits; the operator restarts it."""
+    """A node whose metadata log stopped (a disk error), or whose start failed (every log dir
+    failed while loading: AllLogDirsFailed), exits; the operator restarts it."""
     for nid, p in list(w.procs.items()):
-        if p.alive and p.node is not None and p.node.failed() is not None and nid not in down:
-            w.note(f"node {nid} stopped: {p.node.failed()!r}")
+        if not p.alive or p.node is None or nid in down:
+            continue
+        t = p.task
+        why = p.node.failed()
+        if why is None and t is not None and t.done() and not t.cancelled():
+            why = t.exception()
+        if why is not None:
+            w.note(f"node {nid} stopped: {why!r}")
             w.kill(nid)
             down.add(nid)
             _impaired(w, nid, 1.0)  # down until the restart below, as after a kill fault
@@ -316,7 +406,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     loop = w.loop
     for n in w.controller_ids + w.broker_ids:
         w.start(n)
-    if not w.run_for(60, lambda: all(p.task.done() for p in w.procs.values())):
+    if not w.run_for(60, _all_done([p.task for p in w.procs.values()])):
         raise w.violation("the cluster did not start within 60 s")
     for p in w.procs.values():
         if p.task.exception() is not None:
@@ -357,7 +447,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     # heal: every fault ends (scheduled ends may still be pending: force them)
     w.net.heal()
     w.net.loss = 0.0
-    if not w.run_for(LIVENESS_S, lambda: all(t.done() for t in tasks)):
+    if not w.run_for(LIVENESS_S, _all_done(tasks)):
         raise w.violation(f"producers and consumer did not finish within {LIVENESS_S} s of healing "
                           f"(still down: {sorted(down)})")
     for t in tasks:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from broker.apis import wire
-from broker.fetch_session import FetchContext, PartitionData
+from broker.fetch_session import FetchContext
 from broker.log import legacy
 from broker.log.validator import in_pool
 from broker.replica.selector import candidates_for
@@ -25,20 +25,13 @@ class FetchApis:
 
     # --- Fetch ---------------------------------------------------------------------------------
     async def fetch(self, ctx, body, ver):
-        if ver >= 4:  # (hand-parsed: broker/apis/wire.py)
-            req = wire.parse_fetch(body, ver)
-            replica_id, max_wait = req.replica_id, req.max_wait_ms / 1000
-        else:
-            req = self.decode(ctx, body, ver)
-            replica_id, max_wait = req.replica_id, req.max_wait.total_seconds()
+        req = wire.parse_fetch(body, ver)  # (hand-written: every follower's every fetch comes here)
         image = self.image
-        deadline = self.clock.monotonic() + max_wait
+        replica_id = req.replica_id
+        deadline = self.clock.monotonic() + req.max_wait_ms / 1000
         # KIP-227: the request may name only what changed in a fetch session; the context
         # gives every partition to read (keyed by topic id from v13, by name before)
-        requested = [((t.topic_id if ver >= 13 else t.topic, p.partition), PartitionData(
-            p.partition, p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1),
-            getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1)))
-            for t in req.topics for p in t.partitions]
+        requested = [((t.topic_id if ver >= 13 else t.topic, p.partition), p) for t in req.topics for p in t.partitions]
         if ver >= 7:
             forgotten = [(t.topic_id if ver >= 13 else t.topic, int(pid))
                          for t in req.forgotten_topics_data for pid in t.partitions]

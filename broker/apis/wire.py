@@ -1,18 +1,12 @@
-"""Hand-written codecs for the hot paths: the Produce request and response, the Fetch response.
-
+"""Hand-written codecs for the hot paths: the Produce request and response, the Fetch request
+(read by every leader, written by every follower's fetcher) and the Fetch response (written by
+leaders, read by followers' fetchers). The generated codec costs ~10x as much per message: kio's
+objects are built field by field, and its writer makes a buffer per flexible struct.
 Produce request v0-v12 (flexible from v9: compact strings/arrays/bytes + tagged fields):
     [v3+ transactional_id nullable string] | acks int16 | timeout_ms int32
     topic_data [ name string | partition_data [ index int32 | records nullable bytes ] ]
 The records are returned as writable memoryviews into the request frame, so offsets are
 patched in place and the same bytes are appended to the log: no copy, no record decoding.
-
-Produce response v0-v12 (flexible from v9):
-    responses [ name string | partition_responses [ index int32 | error_code int16 |
-        base_offset int64 | [v2+ log_append_time_ms int64] | [v5+ log_start_offset int64] |
-        [v8+ record_errors [ batch_index int32 | batch_index_error_message nullable string ] |
-              error_message nullable string] | [v10+ current_leader as tagged field 0:
-              leader_id int32 | leader_epoch int32] ] ] | [v1+ throttle_time_ms int32]
-    [v10+: node_endpoints as tagged field 0]
 
 Fetch response v0-v17 (flexible from v12; topic ids instead of names from v13):
     [v1+ throttle_time_ms int32] | [v7+ error_code int16 | session_id int32]
@@ -24,6 +18,19 @@ Fetch response v0-v17 (flexible from v12; topic ids instead of names from v13):
                      records nullable bytes | [flexible: tagged fields] ] ]
     [v16+: node_endpoints as tagged field 0]
 ``records`` is written as a length followed by a log file region sent with sendfile.
+
+Fetch request v0-v17 (flexible from v12; topic ids from v13; the replica id in a tagged
+ReplicaState from v15):
+    [v<15 replica_id int32] | max_wait_ms int32 | min_bytes int32 | [v3+ max_bytes int32] |
+    [v4+ isolation_level int8] | [v7+ session_id int32 | session_epoch int32] |
+    topics [ topic (name string | topic_id uuid) |
+        partitions [ partition int32 | [v9+ current_leader_epoch int32] | fetch_offset int64 |
+                     [v12+ last_fetched_epoch int32] | [v5+ log_start_offset int64] |
+                     partition_max_bytes int32 | [v17 tag 0: replica_directory_id uuid] ] ] |
+    [v7+ forgotten_topics_data [ topic (name | topic_id) | partitions [int32] ]] |
+    [v11+ rack_id string] | [v12+ tag 0: cluster_id nullable string] |
+    [v15+ tag 1: replica_state { replica_id int32 | replica_epoch int64 }]
+tests/protocol/test_fetch_wire.py checks each against the generated codec, every version.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import dataclasses
 import struct
 import uuid
 
+from broker.fetch_session import PartitionData
 from broker.protocol.codec import LEGACY_STRING_MAX, FramingError, read_uvarint
 from broker.server import FileRegion
 
@@ -39,6 +47,13 @@ _h = struct.Struct(">h")
 _i = struct.Struct(">i")
 _hq = struct.Struct(">hq")
 _qq = struct.Struct(">qq")
+_q = struct.Struct(">q")
+_b = struct.Struct(">b")
+_iq = struct.Struct(">iq")
+_qi = struct.Struct(">qi")
+_ii = struct.Struct(">ii")
+_ZERO_UUID = uuid.UUID(int=0)
+_iiii = struct.Struct(">iiii")
 
 
 @dataclasses.dataclass(slots=True)
@@ -53,6 +68,7 @@ class ProduceRequest:
     acks: int
     timeout_ms: int
     topics: list[tuple[str, list[ProducePartition]]]
+
 
 
 def _truncated() -> FramingError:
@@ -135,53 +151,37 @@ def _skip_tags(buf, pos: int, end: int) -> int:
 
 
 # --- Fetch request -------------------------------------------------------------------------
-#
-# Fetch request v4-v17 (flexible from v12; topic ids instead of names from v13):
-#     [v12+ tagged 0: cluster_id nullable string] | replica_id int32 (v4-v14; v15+: tagged 1
-#     replica_state: replica_id int32 | replica_epoch int64) | max_wait_ms int32 | min_bytes int32 |
-#     max_bytes int32 | isolation_level int8 | [v7+ session_id int32 | session_epoch int32] |
-#     topics [ topic string (v13+: topic_id uuid) | partitions [ partition int32 |
-#         [v9+ current_leader_epoch int32] | fetch_offset int64 | [v12+ last_fetched_epoch int32] |
-#         [v5+ log_start_offset int64] | partition_max_bytes int32 | [v17+ tagged 0: replica_directory_id] ] ] |
-#     [v7+ forgotten_topics_data [ topic string (v13+: topic_id uuid) | partitions [int32] ]] |
-#     [v11+ rack_id string]
-
-@dataclasses.dataclass(slots=True)
-class FetchRequestPartition:
-    partition: int
-    current_leader_epoch: int
-    fetch_offset: int
-    last_fetched_epoch: int
-    log_start_offset: int
-    partition_max_bytes: int
+FetchPartitionRequest = PartitionData  # a partition of a Fetch request, as fetch sessions keep them
 
 
 @dataclasses.dataclass(slots=True)
-class FetchRequestTopic:
-    topic: str | None  # before v13
-    topic_id: uuid.UUID | None  # v13+
-    partitions: list[FetchRequestPartition]
+class FetchTopicRequest:
+    topic: str  # "" from v13
+    topic_id: uuid.UUID | None  # from v13
+    partitions: list
 
 
 @dataclasses.dataclass(slots=True)
 class ForgottenTopic:
-    topic: str | None
+    topic: str
     topic_id: uuid.UUID | None
     partitions: list[int]
 
 
 @dataclasses.dataclass(slots=True)
 class FetchRequest:
-    replica_id: int
     max_wait_ms: int
     min_bytes: int
-    max_bytes: int
-    isolation_level: int
-    session_id: int
-    session_epoch: int
-    topics: list[FetchRequestTopic]
-    forgotten_topics_data: list[ForgottenTopic]
-    rack_id: str
+    topics: list[FetchTopicRequest]
+    replica_id: int = -1  # in the body before v15, in the tagged replica_state from v15
+    replica_epoch: int = -1
+    max_bytes: int = 0x7FFFFFFF
+    isolation_level: int = 0
+    session_id: int = 0
+    session_epoch: int = -1
+    forgotten_topics_data: list[ForgottenTopic] = dataclasses.field(default_factory=list)
+    rack_id: str = ""
+    cluster_id: str | None = None
 
 
 _UUIDS: dict[bytes, uuid.UUID] = {}
@@ -191,7 +191,7 @@ _iqqi = struct.Struct(">iqqi")
 _iqi = struct.Struct(">iqi")
 _iiiib = struct.Struct(">iiiib")
 _iiib = struct.Struct(">iiib")
-_ii_ = struct.Struct(">ii")
+_iii = struct.Struct(">iii")
 
 
 def _uuid(body, pos: int) -> uuid.UUID:
@@ -210,31 +210,43 @@ def _fetch_truncated() -> FramingError:
     return FramingError("fetch request truncated")
 
 
-def parse_fetch(body: memoryview, version: int) -> FetchRequest:
-    """The Fetch request (v4+); FramingError when it does not parse, as the generated reader
-    with its bounds check (broker/protocol/guard.py) would refuse it. Written out flat: it
-    runs for every consumer and follower fetch."""
+def parse_fetch(body, version: int) -> FetchRequest:
+    """The Fetch request (any version); FramingError when it does not parse, as the generated
+    reader with its bounds check (broker/protocol/guard.py) would refuse it. Written out flat:
+    it runs for every consumer and follower fetch. The partitions are the fetch sessions'
+    PartitionData."""
     flex = version >= 12
     ids = version >= 13
     end = len(body)
-    unpack_i = _i.unpack_from
     try:
         if version >= 15:
             replica_id = -1
             max_wait, min_bytes, max_bytes, isolation = _iiib.unpack_from(body, 0)
             pos = 13
-        else:
+        elif version >= 4:
             replica_id, max_wait, min_bytes, max_bytes, isolation = _iiiib.unpack_from(body, 0)
             pos = 17
+        elif version == 3:
+            replica_id, max_wait, min_bytes, max_bytes = _iiii.unpack_from(body, 0)
+            isolation, pos = 0, 16
+        else:
+            replica_id, max_wait, min_bytes = _iii.unpack_from(body, 0)
+            max_bytes, isolation, pos = 0x7FFFFFFF, 0, 12
         if version >= 7:
-            session_id, session_epoch = _ii_.unpack_from(body, pos)
+            session_id, session_epoch = _ii.unpack_from(body, pos)
             pos += 8
         else:
             session_id, session_epoch = 0, -1
         n_topics, pos = _array_len(body, pos, flex, end, "topics")
         topics = []
         for _ in range(n_topics):
-            topic, topic_id, pos = _topic_key(body, pos, ids, flex, end)
+            if ids:
+                topic, topic_id, pos = "", _uuid(body, pos), pos + 16
+            else:
+                topic, pos = _string(body, pos, flex, end)
+                if topic is None:
+                    raise FramingError("non-nullable field topic was serialized as null")
+                topic_id = None
             n_parts, pos = _array_len(body, pos, flex, end, "partitions")
             parts = []
             for _ in range(n_parts):
@@ -253,42 +265,58 @@ def parse_fetch(body: memoryview, version: int) -> FetchRequest:
                     partition, offset, max_part = _iqi.unpack_from(body, pos)
                     leader_epoch = last_epoch = start = -1
                     pos += 16
-                parts.append(FetchRequestPartition(partition, leader_epoch, offset, last_epoch, start, max_part))
-                if flex:
-                    pos = _skip_tags(body, pos, end)
+                p = PartitionData(partition, offset, max_part, leader_epoch, last_epoch, start)
+                parts.append(p)
+                if flex:  # tagged fields: 0 is the replica directory id (v17), the others are skipped
+                    if pos < end and body[pos] == 0:
+                        pos += 1
+                    else:
+                        n_tags, pos = _uv(body, pos)
+                        for _ in range(n_tags):
+                            tag, pos = _uv(body, pos)
+                            size, pos = _uv(body, pos)
+                            if pos + size > end:
+                                raise _fetch_truncated()
+                            if tag == 0 and version >= 17:
+                                p.replica_directory_id = _uuid(body, pos)
+                            pos += size
             if flex:
                 pos = _skip_tags(body, pos, end)
-            topics.append(FetchRequestTopic(topic, topic_id, parts))
-        forgotten = []
+            topics.append(FetchTopicRequest(topic, topic_id, parts))
+        req = FetchRequest(max_wait, min_bytes, topics, replica_id, -1, max_bytes, isolation, session_id,
+                           session_epoch)
         if version >= 7:
+            forgotten = req.forgotten_topics_data
             n_forgotten, pos = _array_len(body, pos, flex, end, "forgotten_topics_data")
             for _ in range(n_forgotten):
                 topic, topic_id, pos = _topic_key(body, pos, ids, flex, end)
                 n, pos = _array_len(body, pos, flex, end, "partitions")
                 if pos + 4 * n > end:
                     raise _fetch_truncated()
-                forgotten.append(ForgottenTopic(topic, topic_id, list(struct.unpack_from(f">{n}i", body, pos))))
+                forgotten.append(ForgottenTopic(topic or "", topic_id, list(struct.unpack_from(f">{n}i", body, pos))))
                 pos += 4 * n
                 if flex:
                     pos = _skip_tags(body, pos, end)
-        rack = ""
         if version >= 11:
             rack, pos = _string(body, pos, flex, end)
-            rack = rack or ""
-        if flex:  # tagged fields: 1 is the replica state (v15+), the others are skipped
+            if rack is None:
+                raise FramingError("non-nullable field rack_id was serialized as null")
+            req.rack_id = rack
+        if flex:  # tagged fields: 0 the cluster id, 1 the replica state (v15+), the others are skipped
             n_tags, pos = _uv(body, pos)
             for _ in range(n_tags):
                 tag, pos = _uv(body, pos)
                 size, pos = _uv(body, pos)
                 if pos + size > end:
                     raise _fetch_truncated()
-                if tag == 1 and version >= 15:
-                    (replica_id,) = unpack_i(body, pos)
+                if tag == 0:
+                    req.cluster_id, _ = _string(body, pos, True, pos + size)
+                elif tag == 1 and version >= 15:
+                    req.replica_id, req.replica_epoch = _iq.unpack_from(body, pos)
                 pos += size
     except struct.error:
         raise _fetch_truncated() from None
-    return FetchRequest(replica_id, max_wait, min_bytes, max_bytes, isolation, session_id, session_epoch, topics,
-                        forgotten, rack)
+    return req
 
 
 def _topic_key(body, pos: int, ids: bool, flex: bool, end: int) -> tuple[str | None, uuid.UUID | None, int]:
@@ -338,8 +366,6 @@ def _uvarint(n: int) -> bytes:
 
 _SMALL_UVARINT = [bytes([n]) for n in range(0x80)]
 _ihq = struct.Struct(">ihq")
-_q = struct.Struct(">q")
-_ii = struct.Struct(">ii")
 _NO_LEADER = {"leader_id": -1, "leader_epoch": -1}
 
 
@@ -491,40 +517,192 @@ def _encode_fetch_response_v0_3(version: int, topics: list[tuple[str, uuid.UUID,
     return [bytes(out)]
 
 
-# --- the follower's side of Fetch v12 (broker/replica/fetcher.py) --------------------------------
-# The replica fetchers send a Fetch on every replication round trip (about four per replicated
-# write with two followers): written here, flat, instead of through the generated codec's objects
-# (build_request + encode: 160-450 us a request on this machine, this: ~9 us). Its answer is read
-# by the generated codec, which is as fast as a hand-written reader for it.
-
-REPLICA_FETCH_VERSION = 12  # flexible, topic names, diverging epochs (KIP-320)
-_iiiibii = struct.Struct(">iiiibii")
-_iiqiqi_ = struct.Struct(">iiqiqi")
-
-
-def encode_replica_fetch(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, session_id: int,
-                         session_epoch: int, topics: dict[str, list[tuple[int, int, int, int, int, int]]],
-                         forgotten: dict[str, list[int]], rack_id: str = "") -> bytes:
-    """The body of a follower's Fetch v12 (isolation_level 0): ``topics`` maps a topic to its
-    (partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset,
-    partition_max_bytes), ``forgotten`` a topic to the partitions leaving the fetch session.
-    The bytes the generated codec writes for the same request (tests/unit/test_wire.py)."""
-    out = bytearray(_iiiibii.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch))
-    out += _uvarint(len(topics) + 1)
-    for name, parts in topics.items():
-        out += _compact_str(name)
-        out += _uvarint(len(parts) + 1)
-        for p in parts:
-            out += _iiqiqi_.pack(*p)
-            out += b"\x00"
+def encode_fetch_request(version: int, req: FetchRequest) -> bytes:
+    """The body of a Fetch request (v12+: what followers send)."""
+    if version < 12:
+        raise ValueError("encode_fetch_request writes the flexible versions (v12+)")
+    ids = version >= 13
+    out = bytearray() if version >= 15 else bytearray(_i.pack(req.replica_id))
+    out += struct.pack(">iiibii", req.max_wait_ms, req.min_bytes, req.max_bytes, req.isolation_level, req.session_id,
+                       req.session_epoch)
+    out += _uvarint(len(req.topics) + 1)
+    for t in req.topics:
+        out += (t.topic_id or _ZERO_UUID).bytes if ids else _compact_str(t.topic)
+        out += _uvarint(len(t.partitions) + 1)
+        for p in t.partitions:
+            out += struct.pack(">iiqiqi", p.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
+                               p.log_start_offset, p.partition_max_bytes)
+            if version >= 17 and p.replica_directory_id is not None:
+                out += b"\x01\x00\x10" + p.replica_directory_id.bytes
+            else:
+                out += b"\x00"
         out += b"\x00"
-    out += _uvarint(len(forgotten) + 1)
-    for name, ps in forgotten.items():
-        out += _compact_str(name)
-        out += _uvarint(len(ps) + 1)
-        for p in ps:
-            out += _i.pack(p)
+    out += _uvarint(len(req.forgotten_topics_data) + 1)
+    for f in req.forgotten_topics_data:
+        out += (f.topic_id or _ZERO_UUID).bytes if ids else _compact_str(f.topic)
+        out += _uvarint(len(f.partitions) + 1)
+        for pid in f.partitions:
+            out += _i.pack(pid)
         out += b"\x00"
-    out += _compact_str(rack_id)
-    out += b"\x00"
+    out += _compact_str(req.rack_id)
+    tags = []
+    if req.cluster_id is not None:
+        tags.append((0, _compact_str(req.cluster_id)))
+    if version >= 15 and (req.replica_id != -1 or req.replica_epoch != -1):
+        tags.append((1, _iq.pack(req.replica_id, req.replica_epoch) + b"\x00"))
+    out += _uvarint(len(tags))
+    for tag, val in tags:
+        out += _uvarint(tag) + _uvarint(len(val)) + val
     return bytes(out)
+
+
+class _Reader:
+    __slots__ = ("buf", "pos", "flexible")
+
+    def __init__(self, buf: memoryview, flexible: bool):
+        self.buf = buf
+        self.pos = 0
+        self.flexible = flexible
+
+    def need(self, n: int) -> None:
+        if self.pos + n > len(self.buf) or n < 0:
+            raise FramingError("request truncated")
+
+    def i8(self) -> int:
+        self.need(1)
+        (v,) = _b.unpack_from(self.buf, self.pos)
+        self.pos += 1
+        return v
+
+    def i64(self) -> int:
+        self.need(8)
+        (v,) = _q.unpack_from(self.buf, self.pos)
+        self.pos += 8
+        return v
+
+    def uuid(self) -> uuid.UUID:
+        self.need(16)
+        v = uuid.UUID(bytes=bytes(self.buf[self.pos:self.pos + 16]))
+        self.pos += 16
+        return v
+
+    def name(self, field: str) -> str:
+        """A non-nullable string."""
+        s = self.string()
+        if s is None:
+            raise FramingError(f"non-nullable field {field} was serialized as null")
+        return s
+
+    def tags(self):
+        """The tagged fields of a flexible struct: (tag, reader of its value) each."""
+        if not self.flexible:
+            return
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            size = self.uvarint()
+            self.need(size)
+            sub = _Reader(self.buf[self.pos:self.pos + size], True)
+            self.pos += size
+            yield tag, sub
+
+    def i16(self) -> int:
+        self.need(2)
+        (v,) = _h.unpack_from(self.buf, self.pos)
+        self.pos += 2
+        return v
+
+    def i32(self) -> int:
+        self.need(4)
+        (v,) = _i.unpack_from(self.buf, self.pos)
+        self.pos += 4
+        return v
+
+    def uvarint(self) -> int:
+        v, self.pos = read_uvarint(self.buf, self.pos)
+        return v
+
+    def length(self, classic) -> int:
+        """Length of a nullable string/bytes/array: -1 for null."""
+        return self.uvarint() - 1 if self.flexible else classic()
+
+    def string(self) -> str | None:
+        n = self.length(self.i16)
+        if n < 0:
+            return None
+        self.need(n)
+        s = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8", "replace")
+        self.pos += n
+        return s
+
+    def bytes_view(self) -> memoryview | None:
+        n = self.length(self.i32)
+        if n < 0:
+            return None
+        self.need(n)
+        v = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return v
+
+    def array_len(self, name: str) -> int:
+        n = self.length(self.i32)
+        if n > len(self.buf):
+            raise FramingError("array length larger than the request")
+        if n < 0:  # as Kafka's generated reader: the request does not parse
+            raise FramingError(f"non-nullable field {name} was serialized as null")
+        return n
+
+    def skip_tags(self) -> None:
+        if not self.flexible:
+            return
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            size = self.uvarint()
+            self.need(size)
+            self.pos += size
+
+
+# --- Fetch response (read by followers) -----------------------------------------------------------
+@dataclasses.dataclass(slots=True)
+class FetchResponse:
+    throttle_ms: int
+    error: int
+    session_id: int
+    topics: list[tuple[str, uuid.UUID | None, list[FetchPartitionResult]]]
+
+
+def parse_fetch_response(body, version: int) -> FetchResponse:
+    """A Fetch response body (as ``encode_fetch_response`` writes it): records as bytes."""
+    r = _Reader(memoryview(body), version >= 12)
+    ids = version >= 13
+    resp = FetchResponse(r.i32() if version >= 1 else 0, 0, 0, [])
+    if version >= 7:
+        resp.error = r.i16()
+        resp.session_id = r.i32()
+    for _ in range(r.array_len("responses")):
+        name, tid = ("", r.uuid()) if ids else (r.name("topic"), None)
+        parts = []
+        for _ in range(r.array_len("partitions")):
+            p = FetchPartitionResult(r.i32(), r.i16(), r.i64(), r.i64() if version >= 4 else -1,
+                                     r.i64() if version >= 5 else -1, None)
+            n = r.length(r.i32) if version >= 4 else -1  # aborted transactions (nullable)
+            if n >= 0:
+                if n > len(r.buf):
+                    raise FramingError("array length larger than the response")
+                p.aborted = []
+                for _ in range(n):
+                    p.aborted.append((r.i64(), r.i64()))
+                    r.skip_tags()
+            if version >= 11:
+                p.preferred_read_replica = r.i32()
+            rec = r.bytes_view()
+            p.records = bytes(rec) if rec is not None else None
+            for tag, sub in r.tags():
+                if tag == 0:
+                    p.diverging_epoch = (sub.i32(), sub.i64())
+                elif tag == 1:
+                    p.current_leader = (sub.i32(), sub.i32())
+            parts.append(p)
+        r.skip_tags()
+        resp.topics.append((name, tid, parts))
+    r.skip_tags()
+    return resp

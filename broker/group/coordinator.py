@@ -20,7 +20,7 @@ from broker.group.consumer_group import ConsumerGroupConfig, Topics
 from broker.group.shard import GroupShard
 from broker.group.state import Effects, GroupConfig, Write
 from broker.share.group import ShareGroupConfig
-from common.clock import SYSTEM, Clock
+from common.clock import SYSTEM, Clock, wait_event
 from metadata import records as mrec
 
 log = logging.getLogger("krafty.group")
@@ -266,10 +266,7 @@ class GroupCoordinator:
                     nearest = d
             self._wake.clear()
             wait = 1.0 if nearest is None else min(max((nearest - self.now()) / 1000, 0.005), 1.0)
-            try:
-                await asyncio.wait_for(self._wake.wait(), wait)
-            except TimeoutError:
-                pass
+            await wait_event(self._wake, wait)
 
     async def _expiry_loop(self) -> None:
         while True:

@@ -34,6 +34,8 @@ import shutil
 import threading
 import uuid
 
+from common.clock import SYSTEM
+
 from . import fileio as fio
 from .appends import LogAppends, PendingWrite
 from .leader_epoch import LeaderEpochCache, fsync_dir
@@ -176,12 +178,13 @@ class Log(LogRecovery, LogAppends, LogReads, LogRetention):
                 s.detach()  # never reopened by path: a new log may be created there
             self.closed = True
 
-    def delete(self, remove: bool = True) -> str | None:
+    def delete(self, remove: bool = True, unique: uuid.UUID | None = None) -> str | None:
         """Remove the partition's directory (open reads keep working on their descriptors).
         As Kafka does, the directory is first renamed ``<topic>-<partition>.<id>-delete``
         (atomic: a crash never leaves half a log at the log's path, and the next start removes
         it), then removed: here, or, if not ``remove``, by the caller (off the event loop:
-        unlinking segments can wait on the disk for a second), given the returned path."""
+        unlinking segments can wait on the disk for a second), given the returned path.
+        ``unique``: the ``<id>`` (the log manager draws it from its clock)."""
         self.abort_append()
         with self.lock:
             if self.deleted:
@@ -189,7 +192,7 @@ class Log(LogRecovery, LogAppends, LogReads, LogRetention):
             self.closed = self.deleted = True
             for s in self.segments:
                 s.detach(self.config.file_delete_delay_ms / 1000)
-            doomed = f"{self.path}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            doomed = f"{self.path}.{(unique or SYSTEM.uuid4()).hex}{DELETE_DIR_SUFFIX}"
             try:
                 fio.rename(self.path, doomed)
             except OSError as e:

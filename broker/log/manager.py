@@ -253,7 +253,7 @@ class LogManager:
 
     def _delete_later(self, lg: Log) -> None:
         """Delete a log: renamed ``-delete`` here, its files removed by the removal thread."""
-        doomed = lg.delete(remove=False)
+        doomed = lg.delete(remove=False, unique=self.clock.uuid4())
         if doomed is None:
             return
         try:
@@ -278,7 +278,7 @@ class LogManager:
         cur = self._logs[tp]
         now = self._clock() if now_ms is None else now_ms
         fut = Log.open(dest, topic, partition, self.config_for(topic), topic_id=cur.topic_id, now_ms=now,
-                       name=f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}")
+                       name=f"{topic}-{partition}.{self.clock.uuid4().hex}{FUTURE_DIR_SUFFIX}")
         if cur.log_start_offset > 0:
             fut.truncate_fully_and_start_at(cur.log_start_offset)
         self._future_logs[tp] = fut

@@ -498,7 +498,19 @@ class LogSegment:
                                                       f"{nxt}: {problem}")
 
     def translate(self, offset: int, start_pos: int = 0) -> BatchHeader | None:
-        """Header of the first batch whose last offset is >= ``offset`` (None if none)."""
+        """Header of the first batch whose last offset is >= ``offset`` (None if none). A batch
+        that starts where a recent one ended is read at once (a follower's or a consumer's next
+        fetch starts there), without scanning from the index entry before it."""
+        pos = self._recent_ends.get(offset)
+        if pos is not None and start_pos <= pos and pos + HEADER_SIZE <= self.size:
+            buf = fio.pread(self.fd, HEADER_SIZE, pos)
+            if len(buf) == HEADER_SIZE:
+                h = unpack_header(buf, 0)
+                h.pos = pos
+                problem = batch_problem(h, self.size - pos, offset, self.base_offset)
+                if problem is not None:
+                    raise self._corrupt(pos, offset, problem)
+                return h
         entry_offset, pos = self.index.lookup_entry(offset)
         if start_pos > pos:
             pos, entry_offset = start_pos, None

@@ -51,7 +51,7 @@ class KafkaConnection:
             from broker.security.sasl import client_authenticate
 
             try:
-                lifetime_ms = await client_authenticate(self._roundtrip, sec)
+                lifetime_ms = await client_authenticate(self._roundtrip, sec, self.clock)
             except BaseException:
                 self.close()
                 raise
@@ -63,15 +63,15 @@ class KafkaConnection:
         response (a kio object). Raises ConnectionError/TimeoutError on failure, after which
         the connection is closed."""
         async with self._lock:
-            await self._ready()
+            await self._open()
             return await self._roundtrip(api_key, version, data, timeout)
 
-    async def _ready(self) -> None:
-        """Connected, on a connection whose SASL session (KIP-368) has not expired."""
+    async def _open(self) -> None:
+        """Connected, and (KIP-368) reconnected once the authenticated session's lifetime is up."""
         if self._session_end is not None and self.clock.monotonic() > self._session_end:
             self.close()
         if not self.connected:
-            self.close()
+            self.close()  # (a peer's close left a half-dead connection: let it go)
             await self.connect()
 
     async def send_only(self, api_key: int, version: int, data: dict) -> None:
@@ -87,12 +87,13 @@ class KafkaConnection:
                 self.close()
                 raise ConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None
 
-    async def request_encoded(self, api_key: int, version: int, body: bytes, timeout: float = 30.0):
-        """``request`` with a request body the caller encoded (broker/apis/wire.py)."""
+    async def request_body(self, api_key: int, version: int, body: bytes, timeout: float = 30.0) -> memoryview:
+        """As ``request`` for a body encoded by the caller (the fetchers' hand-written Fetch):
+        the response's body, after its header, for the caller to parse."""
         async with self._lock:
-            await self._ready()
+            await self._open()
             raw, pos = await self._exchange(api_key, version, self._frame_body(api_key, version, body), timeout)
-            return codec._reader(codec.response_type(api_key, version))(raw, pos)[0]
+            return memoryview(raw)[pos:]
 
     def _frame(self, api_key: int, version: int, data: dict) -> bytes:
         return self._frame_body(api_key, version, codec.encode(codec.build_request(api_key, version, data)))
@@ -111,7 +112,7 @@ class KafkaConnection:
         return obj
 
     async def _exchange(self, api_key: int, version: int, frame: bytes, timeout: float) -> tuple[bytes, int]:
-        """Sends one framed request; returns the response frame and the offset of its body."""
+        """Sends a framed request; its response and where the body starts (after the header)."""
         cid = self._cid
         try:
             self._w.write(frame)

@@ -323,46 +323,55 @@ def _known(api_key: int, response: bool) -> Known:
     return out
 
 
+_CONVERTED = {"error_code", "timedelta_i32", "timedelta_i64", "datetime_i64"}  # what _convert changes
+
+
 def build(cls, data: dict, known: Known | None = None, path: str = "") -> Any:
     """Instantiate kio dataclass ``cls`` from a dict; see the module docstring. Lenient without
     ``known`` (absent fields zero-filled, unknown keys dropped: for tests that build odd
     messages on purpose); strict with ``known``, the field names of every version."""
     if known is not None:
-        unknown = [k for k in data if k not in known]
-        if unknown:
-            raise MessageBuildError(f"{cls.__qualname__}: no version has field(s) {unknown} (at {path or 'top'})")
+        for k in data:
+            if k not in known:
+                unknown = [k for k in data if k not in known]
+                raise MessageBuildError(f"{cls.__qualname__}: no version has field(s) {unknown} (at {path or 'top'})")
     kwargs = {}
     for f in _fields(cls):
-        sub_known = known.get(f.name) if known is not None else None
-        where = f"{path}.{f.name}" if path else f.name
-        if f.name in data:
-            v = data[f.name]
-            if f.kind == "entities":
-                v = None if v is None else tuple(x if isinstance(x, f.sub) else build(f.sub, x, sub_known, where)
-                                                 for x in v)
-            elif f.kind == "entity":
-                v = None if v is None else (v if isinstance(v, f.sub) else build(f.sub, v, sub_known, where))
-            else:
-                v = _convert(f, v)
+        name = f.name
+        if name in data:
+            v = data[name]
+            kind = f.kind
+            if kind == "scalar":
+                if v is not None and f.kafka_type in _CONVERTED:
+                    v = _convert(f, v)
+            elif v is not None:
+                sub_known = known.get(name) if known is not None else None
+                where = f"{path}.{name}" if path else name
+                if kind == "entities":
+                    sub = f.sub
+                    v = tuple(x if isinstance(x, sub) else build(sub, x, sub_known, where) for x in v)
+                elif not isinstance(v, f.sub):
+                    v = build(f.sub, v, sub_known, where)
             if v is None and not f.nullable:
                 # null in a version where the field is not nullable: its default, if the field
                 # is nullable in another version (e.g. JoinGroup's protocol_name is "" before v7)
-                if known is not None and f.default is dataclasses.MISSING and f.name not in known.nullable:
-                    raise MessageBuildError(f"{cls.__qualname__}: field {where} is not nullable")
+                if known is not None and f.default is dataclasses.MISSING and name not in known.nullable:
+                    raise MessageBuildError(f"{cls.__qualname__}: field {f'{path}.{name}' if path else name} "
+                                            f"is not nullable")
                 v = f.default if f.default is not dataclasses.MISSING else _ZERO.get(f.kafka_type)
-            kwargs[f.name] = v
+            kwargs[name] = v
         elif f.default is not dataclasses.MISSING:
             continue
         elif f.nullable:
-            kwargs[f.name] = None
+            kwargs[name] = None
         elif known is not None:
-            raise MessageBuildError(f"{cls.__qualname__}: field {where} is missing")
+            raise MessageBuildError(f"{cls.__qualname__}: field {f'{path}.{name}' if path else name} is missing")
         elif f.kind == "entities":
-            kwargs[f.name] = ()
+            kwargs[name] = ()
         elif f.kind == "entity":
-            kwargs[f.name] = build(f.sub, {})
+            kwargs[name] = build(f.sub, {})
         else:
-            kwargs[f.name] = _ZERO[f.kafka_type]
+            kwargs[name] = _ZERO[f.kafka_type]
     return cls(**kwargs)
 
 

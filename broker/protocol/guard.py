@@ -37,6 +37,7 @@ class _F:
 
 @functools.cache
 def _schema(cls) -> tuple[tuple[_F, ...], bool]:
+    """The fields of ``cls`` and whether it is flexible (also the fuzzer's map of a request)."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -46,6 +47,37 @@ def _schema(cls) -> tuple[tuple[_F, ...], bool]:
         entity = inner if dataclasses.is_dataclass(inner) else None
         out.append(_F(f.name, f.metadata.get("kafka_type"), array, nullable, entity, "tag" in f.metadata))
     return tuple(out), bool(getattr(cls, "__flexible__", False))
+
+
+# kinds of a field's value, as the walker reads them
+_SKIP, _STRING, _BYTES, _ENTITY, _NULLABLE_ENTITY = range(5)
+
+
+@functools.cache
+def _plan(cls) -> tuple[tuple, bool]:
+    """The untagged fields of ``cls`` as (name, kind, fixed size, is an array, nullable, entity),
+    and whether the message is flexible: worked out once per class (this check runs before every
+    request the generated decoder reads)."""
+    fields, flexible = _schema(cls)
+    out = []
+    for f in fields:
+        if f.tagged:
+            continue
+        name, kt, array, nullable, entity = f.name, f.kafka_type, f.array, f.nullable, f.entity
+        if kt in _FIXED:
+            kind, size = _SKIP, _FIXED[kt]
+        elif kt == "string":
+            kind, size = _STRING, 0
+        elif kt in ("bytes", "records"):
+            kind, size = _BYTES, 0
+        elif entity is not None:
+            # a nullable struct (e.g. DescribeTopicPartitions' cursor): int8 -1 null, 1 present; an
+            # array is nullable, not its elements
+            kind, size = (_NULLABLE_ENTITY if nullable and not array else _ENTITY), 0
+        else:
+            raise FramingError(f"unknown field type {kt}")
+        out.append((name, kind, size, array, nullable, entity))
+    return tuple(out), flexible
 
 
 class _Walker:
@@ -69,43 +101,38 @@ class _Walker:
         self.take(4 if wide else 2)
         return (_i32 if wide else _i16).unpack_from(self.buf, self.pos - (4 if wide else 2))[0]
 
-    def value(self, f: _F, flexible: bool) -> None:
-        kt = f.kafka_type
-        if kt in _FIXED:
-            self.take(_FIXED[kt])
-        elif kt == "string":
-            n = self.length(flexible, False)
+    def value(self, kind: int, size: int, entity, flexible: bool) -> None:
+        if kind == _SKIP:
+            self.take(size)
+        elif kind == _STRING or kind == _BYTES:
+            n = self.length(flexible, kind == _BYTES)
             if n > 0:
                 self.take(n)
-        elif kt in ("bytes", "records"):
-            n = self.length(flexible, True)
-            if n > 0:
-                self.take(n)
-        elif f.entity is not None:
-            if f.nullable:  # a nullable struct (e.g. DescribeTopicPartitions' cursor): int8 -1 null, 1 present
+        else:
+            if kind == _NULLABLE_ENTITY:
                 self.take(1)
                 if self.buf[self.pos - 1] == 0xFF:
                     return
-            self.entity(f.entity)
-        else:
-            raise FramingError(f"unknown field type {kt}")
+            self.entity(entity)
 
     def entity(self, cls) -> None:
-        fields, flexible = _schema(cls)
-        for f in fields:
-            if f.tagged:
-                continue
-            if f.array:
+        fields, flexible = _plan(cls)
+        for name, kind, size, array, nullable, entity in fields:
+            if array:
                 n = self.length(flexible, True)
-                if n < 0 and not f.nullable:
-                    raise FramingError(f"non-nullable field {f.name} was serialized as null")
+                if n < 0 and not nullable:
+                    raise FramingError(f"non-nullable field {name} was serialized as null")
                 if n > self.end - self.pos:  # every element takes at least one byte
                     raise FramingError(f"array of {n} elements in {self.end - self.pos} bytes")
-                one = dataclasses.replace(f, array=False, nullable=False)  # the array is nullable, not its elements
-                for _ in range(max(n, 0)):
-                    self.value(one, flexible)
+                if kind == _SKIP:
+                    self.take(size * n if n > 0 else 0)
+                else:
+                    for _ in range(n):
+                        self.value(kind, size, entity, flexible)
+            elif kind == _SKIP:
+                self.take(size)
             else:
-                self.value(f, flexible)
+                self.value(kind, size, entity, flexible)
         if flexible:
             for _ in range(self.uvarint()):
                 self.uvarint()

@@ -32,13 +32,13 @@ from broker.replica.follower import (
     Truncate,
     TruncateFullyAndStartAt,
 )
-from common.clock import SYSTEM, Clock
+from common.clock import SYSTEM, Clock, wait_event
 from common.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("krafty.replica.fetcher")
 
 TopicPartition = tuple[str, int]
-FETCH_VERSION = wire.REPLICA_FETCH_VERSION  # 12: flexible, topic names, diverging epochs (KIP-320)
+FETCH_VERSION = 12  # flexible, topic names, diverging epochs (KIP-320)
 OFLE_VERSION = 4
 LIST_OFFSETS_VERSION = 4
 
@@ -111,10 +111,7 @@ class FetcherThread:
                 fetches.append((tp, fs, act))
         if not ofle and not fetches:
             self.wake.clear()
-            try:
-                await asyncio.wait_for(self.wake.wait(), 0.1)
-            except TimeoutError:
-                pass
+            await wait_event(self.wake, 0.1)
             return
         conn = self._connection()
         try:
@@ -172,23 +169,28 @@ class FetcherThread:
         wanted = {tp: PartitionData(tp[1], act.fetch_offset, max_bytes, act.current_leader_epoch,
                                     act.last_fetched_epoch, act.log_start_offset) for tp, _, act in items}
         session_id, epoch, send, forget = self.session.build(wanted)
-        by_topic: dict[str, list] = {}
-        for (topic, pid), d in send.items():
-            by_topic.setdefault(topic, []).append((pid, d.current_leader_epoch, d.fetch_offset, d.last_fetched_epoch,
-                                                   d.log_start_offset, d.partition_max_bytes))
-        forgotten: dict[str, list] = {}
+        by_topic: dict[str, wire.FetchTopicRequest] = {}
+        for (topic, _), d in send.items():
+            t = by_topic.get(topic)
+            if t is None:
+                t = by_topic[topic] = wire.FetchTopicRequest(topic, None, [])
+            t.partitions.append(d)
+        forgotten: dict[str, wire.ForgottenTopic] = {}
         for topic, pid in forget:
-            forgotten.setdefault(topic, []).append(pid)
+            forgotten.setdefault(topic, wire.ForgottenTopic(topic, None, [])).partitions.append(pid)
         wait_ms = cfg["replica.fetch.wait.max.ms"]
-        body = wire.encode_replica_fetch(self.m.broker_id, wait_ms, cfg["replica.fetch.min.bytes"],
-                                         cfg["replica.fetch.response.max.bytes"], session_id, epoch, by_topic, forgotten)
-        resp = await conn.request_encoded(ApiKey.FETCH, FETCH_VERSION, body, timeout=wait_ms / 1000 + 30)
-        answers = {(t.topic, p.partition_index): p for t in resp.responses for p in t.partitions}
-        unchanged = self.session.on_response(int(resp.error_code), int(resp.session_id),
+        body = wire.encode_fetch_request(FETCH_VERSION, wire.FetchRequest(
+            wait_ms, cfg["replica.fetch.min.bytes"], list(by_topic.values()), replica_id=self.m.broker_id,
+            max_bytes=cfg["replica.fetch.response.max.bytes"], session_id=session_id, session_epoch=epoch,
+            forgotten_topics_data=list(forgotten.values())))
+        resp = wire.parse_fetch_response(await conn.request_body(ApiKey.FETCH, FETCH_VERSION, body,
+                                                                 timeout=wait_ms / 1000 + 30), FETCH_VERSION)
+        answers = {(t, p.index): p for t, _, parts in resp.topics for p in parts}
+        unchanged = self.session.on_response(resp.error, resp.session_id,
                                              {tp: (p.high_watermark, p.log_start_offset) for tp, p in answers.items()})
         if unchanged is None:
             log.info("fetch session with leader %d failed (%s): starting a new one", self.leader_id,
-                     ErrorCode(int(resp.error_code)).name)
+                     ErrorCode(resp.error).name)
         now = self.m.clock.monotonic_ms()
         todo = []
         for tp, fs, act in items:
@@ -210,8 +212,8 @@ class FetcherThread:
                 else:
                     fs.on_request_failed(act, now)
                 continue
-            err = ErrorCode(int(p.error_code))
-            records = bytes(p.records) if p.records else b""
+            err = ErrorCode(p.error)
+            records = p.records or b""
             self.m.leader_hw[tp] = p.high_watermark  # for MaxLag and ReplicationBytesIn (broker metrics)
             self.m.bytes_in += len(records)
             if records and self.m.rm.follower_quota.enabled and self._follower_throttled(tp, part):
@@ -220,14 +222,13 @@ class FetcherThread:
             div = p.diverging_epoch
             answer = FetchAnswer(
                 error=err, high_watermark=p.high_watermark, log_start_offset=p.log_start_offset,
-                diverging_epoch=(div.epoch, div.end_offset) if div.epoch >= 0 or div.end_offset >= 0 else None,
+                diverging_epoch=div if div is not None and (div[0] >= 0 or div[1] >= 0) else None,
                 records_first_offset=headers[0].base_offset if headers else None,
                 records_next_offset=headers[-1].last_offset + 1 if headers else None,
                 leader_log_end_offset=await self._leader_end(conn, tp, act) if err == ErrorCode.OFFSET_OUT_OF_RANGE
                 else -1)
             effects = fs.on_fetch_response(act, part.log, answer, now)
-            todo.append((tp, part, fs, effects, (records, headers),
-                         f"fetch({act.fetch_offset}, last epoch {act.last_fetched_epoch}) -> {answer}"))
+            todo.append((tp, part, fs, effects, (records, headers), _Why(act, answer)))
         await self.m.apply_all(todo)
 
     async def _leader_end(self, conn: KafkaConnection, tp: TopicPartition, act) -> int:
@@ -245,6 +246,19 @@ class FetcherThread:
             pass
         if self.conn:
             self.conn.close()
+
+
+class _Why:
+    """Why a fetch answer's effects were applied, written out only if a truncation logs it (the
+    answer's repr costs more than the rest of a fetch round)."""
+
+    __slots__ = ("act", "answer")
+
+    def __init__(self, act, answer) -> None:
+        self.act, self.answer = act, answer
+
+    def __str__(self) -> str:
+        return f"fetch({self.act.fetch_offset}, last epoch {self.act.last_fetched_epoch}) -> {self.answer}"
 
 
 def _epochs(cache) -> list[tuple[int, int]]:

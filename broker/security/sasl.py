@@ -20,18 +20,18 @@ SCRAM credentials come from the metadata log (AlterUserScramCredentials)."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hmac
 import logging
 import re
-import secrets
 import ssl
 from collections.abc import Callable
 
 from broker.protocol import codec
 from broker.protocol.apis import ApiKey
 from broker.security import scram
-from common.clock import SYSTEM
+from common.clock import SYSTEM, Clock
 from common.config import Config, ConfigError
 from common.errors import ErrorCode
 
@@ -159,11 +159,12 @@ def _plain_check(users: dict[str, str], token: bytes) -> str:
 class SaslSession:
     """SASL state of one connection on a SASL listener."""
 
-    _DECOY_KEY = secrets.token_bytes(32)  # one per process: unknown users get stable decoy salts
+    _DECOY_KEY = SYSTEM.secret_bytes(32)  # one per process: unknown users get stable decoy salts
 
     def __init__(self, sec: ListenerSecurity, scram_lookup: ScramLookup, *, client: str = "",
-                 clock: Callable[[], float] = SYSTEM.monotonic):
+                 clock: Callable[[], float] = SYSTEM.monotonic, secrets: Clock = SYSTEM):
         self.sec = sec
+        self.secrets = secrets  # where nonces come from (the node's Clock: its CSPRNG, seeded in simulation)
         self.scram_lookup = scram_lookup
         self.client = client
         self.clock = clock
@@ -267,7 +268,7 @@ class SaslSession:
                 return True, self._done(_plain_check(self.sec.plain_users, token), b"")
             if self._scram is None:
                 self._scram = scram.ScramServer(self.mechanism, lambda u: self.scram_lookup(u, self.mechanism),
-                                                secrets.token_urlsafe(18), self._DECOY_KEY)
+                                                _nonce(self.secrets), self._DECOY_KEY)
                 return True, self._scram.first(token)
             final = self._scram.final(token)
             return True, self._done(self._scram.username, final)
@@ -311,7 +312,12 @@ class SaslClientError(ConnectionError):
     pass
 
 
-async def client_authenticate(roundtrip, sec: ClientSecurity) -> int:
+def _nonce(clock: Clock) -> str:
+    """A SCRAM nonce: 18 random bytes in URL-safe base64 (as ``secrets.token_urlsafe(18)``)."""
+    return base64.urlsafe_b64encode(clock.secret_bytes(18)).decode()
+
+
+async def client_authenticate(roundtrip, sec: ClientSecurity, clock: Clock = SYSTEM) -> int:
     """Runs SaslHandshake v1 + SaslAuthenticate v2 over ``roundtrip(api_key, version, data)``;
     returns the session lifetime (ms, 0 = unlimited) or raises SaslClientError."""
     res = await roundtrip(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": sec.mechanism})
@@ -332,7 +338,7 @@ async def client_authenticate(roundtrip, sec: ClientSecurity) -> int:
     if sec.mechanism == "PLAIN":
         r = await step(b"\x00" + (sec.username or "").encode() + b"\x00" + (sec.password or "").encode())
     else:
-        client = scram.ScramClient(sec.mechanism, sec.username or "", sec.password or "", secrets.token_urlsafe(18))
+        client = scram.ScramClient(sec.mechanism, sec.username or "", sec.password or "", _nonce(clock))
         r = await step(client.first())
         r = await step(client.final(bytes(r.auth_bytes)))
         try:

@@ -67,3 +67,16 @@ DISK_STOPS_THEN_POWER = [*UNCOMMITTED_COORDINATOR_STATE, Fault(1.74, "partition"
 
 def test_power_loss_while_disk_failed_brokers_are_down_is_excused():
     assert run_seed(20337, safety_s=4.0, faults=sorted(DISK_STOPS_THEN_POWER, key=lambda f: f.at)).acked > 0
+
+
+# Seed 220 (shrunk; python -m sim.run_world --seeds 300 --start 200 --safety-s 4): broker 6 is
+# killed and an ENOSPC is armed on it meanwhile, which fires while its restart loads its only log
+# dir: the start fails (AllLogDirsFailed), as a real process exits at once. The world restarted
+# only nodes whose running metadata log or broker had failed, so 6 stayed down and the cluster
+# never converged after healing. A node whose start failed is now restarted like them.
+START_FAILS_ON_ITS_ONLY_LOG_DIR = [Fault(1.95, "kill", 6, duration=2.37), Fault(2.83, "disk", 6, duration=5.99,
+                                                                                arg=errno.ENOSPC)]
+
+
+def test_a_broker_whose_start_fails_is_restarted():
+    assert run_seed(220, safety_s=4.0, faults=START_FAILS_ON_ITS_ONLY_LOG_DIR).acked > 0

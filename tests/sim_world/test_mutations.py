@@ -87,6 +87,23 @@ def test_power_loss_of_the_last_isr_member_keeps_acknowledged_writes(monkeypatch
     run_seed(1, safety_s=6.0, faults=LAST_ISR_POWER_LOSS)
 
 
+# Broker 6 restarts (out of the ISR, then back in when caught up) while the leaders 4 and 5 are
+# cut off from the controllers, so that their proposals to add 6 back stay pending; 6 then stops
+# for a while across the heal, when the controller commits them: the HW must have waited for 6
+# (KIP-497's maximal ISR), or 6 joins the ISR behind the HW. (Until the merge of main's produce
+# fast path, 30 short pauses of 6 and 5 around their restarts hit the window; with its timing
+# they no longer did in seeds 0-11, so the window is held open by the cut instead.)
+REJOIN_WHILE_PROPOSALS_PEND = [Fault(0.3, "kill", 6, duration=0.3), Fault(0.5, "zombie", 4, duration=1.5),
+                               Fault(0.5, "zombie", 5, duration=1.5), Fault(1.8, "pause", 6, duration=0.6)]
+
+
+def test_mutation_a_high_watermark_past_a_pending_isr_expansion_is_caught(monkeypatch):
+    """The lost ISR expansion: the HW computed over the committed ISR only. Caught by the
+    invariant that every member of the ISR the controller committed holds the leader's HW."""
+    assert "is above the log end" in _caught(monkeypatch, "hw_ignores_pending_isr_expansion", range(4),
+                                             REJOIN_WHILE_PROPOSALS_PEND, 5.0)
+
+
 # --- the simulated disk (sim/disk.py): what sim/replication's log model checked, on the real Log ---
 
 POWER_LOSSES = [Fault(1.5, "power", 5, duration=3.0), Fault(3.0, "power", 6, duration=2.0)]

@@ -123,3 +123,78 @@ def test_layer_imports_only_what_design_allows(layer):
             if top in PROJECT and top not in ALLOWED[layer]:
                 bad.append(f"{os.path.relpath(path, ROOT)} imports {mod}")
     assert not bad, "\n".join(bad)
+
+
+# --- shells: the clock, fresh randomness and ids come from common/clock.py alone ---------------
+
+SHELL_LAYERS = ["common", "proto", "raft", "metadata", "controller", "broker", "krafty"]
+CLOCK_READS = {("time", n) for n in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
+                                     "perf_counter_ns", "process_time", "sleep")} | \
+              {("random", n) for n in ("random", "randint", "randrange", "choice", "choices", "shuffle", "sample",
+                                       "uniform", "getrandbits", "randbytes", "SystemRandom")} | \
+              {("uuid", "uuid1"), ("uuid", "uuid4"), ("datetime", "now"), ("datetime", "utcnow"),
+               ("datetime", "today"), ("date", "today"), ("os", "urandom")}
+# where one of these is right, and why (nothing here runs inside a node)
+CLOCK_READERS = {
+    "common/clock.py": "the one place: SystemClock reads the machine's clocks and CSPRNG",
+    "broker/log/_bench.py": "a benchmark: it times the machine's disk with the machine's clock",
+    "raft/cli.py": "a blocking command-line tool: waits between retries with time.sleep",
+    "raft/testnode.py": "a test harness driving real processes: polls with time.sleep",
+    "krafty/cluster.py": "the local-cluster launcher (a supervisor process): polls its children with time.sleep",
+    "krafty/metadata_quorum.py": "a blocking command-line tool: waits between retries with time.sleep",
+}
+
+
+def clock_reads(source: str) -> list[str]:
+    """Reads of a clock, waits on the machine's time, fresh randomness and fresh ids that bypass
+    ``common.clock`` (``time.time()``, ``uuid.uuid4()``, ``random.random()``, an unseeded
+    ``random.Random()``, ``secrets.*``, ``os.urandom``, ``datetime.now()``...)."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module in ("time", "uuid", "random", "secrets", "datetime"):
+            bad += [f"from {node.module} import {a.name}" for a in node.names
+                    if (node.module, a.name) in CLOCK_READS or node.module == "secrets"]
+        elif isinstance(node, ast.Import):
+            bad += [f"import {a.name}" for a in node.names if a.name == "secrets"]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            base = node.func.value
+            name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else None
+            if (name, node.func.attr) in CLOCK_READS or (name == "random" and node.func.attr == "Random"
+                                                          and not node.args):
+                bad.append(f"{name}.{node.func.attr}()")
+    return bad
+
+
+def shell_files() -> list[str]:
+    out = []
+    for layer in SHELL_LAYERS:
+        for path in glob.glob(os.path.join(ROOT, layer, "**", "*.py"), recursive=True):
+            rel = os.path.relpath(path, ROOT)
+            if not rel.endswith(("_pb2.py", "_pb2_grpc.py")) and rel not in CLOCK_READERS:
+                out.append(rel)
+    return sorted(out)
+
+
+def test_no_module_reads_the_clock_or_randomness_but_common_clock():
+    """DESIGN.md: shells take their clock and randomness from one injected place, so the
+    simulator runs them in virtual time and a seed replays exactly (waiting goes through the
+    event loop, ``asyncio.sleep``/``loop.call_later``, which is the simulator's loop there)."""
+    bad = {rel: found for rel in shell_files() if (found := clock_reads(open(os.path.join(ROOT, rel)).read()))}
+    assert not bad, bad
+    for rel in CLOCK_READERS:
+        assert os.path.exists(os.path.join(ROOT, rel)), f"{rel} is gone: drop it from CLOCK_READERS"
+
+
+@pytest.mark.parametrize("snippet", [
+    "import time\nt = time.time()", "import time\nt = time.monotonic()", "from time import monotonic",
+    "import uuid\nu = uuid.uuid4()", "import random\nx = random.random()", "import random\nr = random.Random()",
+    "import secrets", "import os\nb = os.urandom(8)", "import datetime\nd = datetime.datetime.now()",
+    "import time\ntime.sleep(1)",
+])
+def test_the_shell_check_flags_each_direct_read(snippet):
+    assert clock_reads(snippet)
+
+
+def test_the_shell_check_passes_injected_reads():
+    assert not clock_reads("import random\nimport uuid\nfrom common.clock import SYSTEM\nt = SYSTEM.monotonic()\n"
+                           "r = random.Random(7)\nu = uuid.UUID(int=1)\n")

@@ -155,32 +155,3 @@ def test_fetch_request_parsing_matches_generated_codec(version):
                 with pytest.raises((codec.FramingError, UnicodeDecodeError)):
                     wire.parse_fetch(memoryview(body[:cut]), version)
 
-
-def test_replica_fetch_request_is_what_the_generated_codec_writes():
-    """The follower's hand-written Fetch v12 (broker/replica/fetcher.py) is byte for byte what
-    the generated codec writes for the same request, and the leader's parser reads it back."""
-    import random
-
-    rng = random.Random(12)
-    for _ in range(100):
-        topics = {f"t{i}-é": [(p, rng.randrange(-1, 9), rng.randrange(1 << 40), rng.randrange(-1, 9),
-                               rng.randrange(-1, 1 << 30), rng.randrange(1 << 20)) for p in range(rng.randrange(0, 4))]
-                  for i in range(rng.randrange(0, 4))}
-        forgotten = {f"f{i}": [rng.randrange(100) for _ in range(rng.randrange(0, 3))] for i in range(rng.randrange(0, 3))}
-        args = (rng.randrange(1, 10), rng.randrange(1000), rng.randrange(10), rng.randrange(1 << 30),
-                rng.randrange(1 << 30), rng.randrange(-1, 9))
-        body = wire.encode_replica_fetch(*args, topics, forgotten)
-        want = codec.encode(codec.build_request(1, 12, {
-            "replica_id": args[0], "max_wait": args[1], "min_bytes": args[2], "max_bytes": args[3], "isolation_level": 0,
-            "session_id": args[4], "session_epoch": args[5],
-            "topics": [{"topic": t, "partitions": [
-                {"partition": p[0], "current_leader_epoch": p[1], "fetch_offset": p[2], "last_fetched_epoch": p[3],
-                 "log_start_offset": p[4], "partition_max_bytes": p[5]} for p in ps]} for t, ps in topics.items()],
-            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()], "rack_id": ""}))
-        assert body == want
-        got = wire.parse_fetch(memoryview(body), 12)
-        assert (got.replica_id, got.session_id, got.session_epoch) == (args[0], args[4], args[5])
-        assert [(t.topic, [(p.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
-                            p.log_start_offset, p.partition_max_bytes) for p in t.partitions]) for t in got.topics] == [
-            (t, ps) for t, ps in topics.items()]
-

@@ -7,6 +7,7 @@ import socket
 import types
 import uuid
 
+from broker.apis import wire
 from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.follower import AppendRecords, FetchAnswer, FetchRequest, Truncate
 from broker.replica.partition import PartitionState
@@ -131,14 +132,13 @@ class _Leader:
         self.high_watermark = high_watermark
         self.requests = []
 
-    async def request(self, api_key, version, body, timeout=None):
-        self.requests.append(body)
-        full = body["session_epoch"] == 0
-        parts = [types.SimpleNamespace(
-            partition_index=0, error_code=0, high_watermark=self.high_watermark, log_start_offset=0, records=b"",
-            diverging_epoch=types.SimpleNamespace(epoch=-1, end_offset=-1))] if full else []
-        return types.SimpleNamespace(error_code=0, session_id=7, responses=[
-            types.SimpleNamespace(topic="t", partitions=parts)] if parts else [])
+    async def request_body(self, api_key, version, body, timeout=None):
+        req = wire.parse_fetch(memoryview(body), version)  # (the leader's own parser)
+        self.requests.append(req)
+        full = req.session_epoch == 0
+        parts = [wire.FetchPartitionResult(0, 0, self.high_watermark, self.high_watermark, 0, b"")] if full else []
+        return memoryview(b"".join(wire.encode_fetch_response(
+            version, [("t", None, parts)] if parts else [], session_id=7)))
 
 
 async def test_idle_incremental_round_applies_nothing_unless_the_high_watermark_moves():
@@ -170,7 +170,7 @@ async def test_idle_incremental_round_applies_nothing_unless_the_high_watermark_
         assert part.state.high_watermark == 10 and woken == [("t", 0)]
         for _ in range(3):  # incremental, nothing new
             await round_()
-        assert leader.requests[-1]["topics"] == []  # nothing changed: nothing sent
+        assert leader.requests[-1].topics == []  # nothing changed: nothing sent
         assert part.state.high_watermark == 10 and woken == [("t", 0)]
         part.state.high_watermark = 4  # moved here meanwhile: the leader's (remembered) 10 is news again
         await round_()

@@ -64,9 +64,13 @@ def consumer(cluster: ClusterClients, **extra) -> Consumer:
 
 def validate(cluster: ClusterClients) -> None:
     """Builds (and drops) each kind of client once, so that a property librdkafka does not know
-    is reported, naming the config key, before anything connects."""
+    is reported, naming the config key, before anything connects. They are built without
+    bootstrap servers and quiet, so that none of them connects or logs (a producer's connection
+    attempt logged after the error line, on stderr, from its own thread)."""
     for kind, factory in (("producer", Producer), ("consumer", Consumer), ("admin", AdminClient)):
         conf = cluster.conf(kind)
+        conf.pop("bootstrap.servers", None)
+        conf["log_level"] = 0
         if kind == "consumer":
             conf.setdefault("group.id", "krafty-mirror-validate")
         client = _built(factory, cluster, kind, conf)

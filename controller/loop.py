@@ -131,10 +131,21 @@ class QuorumController:
             delay = 1.0 if nxt is None else min(1.0, max(0.05, (nxt - self._now_ms()) / 1000))
             await asyncio.sleep(delay)
             try:
-                await self.write(lambda image: (cluster_ops.fence_stale_brokers(
-                    image, self.cluster, self._now_ms(), self.session_timeout_ms, self.unclean_default), None))
+                await self.write(self._fence_stale)
             except KafkaError as e:
                 log.debug("fencing check skipped: %s", e)
+
+    def _fence_stale(self, image: MetadataImage) -> tuple[list[Any], None]:
+        recs = cluster_ops.fence_stale_brokers(image, self.cluster, self._now_ms(), self.session_timeout_ms,
+                                               self.unclean_default)
+        if recs:  # as Kafka's controller logs it: the first thing an operator looks for after a fence
+            changes = sum(isinstance(x, r.PartitionChangeRecord) for x in recs)
+            for x in recs:
+                if isinstance(x, r.BrokerRegistrationChangeRecord) and x.fenced:
+                    log.info("Fencing broker %d because its session has timed out (no heartbeat for %d ms)"
+                             " (%d partition changes proposed with the fence(s))", x.broker_id,
+                             self.session_timeout_ms, changes)
+        return recs, None
 
     async def _rebalance_timer(self) -> None:
         """auto.leader.rebalance.enable: move leadership back to preferred replicas."""

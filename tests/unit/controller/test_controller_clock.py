@@ -73,3 +73,21 @@ async def test_a_wall_clock_step_back_still_fences_a_dead_broker_on_time(monkeyp
 @pytest.fixture(autouse=True)
 def _quiet(caplog):
     caplog.set_level("WARNING")
+
+
+async def test_a_fence_is_logged_naming_the_broker(caplog):
+    """An operator looking for why a broker lost its partitions finds Kafka's line in the active
+    controller's log ("Fencing broker N because its session has timed out")."""
+    ctrl, mlog = await _active_controller(session_timeout_ms=300)
+    try:
+        await _unfenced_broker(ctrl)
+        caplog.set_level("INFO", logger="krafty.controller")
+        for _ in range(300):  # the broker stops heartbeating: fenced after 300 ms (timer checks each second)
+            if ctrl.image.brokers[BROKER].fenced:
+                break
+            await asyncio.sleep(0.01)
+        assert ctrl.image.brokers[BROKER].fenced
+        lines = [m.getMessage() for m in caplog.records if m.name == "krafty.controller"]
+        assert any(f"Fencing broker {BROKER} because its session has timed out" in x for x in lines), lines
+    finally:
+        await mlog.close()

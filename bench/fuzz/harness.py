@@ -57,6 +57,7 @@ from bench.fuzz.target import (
 )
 from broker.protocol import codec
 from broker.protocol.apis import SUPPORTED, ApiKey
+from krafty.healthcheck import _recv_exact
 
 log = logging.getLogger("krafty.fuzz")
 
@@ -690,6 +691,9 @@ class Fuzzer:
 _NOT_WARMED = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP)
 
 
+_MAX_WARM_ANSWER = 100 << 20
+
+
 def warm_node(port: int, entries: list[corpus.Entry], swap, timeout: float = 5.0, budget: float = 120.0
               ) -> list[tuple[bytes, Finding]]:
     """Sends the node one recorded request of every (API, version) of the corpus, one at a time,
@@ -719,6 +723,8 @@ def warm_node(port: int, entries: list[corpus.Entry], swap, timeout: float = 5.0
                 sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
             sock.sendall(frames.sized(swap(frame)))
             (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+            if not 0 <= size <= _MAX_WARM_ANSWER:  # (a broken answer is not read into memory)
+                raise ConnectionError(f"answer size {size}")
             raw = _recv_exact(sock, size)
             found += [(frame, f) for f in check_response(frame, raw, None)]
         except (OSError, ConnectionError, struct.error):
@@ -735,16 +741,6 @@ def _acks(e: corpus.Entry) -> int | None:
         return codec.decode_request(e.api_key, e.api_version, e.frame, codec.parse_request_header(e.frame).size).acks
     except Exception:  # noqa: BLE001 - undecodable: not sent
         return 0
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 def _delete_extra_topics(bootstrap: str, keep: set[str]) -> None:

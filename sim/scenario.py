@@ -102,9 +102,9 @@ class Checker:
         self.by_owner: dict = {}  # process -> its entry of watch
 
     def _watch_list(self) -> list:
-        """[nid, process, core, loader, last hw, last image, broker, its partitions] of every running
-        node whose metadata log has started (rebuilt when a process starts, dies or finishes
-        starting)."""
+        """[nid, process, core, loader, last hw, last image, broker, its led partitions] of every
+        running node whose metadata log has started (rebuilt when a process starts, dies or
+        finishes starting)."""
         out = []
         for nid, p in self.w.procs.items():
             node = p.node
@@ -114,46 +114,80 @@ class Checker:
 
     def step(self) -> None:
         """After every batch of callbacks: the nodes whose code ran in it are looked at (only
-        their own callbacks change a node's Raft state or image), and every node every 20th."""
+        their own callbacks change a node's Raft state, image or partitions), and every node
+        every 20th."""
         w = self.w
-        self.n += 1
         if w.failure is not None:
             raise w.failure
+        self.n += 1
         if self.version != w.version:
             self.version = w.version
             self.watch = self._watch_list()
             self.by_owner = {ent[1]: ent for ent in self.watch}
         ran = w.loop.ran
         if self.n % 20 == 0:
-            entries = self.watch
-        else:
-            by_owner = self.by_owner
-            entries = [by_owner[o] for o in ran if o in by_owner]
+            ran.clear()
+            for ent in self.watch:
+                self._look(ent, True)
+            if len(self.watch) != sum(1 for p in w.procs.values() if p.alive):
+                self.version = -1  # a node still starting: look again
+            return
+        if not ran:
+            return
+        by_owner = self.by_owner
+        for o in ran:
+            ent = by_owner.get(o)
+            if ent is not None:
+                self._look(ent, False)
         ran.clear()
-        leader = Role.LEADER
-        for ent in entries:
-            core = ent[2]
-            if core.role is leader:
-                prev = self.leaders.setdefault(core.epoch, ent[0])
-                if prev != ent[0]:
-                    raise w.violation(f"two Raft leaders in epoch {core.epoch}: {prev} and {ent[0]}")
-            if core.hw != ent[4]:
-                ent[4] = core.hw
-                self._committed(ent[0], ent[1], core)
-            img = ent[3].image
-            fresh = self.n % 20 == 0
-            if img is not ent[5]:
-                ent[5] = img
-                self._image(ent[0], ent[1], img)
-                fresh = True
-            broker = ent[6]
-            if broker is not None and broker.replicas is not None:
-                if fresh or ent[7] is None:  # leadership changes with the image: who leads what, again
-                    ent[7] = [(tp, part) for tp, part in broker.replicas.partitions.items()
-                              if part.state.leader == part.state.local_broker]
-                self._led(ent[0], ent[1], ent[7])
-        if self.n % 20 == 0 and len(self.watch) != sum(1 for p in w.procs.values() if p.alive):
-            self.version = -1  # a node still starting: look again
+
+    def _look(self, ent: list, fresh: bool) -> None:
+        core = ent[2]
+        if core.role is Role.LEADER:
+            prev = self.leaders.setdefault(core.epoch, ent[0])
+            if prev != ent[0]:
+                raise self.w.violation(f"two Raft leaders in epoch {core.epoch}: {prev} and {ent[0]}")
+        if core.hw != ent[4]:
+            ent[4] = core.hw
+            self._committed(ent[0], ent[1], core)
+        img = ent[3].image
+        if img is not ent[5]:
+            ent[5] = img
+            self._image(ent[0], ent[1], img)
+            fresh = True
+        broker = ent[6]
+        if broker is not None and broker.replicas is not None:
+            led = ent[7]
+            if fresh or led is None:  # leadership changes with the image: who leads what, again
+                last = self.part_hw
+                owner = ent[1]
+                led = ent[7] = []
+                for tp, part in broker.replicas.partitions.items():
+                    st = part.state
+                    if st.leader == st.local_broker:
+                        prev = last.get((owner, tp))
+                        led.append([st, tp, *(prev if prev is not None else (None, None, None))])
+            for rec in led:  # [state, partition, leader epoch, HW, ISR] as last checked
+                st = rec[0]
+                if st.high_watermark != rec[3] or st.isr is not rec[4] or st.leader_epoch != rec[2]:
+                    self._led(ent[0], ent[1], rec)
+
+    def _led(self, nid: int, owner, rec: list) -> None:
+        """A partition ``nid`` leads whose high watermark, ISR or leader epoch changed since it
+        was last looked at (after a step of its own): the high watermark never goes back within
+        a leader epoch, and every in-sync replica holds what the high watermark exposes (its log
+        reaches it: the HW waits for every member of the ISR, a pending expansion's included,
+        KIP-497)."""
+        st, tp = rec[0], rec[1]
+        if st.leader != st.local_broker:
+            return
+        hw, epoch, isr = st.high_watermark, st.leader_epoch, st.isr
+        if rec[2] == epoch and hw < rec[3]:
+            raise self.w.violation(f"high watermark of {tp} went back from {rec[3]} to {hw} on leader {nid} "
+                                   f"in epoch {epoch}")
+        rec[2], rec[3], rec[4] = epoch, hw, isr
+        self.part_hw[(owner, tp)] = (epoch, hw, isr)
+        self._isr_holds(nid, tp, hw, isr, epoch)
 
     def _committed(self, nid: int, key, core) -> None:
         """The metadata log's committed entries of one node agree with every other node's."""
@@ -194,28 +228,6 @@ class Checker:
                 if reg.leader_epoch < self.leader_epochs.get(k, -1):
                     raise w.violation(f"{where}: leader epoch went back to {reg.leader_epoch}")
                 self.leader_epochs[k] = reg.leader_epoch
-
-    def _led(self, nid: int, owner, partitions) -> None:
-        """The partitions ``nid`` leads, after a step of its own: the high watermark never goes
-        back within a leader epoch, and where it or the ISR changed, every in-sync replica holds
-        what the high watermark exposes (its log reaches it: the HW waits for every member of
-        the ISR, a pending expansion's included, KIP-497)."""
-        last = self.part_hw
-        for tp, part in partitions:
-            st = part.state
-            if st.leader != st.local_broker:
-                continue
-            key = (owner, tp)
-            hw, epoch, isr = st.high_watermark, st.leader_epoch, st.isr
-            prev = last.get(key)
-            if prev is not None and prev[0] == epoch:
-                if hw < prev[1]:
-                    raise self.w.violation(f"high watermark of {tp} went back from {prev[1]} to {hw} on leader {nid} "
-                                           f"in epoch {epoch}")
-                if hw == prev[1] and isr is prev[2]:
-                    continue
-            last[key] = (epoch, hw, isr)
-            self._isr_holds(nid, tp, hw, isr, epoch)
 
     def _registration(self, tp):
         """The partition as the active controller has it committed (None: unknown)."""

@@ -24,13 +24,12 @@ import logging
 import os
 import random
 import shutil
-import tempfile
 import uuid
 
 from broker.log.log_types import parse_partition_dir_name
 from common.config import Config
 from krafty.node import Node, unlock_data_dirs
-from sim.disk import SimFiles, valid_log_end
+from sim.disk import SimFiles, scratch_dir, valid_log_end
 from sim.loop import NODE, SimLoop
 from sim.net import SimNet
 from sim.raftstore import SimRaftStore
@@ -112,10 +111,7 @@ class World:
         self.rng = random.Random(f"world-{seed}")
         self.loop = SimLoop(seed, reorder=reorder)
         self.net = SimNet(self.loop, random.Random(f"net-{seed}"))
-        # on tmpfs when there is one: the logs' fsyncs then cost nothing (a process kill keeps the
-        # page cache anyway; the world does not model power loss of partition logs)
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-        self.dir = directory or tempfile.mkdtemp(prefix=f"krafty-sim-{seed}-", dir=shm)
+        self.dir = directory or scratch_dir(f"krafty-sim-{seed}-")  # (power losses: SimFiles)
         self._own_dir = directory is None
         self.controller_ids = list(range(1, s.controllers + 1))
         self.broker_ids = list(range(s.controllers + 1, s.controllers + s.brokers + 1))

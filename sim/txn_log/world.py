@@ -33,7 +33,6 @@ import dataclasses
 import os
 import random
 import shutil
-import tempfile
 import uuid
 from collections.abc import Callable
 
@@ -46,6 +45,7 @@ from broker.log.txn_index import TXNINDEX_SUFFIX
 from broker.replica.partition import PartitionState
 from common.errors import ErrorCode, KafkaError
 from metadata.image import PartitionRegistration
+from sim.disk import scratch_dir
 
 TOPIC_ID = uuid.UUID(int=19)
 MAX = 1 << 20
@@ -98,7 +98,7 @@ class World:
         self.rng = random.Random(seed)
         self.cfg = config or Config.swarm(random.Random(seed * 31 + 7))
         self.trace = trace or (lambda _s: None)
-        self.dir = tempfile.mkdtemp(prefix=f"txnsim-{seed}-")
+        self.dir = scratch_dir(f"txnsim-{seed}-")
         self.now = 1_000
         cfg = {"segment.bytes": self.cfg.segment_bytes, "cleanup.policy": "compact" if self.cfg.compacted else "delete"}
         self.log_config = LogConfig.from_topic_configs(cfg)

@@ -5,7 +5,8 @@ check the invariants after every event, heal, check liveness, then check the who
 Faults (drawn from the seed, ``Schedule``): kill -9 and restart of any node (at most one
 controller down at a time, so that the quorum can always recover), partitions isolating a
 node or cutting a broker off the controllers only (fenced, it still serves the other brokers:
-a zombie leader), pauses (SIGSTOP/SIGCONT), one-way cuts, message loss, wall-clock steps of +-60 s on running nodes (controllers
+a zombie leader), pauses (SIGSTOP/SIGCONT), one-way cuts, message loss, gRPC calls executed twice (a retried RPC whose
+first reply was lost: sim/net.py), wall-clock steps of +-60 s on running nodes (controllers
 included: no broker may be fenced for it), EIO from a node's Raft store (the node's
 metadata log stops; the world restarts the node), EIO or ENOSPC on a broker's next partition
 log write (sim/disk.py; a short write first), and power losses (unsynced log data lost, the
@@ -56,7 +57,7 @@ LIVENESS_S = 30.0
 @dataclasses.dataclass(frozen=True)
 class Fault:
     at: float  # virtual seconds after the workload starts
-    kind: str  # kill | kill_active | partition | cut | loss | clock | eio | zombie | power | pause | disk
+    kind: str  # kill | kill_active | partition | cut | loss | clock | eio | zombie | power | pause | disk | dup
     node: int
     duration: float = 0.0
     arg: int = 0
@@ -84,6 +85,11 @@ def schedule(seed: int, world_nodes: list[int], controllers: list[int], safety_s
         elif kind == "disk":
             arg = rng.choice([errno.EIO, errno.ENOSPC])
         out.append(Fault(at, kind, node, dur, arg))
+    # faults added later draw from a stream of their own: the schedules above stay as they were
+    more = random.Random(f"faults-more-{seed}")
+    if n_faults is None and more.random() < 0.3:  # gRPC calls executed twice (retried RPCs)
+        out.append(Fault(more.random() * safety_s * 0.8, "dup", more.choice(world_nodes), 0.5 + more.random() * 6,
+                         more.randint(5, 50)))
     return sorted(out, key=lambda f: f.at)
 
 
@@ -292,6 +298,7 @@ class Result:
     fenced: set[int]
     commits: int = 0  # offset commits acknowledged
     disk_failures: int = 0  # partition log writes failed by the simulated disk
+    grpc_dups: int = 0  # gRPC calls executed twice (the "dup" fault)
 
 
 def _impaired(w: World, nid: int, seconds: float) -> None:
@@ -354,6 +361,10 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
         w.net.loss = f.arg / 100
         w.note(f"loss {f.arg}%")
         loop.call_later(f.duration, lambda: setattr(w.net, "loss", 0.0))
+    elif f.kind == "dup":  # the whole network's gRPC calls (Raft, controller channel): some run twice
+        w.net.dup = f.arg / 100
+        w.note(f"gRPC calls executed twice: {f.arg}%")
+        loop.call_later(f.duration, lambda: setattr(w.net, "dup", 0.0))
     elif f.kind == "clock":
         p = w.procs[f.node]
         p.clock.step_wall(f.arg)
@@ -458,7 +469,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     w.run_for(safety_s)
     # heal: every fault ends (scheduled ends may still be pending: force them)
     w.net.heal()
-    w.net.loss = 0.0
+    w.net.loss = w.net.dup = 0.0
     if not w.run_for(LIVENESS_S, _all_done(tasks)):
         raise w.violation(f"producers and consumer did not finish within {LIVENESS_S} s of healing "
                           f"(still down: {sorted(down)})")
@@ -502,7 +513,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
         raise w.violation(f"acknowledged topics missing: {set(created) - set(img.topics_by_name)}")
     res = Result(seed, loop.time() - 1000, time.perf_counter() - t0, sum(len(p.acked) for p in producers),
                  len(consumer.seen), plan, w.trace, loop.steps, checker.fenced, committer.commits,
-                 w.files.failures)
+                 w.files.failures, w.net.duplicated)
     if verbose:
         print("\n".join(w.trace))
     return res

@@ -34,6 +34,7 @@ import random
 import time
 
 from raft.core import Role
+from raft.store import CorruptMetadataLogError
 from sim.client import (
     Admin,
     Cluster,
@@ -46,6 +47,7 @@ from sim.client import (
     read_committed,
     read_partition,
 )
+from sim.raftstore import SimRaftStore
 from sim.world import InvariantViolation, Settings, World
 
 TOPIC = "sim"
@@ -57,7 +59,7 @@ LIVENESS_S = 30.0
 @dataclasses.dataclass(frozen=True)
 class Fault:
     at: float  # virtual seconds after the workload starts
-    kind: str  # kill | kill_active | partition | cut | loss | clock | eio | zombie | power | pause | disk | dup
+    kind: str  # kill | kill_active | partition | cut | loss | clock | eio | zombie | power | pause | disk | dup | corrupt
     node: int
     duration: float = 0.0
     arg: int = 0
@@ -90,6 +92,10 @@ def schedule(seed: int, world_nodes: list[int], controllers: list[int], safety_s
     if n_faults is None and more.random() < 0.3:  # gRPC calls executed twice (retried RPCs)
         out.append(Fault(more.random() * safety_s * 0.8, "dup", more.choice(world_nodes), 0.5 + more.random() * 6,
                          more.randint(5, 50)))
+    brokers = [n for n in world_nodes if n not in controllers]
+    if n_faults is None and brokers and more.random() < 0.15:  # a bad block under a broker's metadata log
+        out.append(Fault(more.random() * safety_s * 0.8, "corrupt", more.choice(brokers), 0.5 + more.random() * 3,
+                         more.randrange(1 << 30)))
     return sorted(out, key=lambda f: f.at)
 
 
@@ -205,8 +211,11 @@ class Checker:
             mine = (e.epoch, e.data)
             seen = self.committed.setdefault(off, mine)
             if seen != mine:
-                raise w.violation(f"node {nid} committed {mine[0]}:{mine[1][:20]!r} at metadata offset {off}, "
-                                  f"another node {seen[0]}:{seen[1][:20]!r}")
+                at = next((i for i, (a, b) in enumerate(zip(mine[1], seen[1], strict=False)) if a != b),
+                          min(len(mine[1]), len(seen[1])))
+                lo = max(0, at - 10)
+                raise w.violation(f"node {nid} committed {mine[0]}:...{mine[1][lo:at + 10]!r} at metadata offset {off}, "
+                                  f"another node {seen[0]}:...{seen[1][lo:at + 10]!r} (byte {at} differs)")
         if hw > lo:
             self.checked_hw[key] = hw
 
@@ -236,11 +245,16 @@ class Checker:
                 self.leader_epochs[k] = reg.leader_epoch
 
     def _registration(self, tp):
-        """The partition as the active controller has it committed (None: unknown)."""
-        c = self.w.active_controller()
-        if c is None:
-            return None
-        t = self.w.node(c).loader.image.topics_by_name.get(tp[0])
+        """The partition as the newest committed metadata has it: the image of the running
+        controller that has loaded the most (None: unknown). Not the image of whichever
+        controller thinks it is active: a paused or cut-off one may still think so with an old
+        image (seed 3123: its ISR still had a replica the others had already removed)."""
+        img = None
+        for c in self.w.controller_ids:
+            n = self.w.node(c)
+            if n is not None and (img is None or n.loader.image.offset > img.offset):
+                img = n.loader.image
+        t = img.topics_by_name.get(tp[0]) if img is not None else None
         return t.partitions.get(tp[1]) if t is not None else None
 
     def _controller_isrs(self, img) -> None:
@@ -313,7 +327,7 @@ def _impaired(w: World, nid: int, seconds: float) -> None:
 def _apply(w: World, f: Fault, down: set[int]) -> None:
     """Starts fault ``f`` now and schedules its end."""
     loop = w.loop
-    if f.kind in ("kill", "power", "pause", "partition", "zombie", "cut"):
+    if f.kind in ("kill", "power", "pause", "partition", "zombie", "cut", "corrupt"):
         _impaired(w, f.node, f.duration)
     if f.kind == "loss":  # the whole network's: lost heartbeats may fence any broker (seed 20979)
         for n in w.broker_ids:
@@ -323,16 +337,22 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
         if active is None:
             return
         f = dataclasses.replace(f, kind="kill", node=active)
-    if f.kind in ("kill", "power"):
+    if f.kind in ("kill", "power", "corrupt"):
         if f.node in w.controller_ids and any(c in down for c in w.controller_ids):
             return  # one controller down at a time: the quorum must be able to recover
-        if f.node in down:
-            return
+        if f.node in down or (f.kind == "corrupt" and f.node in w.controller_ids):
+            return  # (a voter's metadata log is not thrown away: only brokers' get the bad block)
         down.add(f.node)
         if f.kind == "power":
             w.power_loss(f.node)
         else:
             w.kill(f.node)
+        store = w.stores[f.node]
+        if f.kind == "corrupt" and store.entries:  # found when the restart reads it back
+            i = f.arg % len(store.entries)
+            store.corrupt(i)
+            w.corrupted.add(f.node)
+            w.note(f"a bad block under entry {store.log_start + i} of the metadata log of {f.node}")
 
         def restart(n=f.node):
             down.discard(n)
@@ -405,6 +425,12 @@ def _restart_failed(w: World, down: set[int]) -> None:
         if why is not None:
             w.note(f"node {nid} stopped: {why!r}")
             w.kill(nid)
+            if isinstance(why, CorruptMetadataLogError):  # the operator moves the broker's metadata log away:
+                if nid not in w.corrupted:                 # it fetches it again from the controllers
+                    raise w.violation(f"node {nid}: {why} (no bad block was put there)")
+                w.corrupted.discard(nid)
+                w.stores[nid] = SimRaftStore(random.Random(f"disk-{w.seed}-{nid}-again"))
+                w.note(f"metadata log of {nid} moved away")
             down.add(nid)
             _impaired(w, nid, 1.0)  # down until the restart below, as after a kill fault
 

@@ -124,6 +124,7 @@ class World:
         self.powered: set[int] = set()  # nodes that lost power at some point
         self.impaired: dict[int, int] = {}  # node -> faults (cut, paused, down) it is under now
         self.power_while_impaired = False  # a broker lost power while another was impaired
+        self.corrupted: set[int] = set()  # nodes whose metadata log got a bad block (not yet found)
         self.files = SimFiles()
         self.files.install()
         self.failure: InvariantViolation | None = None  # found inside a node's code: raised by the checker

@@ -80,3 +80,17 @@ START_FAILS_ON_ITS_ONLY_LOG_DIR = [Fault(1.95, "kill", 6, duration=2.37), Fault(
 
 def test_a_broker_whose_start_fails_is_restarted():
     assert run_seed(220, safety_s=4.0, faults=START_FAILS_ON_ITS_ONLY_LOG_DIR).acked > 0
+
+
+# Seed 3123: controller 2, paused and then partitioned, still thinks it is active with an old
+# image in which broker 4 (paused too) is in the ISR of sim-2; controllers 1 and 3 have
+# committed its removal, and leader 5's high watermark moved past broker 4's log end. The
+# checker took the stale controller's ISR for the committed one (a false alarm); it now reads
+# the newest committed image.
+STALE_ACTIVE_CONTROLLER = [Fault(0.13, "cut", 4, duration=6.05), Fault(1.71, "eio", 1, duration=1.94),
+                           Fault(2.07, "pause", 2, duration=5.03), Fault(2.43, "pause", 4, duration=4.64),
+                           Fault(2.50, "partition", 2, duration=3.49)]
+
+
+def test_the_isr_check_reads_the_newest_committed_image_not_a_stale_active_controllers():
+    assert run_seed(3123, safety_s=4.0, faults=STALE_ACTIVE_CONTROLLER).acked > 0

@@ -318,6 +318,9 @@ class Result:
 def _impaired(w: World, nid: int, seconds: float) -> None:
     """``nid`` is cut off, paused or down for ``seconds`` (see ``World.durability_excused``)."""
     w.impaired[nid] = w.impaired.get(nid, 0) + 1
+    now = w.loop.time()
+    if nid in w.broker_ids and any(b != nid and until > now for b, until in w.power_window.items()):
+        w.power_while_impaired = True
 
     def end():
         w.impaired[nid] -= 1
@@ -345,6 +348,8 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
         down.add(f.node)
         if f.kind == "power":
             w.power_loss(f.node)
+            if f.node in w.broker_ids:
+                w.power_window[f.node] = loop.time() + f.duration + 10.0
         else:
             w.kill(f.node)
         store = w.stores[f.node]

@@ -94,3 +94,16 @@ STALE_ACTIVE_CONTROLLER = [Fault(0.13, "cut", 4, duration=6.05), Fault(1.71, "ei
 
 def test_the_isr_check_reads_the_newest_committed_image_not_a_stale_active_controllers():
     assert run_seed(3123, safety_s=4.0, faults=STALE_ACTIVE_CONTROLLER).acked > 0
+
+
+# Seed 97 (of 0..99, shrunk; its corrupt fault played as the kill it starts with): broker 6
+# loses power, then broker 4 stops (EIO on its metadata log) and broker 5 is killed while 6 is
+# still down: 6, the last ISR member with a valid session, comes back with its unsynced tail gone
+# and is elected; the others truncate to it and a committed offset goes back. The KIP-966 gap of
+# World.durability_excused, which stood down only when the other broker was impaired first.
+POWER_THEN_OTHERS_DOWN = [Fault(1.48, "power", 3, duration=0.65), Fault(1.53, "eio", 4, duration=5.36),
+                          Fault(1.73, "power", 6, duration=5.85), Fault(3.14, "kill", 5, duration=2.31)]
+
+
+def test_a_broker_lost_after_another_ones_power_loss_is_excused():
+    assert run_seed(97, safety_s=4.0, faults=POWER_THEN_OTHERS_DOWN).acked > 0

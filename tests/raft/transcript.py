@@ -62,6 +62,10 @@ def render(m: Message) -> str:
             v = "[" + ",".join(r.decode() for r in v) + "]"
         if f.name in ("error",) and v == 0:
             continue
+        if f.name == "leader_endpoint":
+            if v is None:
+                continue
+            v = f"{v[0]}:{v[1]}"
         if f.name in ("diverging_epoch", "diverging_end_offset", "snapshot_end_offset", "snapshot_epoch") and v == -1:
             continue
         parts.append(f"{f.name}={v}")

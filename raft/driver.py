@@ -442,7 +442,8 @@ class RaftMetadataLog:
                 end = note.snapshot.end_offset
                 for p in [p for p in self._pending if p.last < end]:
                     self._pending.remove(p)
-                    p.future.set_exception(NotLeaderError(self._leader))
+                    if not p.future.done():  # (a voter change that timed out cancelled its own)
+                        p.future.set_exception(NotLeaderError(self._leader))
             elif isinstance(note, Committed):
                 batches = self._batches(note)
                 if batches:

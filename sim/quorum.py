@@ -533,7 +533,8 @@ def run_seed(seed: int, safety_ms: int = 8000, verbose: bool = False, dynamic: b
         n_observers = max(n_observers, 1)
         membership = r.choice((100, 300, 1000))
         faults.move_weight = r.choice((0.5, 1.0, 2.0))
-    faults.dup = random.Random(f"dup-{seed}").choice((0.0, 0.0, 0.05, 0.2))  # (own stream: the rest as before)
+    if not dynamic:  # (own stream: the rest as before; the dynamic seeds that pin mutations stay as they were)
+        faults.dup = random.Random(f"dup-{seed}").choice((0.0, 0.0, 0.05, 0.2))
     sim = QuorumSim(seed, n_voters=n_voters, n_observers=n_observers, faults=faults, timeouts=timeouts,
                     snapshot_every=snapshot_every, trace=print if verbose else None, dynamic=dynamic,
                     membership_every_ms=membership)

@@ -58,6 +58,7 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._logs: dict[tuple[str, int], Log] = {}
         self._topic_configs: dict[str, dict[str, Any]] = {}
+        self._configs: dict[tuple, LogConfig] = {}  # config_for: shared LogConfigs by their items
         # krafty.log.writer.threads: where async appends (Log.append_as_*_async) make their write
         # syscalls; None: on the event loop. One log's appends are serialised either way.
         self.writer = ThreadPoolExecutor(writer_threads, thread_name_prefix="log-writer") if writer_threads else None
@@ -186,7 +187,18 @@ class LogManager:
         merged.update(self._topic_configs.get(topic, {}))
         if topic_config:
             merged.update(topic_config)
-        return LogConfig.from_topic_configs(merged)
+        # one LogConfig per distinct config, shared by the logs that have it (never mutated: a
+        # change replaces a log's config): not one per partition
+        try:
+            key = tuple(sorted(merged.items()))
+            cfg = self._configs.get(key)
+        except TypeError:  # an unhashable value
+            return LogConfig.from_topic_configs(merged)
+        if cfg is None:
+            if len(self._configs) >= 1024:
+                self._configs.clear()
+            cfg = self._configs[key] = LogConfig.from_topic_configs(merged)
+        return cfg
 
     def get_or_create(self, topic: str, partition: int, topic_id: uuid.UUID | None = None,
                       topic_config: Mapping[str, Any] | None = None, *, now_ms: int | None = None,

@@ -36,13 +36,13 @@ from .batch import (
     unpack_header,
 )
 from .index import CorruptIndexError, OffsetIndex, TimeIndex, _write_all
-from .txn_index import TXNINDEX_SUFFIX, CorruptTxnIndexError, TransactionIndex
+from .txn_index import CorruptTxnIndexError, TransactionIndex
 
 log = logging.getLogger("krafty.log")
 
 LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIMEINDEX_SUFFIX = ".timeindex"
+INDEX_SUFFIX = OffsetIndex.SUFFIX
+TIMEINDEX_SUFFIX = TimeIndex.SUFFIX
 _SCAN_CHUNK = 16 * 1024
 _RECOVER_CHUNK = 1 << 20
 _RECENT_ENDS = 1024  # batch ends remembered for fast high-watermark positioning
@@ -291,29 +291,29 @@ OPEN_FILES = OpenFiles()
 
 
 class LogSegment:
+    # no instance dict: an idle broker of 100,000 partitions keeps 100,000 of these
+    __slots__ = ("dir", "base_offset", "_prefix", "index", "time_index", "txn_index", "txn_stale",
+                 "index_interval_bytes", "created_ms", "_file", "_released", "deleted", "size", "next_offset",
+                 "max_timestamp", "offset_of_max_timestamp", "first_batch_timestamp", "_bytes_since_index",
+                 "_recent_ends", "writeback_pos", "damage", "__weakref__")
+
     def __init__(self, dir: str, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int,
                  created_ms: int):
         self.dir = dir
         self.base_offset = base_offset
-        prefix = os.path.join(dir, filename_prefix(base_offset))
-        self.log_path = prefix + LOG_SUFFIX
-        me = weakref.ref(self)
-
-        def rebuild() -> None:
-            seg = me()
-            if seg is not None:
-                seg._rebuild_indexes()
-
-        self.index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, index_max_bytes, rebuild)
-        self.time_index = TimeIndex(prefix + TIMEINDEX_SUFFIX, base_offset, index_max_bytes, rebuild)
-        self.txn_index = TransactionIndex(prefix + TXNINDEX_SUFFIX, base_offset)
+        # the one path string of the segment's four files (the indexes share it)
+        self._prefix = prefix = os.path.join(dir, filename_prefix(base_offset))
+        me = weakref.ref(self)  # the indexes call back to rebuild a bad file; weak: no cycle
+        self.index = OffsetIndex(prefix, base_offset, index_max_bytes, me)
+        self.time_index = TimeIndex(prefix, base_offset, index_max_bytes, me)
+        self.txn_index = TransactionIndex(prefix, base_offset)
         # the aborted transactions of this segment must be found again from the log (recovered or
         # a bad .txnindex): the log does it while it replays its producer state
         self.txn_stale = False
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self._file: SegmentFile | None = None
-        self._released: list[list] = []  # graveyard entries of this segment's released descriptors
+        self._released: list[list] | None = None  # graveyard entries of this segment's released descriptors
         self.deleted = False
         self.size = 0
         self.next_offset = base_offset  # offset after the last batch in the segment
@@ -381,6 +381,10 @@ class LogSegment:
         return seg, 0
 
     @property
+    def log_path(self) -> str:
+        return self._prefix + LOG_SUFFIX
+
+    @property
     def file(self) -> SegmentFile:
         """The open log file, opened on first use (old segments hold no descriptor until read)."""
         f = self._file
@@ -409,7 +413,7 @@ class LogSegment:
         entry = retire(self._file)
         self._file = None
         if entry is not None:
-            self._released = [e for e in self._released if e[2] is not None] + [entry]
+            self._released = [e for e in self._released or () if e[2] is not None] + [entry]
 
     def close(self) -> None:
         """Write the final time index entry and the pending index entries; drop the file
@@ -496,7 +500,7 @@ class LogSegment:
         self._file = None
         if self._released:
             retire_sooner(self._released, delay_s)
-            self._released = []
+            self._released = None
         self.index.detach()
         self.time_index.detach()
         self.txn_index.detach()

@@ -134,8 +134,9 @@ class QuorumController:
             try:
                 # a write per batch of FENCE_RECORDS_PER_BATCH records: heartbeats and other writes
                 # are served between them, and each waits for the previous batch's commit
-                while not await self.write(self._fence_stale):
-                    pass
+                for _ in range(1000):  # 1,000,000 records at most per check: a backstop, never reached
+                    if await self.write(self._fence_stale):
+                        break
             except KafkaError as e:
                 log.debug("fencing check skipped: %s", e)
 

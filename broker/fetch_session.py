@@ -194,24 +194,40 @@ class FetchSessionCache:
 
 
 class FetchSessionHandler:
-    """The fetcher side of a session with one broker: builds each request from the full set
-    of partitions wanted now, and reconstructs full answers from incremental responses."""
+    """The fetcher side of a session with one broker: builds each request from the partitions
+    wanted now, and reconstructs full answers from incremental responses.
+
+    ``build(wanted)`` takes the full set each time (partitions left out are forgotten).
+    ``build(wanted, forget)`` takes only what may have changed: partitions the session holds
+    that are in neither stay in it as they were sent (a fetcher with many idle partitions then
+    builds its request without walking them); but a full request (``full_next``) must name
+    them all."""
 
     def __init__(self) -> None:
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
         self.sent: dict[Key, PartitionData] = {}  # the session as the broker knows it
         self.seen: dict[Key, tuple[int, int]] = {}  # (high watermark, log start offset) last answered
-        self._pending: tuple[dict[Key, PartitionData], bool] | None = None
+        self._pending: tuple[dict[Key, PartitionData], list[Key] | None, bool] | None = None
 
-    def build(self, wanted: dict[Key, PartitionData]) -> tuple[int, int, dict[Key, PartitionData], list[Key]]:
+    @property
+    def full_next(self) -> bool:
+        """The next request is a full one (a new session, or none)."""
+        return self.session_id == INVALID_SESSION_ID or self.epoch == INITIAL_EPOCH
+
+    def build(self, wanted: dict[Key, PartitionData], forget: list[Key] | None = None,
+              ) -> tuple[int, int, dict[Key, PartitionData], list[Key]]:
         """(session id, epoch, partitions to send, partitions to forget) for this request."""
-        if self.session_id == INVALID_SESSION_ID or self.epoch == INITIAL_EPOCH:
-            self._pending = (dict(wanted), True)
+        if self.full_next:
+            self._pending = (dict(wanted), None, True)
             return self.session_id, INITIAL_EPOCH, dict(wanted), []
         send = {k: d for k, d in wanted.items() if self.sent.get(k) != d}
-        forget = [k for k in self.sent if k not in wanted]
-        self._pending = (dict(wanted), False)
+        if forget is None:
+            forget = [k for k in self.sent if k not in wanted]
+            self._pending = (dict(wanted), None, False)
+        else:
+            forget = [k for k in forget if k in self.sent and k not in wanted]
+            self._pending = (dict(wanted), forget, False)
         return self.session_id, self.epoch, send, forget
 
     def on_response(self, error: int, session_id: int,
@@ -221,7 +237,7 @@ class FetchSessionHandler:
         (high watermark, log start offset) of every partition the request wanted that the
         response left out because nothing changed, or None if the session failed (the next
         request starts a new one) and the request's partitions are to be retried."""
-        wanted, full = self._pending or ({}, True)
+        wanted, forgot, full = self._pending or ({}, None, True)
         self._pending = None
         if error != ErrorCode.NONE:
             self.reset(close=error != ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
@@ -234,10 +250,16 @@ class FetchSessionHandler:
                 self.session_id, self.epoch, self.sent = session_id, 1, wanted
         else:
             self.epoch = next_epoch(self.epoch)
-            self.sent = wanted
-            for k in list(self.seen):
-                if k not in wanted:
-                    del self.seen[k]
+            if forgot is None:
+                self.sent = wanted
+                for k in list(self.seen):
+                    if k not in wanted:
+                        del self.seen[k]
+            else:
+                self.sent.update(wanted)
+                for k in forgot:
+                    self.sent.pop(k, None)
+                    self.seen.pop(k, None)
         self.seen.update(answered)
         missing = {}
         for k in wanted:

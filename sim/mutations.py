@@ -90,6 +90,16 @@ def hw_ignores_pending_isr_expansion(mp) -> None:
     mp.setattr(PartitionState, "maximal_isr", property(lambda self: self.isr))
 
 
+def metadata_crc_unchecked(mp) -> None:
+    """raft/store.py before its entries carried CRCs: a bad block under a row of the metadata
+    log (SQLite keeps no page checksums) is loaded as a record on restart and served."""
+    import raft.store
+    import sim.raftstore
+    mp.setattr(raft.store, "check_entry", lambda path, offset, e, crc: None)
+    mp.setattr(sim.raftstore, "check_entry", lambda path, offset, e, crc: None)
+
+
 MUTATIONS = {f.__name__: f for f in (hw_ignores_pending_isr_expansion, wall_clock_sessions, vote_twice, vote_for_stale_log,
                                      recovery_drops_a_torn_segment, aborted_index_skipped,
-                                     sync_hands_out_the_leaders_assignment, no_leader_endpoints)}
+                                     sync_hands_out_the_leaders_assignment, metadata_crc_unchecked,
+                                     no_leader_endpoints)}

@@ -11,6 +11,13 @@ address. Faults, all drawn from the world's seed:
 - ``loss``: a gRPC request or reply is lost with probability ``loss`` (the caller sees
   DEADLINE_EXCEEDED at its deadline, the server may have acted: as a lost reply on a real
   network); a stream is reset instead (TCP does not lose bytes silently);
+- ``dup``: a gRPC call is executed twice with probability ``dup``: the server runs the request,
+  its reply is lost with the connection, and the call is sent again (a retried RPC: grpc's
+  retry policy, or a proxy's, re-sends a call that failed UNAVAILABLE with the request already
+  on the server); the caller sees the second execution's reply. Both copies travel with their
+  own delays, so the retry may even overtake the first. TCP streams (the Kafka connections)
+  never deliver bytes twice: there a duplicate is a client's re-send on a new connection after
+  a reset, which the clients do themselves (sim/client.py), so ``dup`` leaves streams alone;
 - ``cut(a, b)``: a one-way cut (nothing from a reaches b); ``partition`` cuts both ways.
   Calls across a cut time out; streams across it are reset, and connecting fails;
 - a killed process (``SimLoop.kill``) serves nothing: calls to it time out, its streams reset.
@@ -49,11 +56,14 @@ def _rpc_error(code: grpc.StatusCode, details: str = "") -> grpc.aio.AioRpcError
 
 
 class SimNet:
-    def __init__(self, loop: SimLoop, rng, *, delay_s: tuple[float, float] = (0.0002, 0.002), loss: float = 0.0):
+    def __init__(self, loop: SimLoop, rng, *, delay_s: tuple[float, float] = (0.0002, 0.002), loss: float = 0.0,
+                 dup: float = 0.0):
         self.loop = loop
         self.rng = rng
         self.delay_s = delay_s
         self.loss = loss
+        self.dup = dup
+        self.duplicated = 0  # calls executed twice
         self.cuts: set[tuple[object, object]] = set()  # (from, to) process names
         self.grpc_servers: dict[str, SimGrpcServer] = {}  # "host:port" -> server
         self.listeners: dict[tuple[str, int], SimListener] = {}
@@ -155,14 +165,17 @@ class SimNet:
         call: list[asyncio.Task] = []
 
         def expire() -> None:  # the caller's deadline
-            if call and not call[0].done():
-                call[0].cancel()
+            for t in call:
+                if not t.done():
+                    t.cancel()
             fail(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer in time")
         timer = loop.call_at(deadline, expire, context=_world_context)
 
-        def arrive() -> None:  # the request reaches the server
+        def arrive(replied: bool = True) -> None:  # the request reaches the server
             handler = srv.handlers.get(method)
             if handler is None or not srv.serving or srv.owner in loop.dead:
+                if not replied:
+                    return  # (the first copy of a retried call: its failure is lost too)
                 code = grpc.StatusCode.UNIMPLEMENTED if handler is None else grpc.StatusCode.DEADLINE_EXCEEDED
                 timer.cancel()
                 fail_at(deadline, code, method)
@@ -171,7 +184,10 @@ class SimNet:
             task = loop.create_task(handler.unary_unary(handler.request_deserializer(data), ctx),
                                     context=srv.context.copy())
             call.append(task)
-            task.add_done_callback(lambda t: answered(t, handler, ctx), context=_world_context)
+            if replied:
+                task.add_done_callback(lambda t: answered(t, handler, ctx), context=_world_context)
+            else:  # its answer, an error as well, goes nowhere
+                task.add_done_callback(lambda t: t.cancelled() or t.exception(), context=_world_context)
 
         def answered(task: asyncio.Task, handler, ctx: _Context) -> None:
             if task.cancelled():
@@ -201,7 +217,12 @@ class SimNet:
                         trailing.extend(ctx.trailing)
                     fut.set_result(body)
             loop.call_at(at, deliver, context=_world_context)
-        loop.call_at(now + self.delay(), arrive, context=_world_context)
+        if self.dup and self.rng.random() < self.dup:  # executed twice: the first reply lost, the call retried
+            self.duplicated += 1
+            loop.call_at(now + self.delay(), arrive, False, context=_world_context)
+            loop.call_at(now + self.delay() * 2 + self.rng.random() * 0.05, arrive, context=_world_context)
+        else:
+            loop.call_at(now + self.delay(), arrive, context=_world_context)
         return fut
 
 

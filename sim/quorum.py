@@ -109,6 +109,7 @@ class _Store(SimRaftStore):
 @dataclasses.dataclass
 class FaultConfig:
     drop: float = 0.0
+    dup: float = 0.0  # share of the quorum's RPCs executed twice (a retried call, sim/net.py)
     max_delay_ms: int = 20
     fault_every_ms: int = 800
     crash_weight: float = 1.0
@@ -215,7 +216,8 @@ class QuorumSim:
         self.trace = trace
         self.loop = SimLoop(seed, start=0.0)
         self.net = SimNet(self.loop, random.Random(f"net-{seed}"),
-                          delay_s=(0.001, max(self.faults.max_delay_ms, 1) / 1000), loss=self.faults.drop)
+                          delay_s=(0.001, max(self.faults.max_delay_ms, 1) / 1000), loss=self.faults.drop,
+                          dup=self.faults.dup)
         self.nodes = {i: SimNode(self, i) for i in self.voters + self.observers}
         self.blocked: set[tuple[int, int]] = set()  # directed links (node ids) that drop everything
         self.leaders: dict[int, int] = {}  # epoch -> leader id
@@ -430,7 +432,7 @@ class QuorumSim:
 
     def heal(self) -> None:
         self.faults_on = False
-        self.net.loss = 0.0
+        self.net.loss = self.net.dup = 0.0
         self.blocked.clear()
         self._apply_cuts()
         for n in self.nodes.values():
@@ -531,6 +533,8 @@ def run_seed(seed: int, safety_ms: int = 8000, verbose: bool = False, dynamic: b
         n_observers = max(n_observers, 1)
         membership = r.choice((100, 300, 1000))
         faults.move_weight = r.choice((0.5, 1.0, 2.0))
+    if not dynamic:  # (own stream: the rest as before; the dynamic seeds that pin mutations stay as they were)
+        faults.dup = random.Random(f"dup-{seed}").choice((0.0, 0.0, 0.05, 0.2))
     sim = QuorumSim(seed, n_voters=n_voters, n_observers=n_observers, faults=faults, timeouts=timeouts,
                     snapshot_every=snapshot_every, trace=print if verbose else None, dynamic=dynamic,
                     membership_every_ms=membership)

@@ -3,26 +3,22 @@
 It outlives the process that uses it (the world keeps one per node), as a disk does. An
 ``apply`` is one transaction made durable by an fsync that takes a random time: a process
 killed during it loses the whole transaction (SQLite's WAL commit is atomic), never part of
-it. Every entry carries a CRC (as SQLite pages and Kafka batches do): ``corrupt`` flips a
-byte of one stored entry, and ``open`` refuses a store whose CRCs do not match, as the real
-store refuses a malformed database, instead of serving a changed record. ``fail_next``
+it. Every entry carries the CRC the real store keeps with it (raft/store.py ``entry_crc``):
+``corrupt`` flips a byte of one stored entry (a bad block under its row), and ``open`` checks
+each entry with the real store's ``check_entry``, which refuses a changed record. ``fail_next``
 makes the next ``apply`` fail with that errno (EIO, ENOSPC) and change nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
-import zlib
 
 from raft.api import Snapshot
 from raft.core import Append, QuorumState, SaveSnapshot, SaveState, Truncate
 from raft.messages import Entry
-
-
-def _crc(e: Entry) -> int:
-    return zlib.crc32(e.data, zlib.crc32(f"{e.epoch}/{e.timestamp_ms}/{int(e.control)}".encode()))
+from raft.store import check_entry
+from raft.store import entry_crc as _crc
 
 
 class SimRaftStore:
@@ -38,8 +34,7 @@ class SimRaftStore:
 
     async def open(self) -> tuple[QuorumState, Snapshot | None, list[Entry]]:
         for i, (e, crc) in enumerate(self.entries):
-            if _crc(e) != crc:
-                raise OSError(errno.EIO, f"metadata log entry {self.log_start + i} fails its checksum")
+            check_entry("(simulated)", self.log_start + i, e, crc)
         return self.state, self.snapshot, [e for e, _ in self.entries]
 
     async def apply(self, ops) -> None:

@@ -5,7 +5,8 @@ check the invariants after every event, heal, check liveness, then check the who
 Faults (drawn from the seed, ``Schedule``): kill -9 and restart of any node (at most one
 controller down at a time, so that the quorum can always recover), partitions isolating a
 node or cutting a broker off the controllers only (fenced, it still serves the other brokers:
-a zombie leader), pauses (SIGSTOP/SIGCONT), one-way cuts, message loss, wall-clock steps of +-60 s on running nodes (controllers
+a zombie leader), pauses (SIGSTOP/SIGCONT), one-way cuts, message loss, gRPC calls executed twice (a retried RPC whose
+first reply was lost: sim/net.py), wall-clock steps of +-60 s on running nodes (controllers
 included: no broker may be fenced for it), EIO from a node's Raft store (the node's
 metadata log stops; the world restarts the node), EIO or ENOSPC on a broker's next partition
 log write (sim/disk.py; a short write first), and power losses (unsynced log data lost, the
@@ -33,6 +34,7 @@ import random
 import time
 
 from raft.core import Role
+from raft.store import CorruptMetadataLogError
 from sim.client import (
     Admin,
     Cluster,
@@ -45,6 +47,7 @@ from sim.client import (
     read_committed,
     read_partition,
 )
+from sim.raftstore import SimRaftStore
 from sim.world import InvariantViolation, Settings, World
 
 TOPIC = "sim"
@@ -56,7 +59,7 @@ LIVENESS_S = 30.0
 @dataclasses.dataclass(frozen=True)
 class Fault:
     at: float  # virtual seconds after the workload starts
-    kind: str  # kill | kill_active | partition | cut | loss | clock | eio | zombie | power | pause | disk
+    kind: str  # kill | kill_active | partition | cut | loss | clock | eio | zombie | power | pause | disk | dup | corrupt
     node: int
     duration: float = 0.0
     arg: int = 0
@@ -84,6 +87,15 @@ def schedule(seed: int, world_nodes: list[int], controllers: list[int], safety_s
         elif kind == "disk":
             arg = rng.choice([errno.EIO, errno.ENOSPC])
         out.append(Fault(at, kind, node, dur, arg))
+    # faults added later draw from a stream of their own: the schedules above stay as they were
+    more = random.Random(f"faults-more-{seed}")
+    if n_faults is None and more.random() < 0.3:  # gRPC calls executed twice (retried RPCs)
+        out.append(Fault(more.random() * safety_s * 0.8, "dup", more.choice(world_nodes), 0.5 + more.random() * 6,
+                         more.randint(5, 50)))
+    brokers = [n for n in world_nodes if n not in controllers]
+    if n_faults is None and brokers and more.random() < 0.15:  # a bad block under a broker's metadata log
+        out.append(Fault(more.random() * safety_s * 0.8, "corrupt", more.choice(brokers), 0.5 + more.random() * 3,
+                         more.randrange(1 << 30)))
     return sorted(out, key=lambda f: f.at)
 
 
@@ -102,9 +114,9 @@ class Checker:
         self.by_owner: dict = {}  # process -> its entry of watch
 
     def _watch_list(self) -> list:
-        """[nid, process, core, loader, last hw, last image, broker, its partitions] of every running
-        node whose metadata log has started (rebuilt when a process starts, dies or finishes
-        starting)."""
+        """[nid, process, core, loader, last hw, last image, broker, its led partitions] of every
+        running node whose metadata log has started (rebuilt when a process starts, dies or
+        finishes starting)."""
         out = []
         for nid, p in self.w.procs.items():
             node = p.node
@@ -114,46 +126,80 @@ class Checker:
 
     def step(self) -> None:
         """After every batch of callbacks: the nodes whose code ran in it are looked at (only
-        their own callbacks change a node's Raft state or image), and every node every 20th."""
+        their own callbacks change a node's Raft state, image or partitions), and every node
+        every 20th."""
         w = self.w
-        self.n += 1
         if w.failure is not None:
             raise w.failure
+        self.n += 1
         if self.version != w.version:
             self.version = w.version
             self.watch = self._watch_list()
             self.by_owner = {ent[1]: ent for ent in self.watch}
         ran = w.loop.ran
         if self.n % 20 == 0:
-            entries = self.watch
-        else:
-            by_owner = self.by_owner
-            entries = [by_owner[o] for o in ran if o in by_owner]
+            ran.clear()
+            for ent in self.watch:
+                self._look(ent, True)
+            if len(self.watch) != sum(1 for p in w.procs.values() if p.alive):
+                self.version = -1  # a node still starting: look again
+            return
+        if not ran:
+            return
+        by_owner = self.by_owner
+        for o in ran:
+            ent = by_owner.get(o)
+            if ent is not None:
+                self._look(ent, False)
         ran.clear()
-        leader = Role.LEADER
-        for ent in entries:
-            core = ent[2]
-            if core.role is leader:
-                prev = self.leaders.setdefault(core.epoch, ent[0])
-                if prev != ent[0]:
-                    raise w.violation(f"two Raft leaders in epoch {core.epoch}: {prev} and {ent[0]}")
-            if core.hw != ent[4]:
-                ent[4] = core.hw
-                self._committed(ent[0], ent[1], core)
-            img = ent[3].image
-            fresh = self.n % 20 == 0
-            if img is not ent[5]:
-                ent[5] = img
-                self._image(ent[0], ent[1], img)
-                fresh = True
-            broker = ent[6]
-            if broker is not None and broker.replicas is not None:
-                if fresh or ent[7] is None:  # leadership changes with the image: who leads what, again
-                    ent[7] = [(tp, part) for tp, part in broker.replicas.partitions.items()
-                              if part.state.leader == part.state.local_broker]
-                self._led(ent[0], ent[1], ent[7])
-        if self.n % 20 == 0 and len(self.watch) != sum(1 for p in w.procs.values() if p.alive):
-            self.version = -1  # a node still starting: look again
+
+    def _look(self, ent: list, fresh: bool) -> None:
+        core = ent[2]
+        if core.role is Role.LEADER:
+            prev = self.leaders.setdefault(core.epoch, ent[0])
+            if prev != ent[0]:
+                raise self.w.violation(f"two Raft leaders in epoch {core.epoch}: {prev} and {ent[0]}")
+        if core.hw != ent[4]:
+            ent[4] = core.hw
+            self._committed(ent[0], ent[1], core)
+        img = ent[3].image
+        if img is not ent[5]:
+            ent[5] = img
+            self._image(ent[0], ent[1], img)
+            fresh = True
+        broker = ent[6]
+        if broker is not None and broker.replicas is not None:
+            led = ent[7]
+            if fresh or led is None:  # leadership changes with the image: who leads what, again
+                last = self.part_hw
+                owner = ent[1]
+                led = ent[7] = []
+                for tp, part in broker.replicas.partitions.items():
+                    st = part.state
+                    if st.leader == st.local_broker:
+                        prev = last.get((owner, tp))
+                        led.append([st, tp, *(prev if prev is not None else (None, None, None))])
+            for rec in led:  # [state, partition, leader epoch, HW, ISR] as last checked
+                st = rec[0]
+                if st.high_watermark != rec[3] or st.isr is not rec[4] or st.leader_epoch != rec[2]:
+                    self._led(ent[0], ent[1], rec)
+
+    def _led(self, nid: int, owner, rec: list) -> None:
+        """A partition ``nid`` leads whose high watermark, ISR or leader epoch changed since it
+        was last looked at (after a step of its own): the high watermark never goes back within
+        a leader epoch, and every in-sync replica holds what the high watermark exposes (its log
+        reaches it: the HW waits for every member of the ISR, a pending expansion's included,
+        KIP-497)."""
+        st, tp = rec[0], rec[1]
+        if st.leader != st.local_broker:
+            return
+        hw, epoch, isr = st.high_watermark, st.leader_epoch, st.isr
+        if rec[2] == epoch and hw < rec[3]:
+            raise self.w.violation(f"high watermark of {tp} went back from {rec[3]} to {hw} on leader {nid} "
+                                   f"in epoch {epoch}")
+        rec[2], rec[3], rec[4] = epoch, hw, isr
+        self.part_hw[(owner, tp)] = (epoch, hw, isr)
+        self._isr_holds(nid, tp, hw, isr, epoch)
 
     def _committed(self, nid: int, key, core) -> None:
         """The metadata log's committed entries of one node agree with every other node's."""
@@ -165,8 +211,11 @@ class Checker:
             mine = (e.epoch, e.data)
             seen = self.committed.setdefault(off, mine)
             if seen != mine:
-                raise w.violation(f"node {nid} committed {mine[0]}:{mine[1][:20]!r} at metadata offset {off}, "
-                                  f"another node {seen[0]}:{seen[1][:20]!r}")
+                at = next((i for i, (a, b) in enumerate(zip(mine[1], seen[1], strict=False)) if a != b),
+                          min(len(mine[1]), len(seen[1])))
+                lo = max(0, at - 10)
+                raise w.violation(f"node {nid} committed {mine[0]}:...{mine[1][lo:at + 10]!r} at metadata offset {off}, "
+                                  f"another node {seen[0]}:...{seen[1][lo:at + 10]!r} (byte {at} differs)")
         if hw > lo:
             self.checked_hw[key] = hw
 
@@ -195,34 +244,17 @@ class Checker:
                     raise w.violation(f"{where}: leader epoch went back to {reg.leader_epoch}")
                 self.leader_epochs[k] = reg.leader_epoch
 
-    def _led(self, nid: int, owner, partitions) -> None:
-        """The partitions ``nid`` leads, after a step of its own: the high watermark never goes
-        back within a leader epoch, and where it or the ISR changed, every in-sync replica holds
-        what the high watermark exposes (its log reaches it: the HW waits for every member of
-        the ISR, a pending expansion's included, KIP-497)."""
-        last = self.part_hw
-        for tp, part in partitions:
-            st = part.state
-            if st.leader != st.local_broker:
-                continue
-            key = (owner, tp)
-            hw, epoch, isr = st.high_watermark, st.leader_epoch, st.isr
-            prev = last.get(key)
-            if prev is not None and prev[0] == epoch:
-                if hw < prev[1]:
-                    raise self.w.violation(f"high watermark of {tp} went back from {prev[1]} to {hw} on leader {nid} "
-                                           f"in epoch {epoch}")
-                if hw == prev[1] and isr is prev[2]:
-                    continue
-            last[key] = (epoch, hw, isr)
-            self._isr_holds(nid, tp, hw, isr, epoch)
-
     def _registration(self, tp):
-        """The partition as the active controller has it committed (None: unknown)."""
-        c = self.w.active_controller()
-        if c is None:
-            return None
-        t = self.w.node(c).loader.image.topics_by_name.get(tp[0])
+        """The partition as the newest committed metadata has it: the image of the running
+        controller that has loaded the most (None: unknown). Not the image of whichever
+        controller thinks it is active: a paused or cut-off one may still think so with an old
+        image (seed 3123: its ISR still had a replica the others had already removed)."""
+        img = None
+        for c in self.w.controller_ids:
+            n = self.w.node(c)
+            if n is not None and (img is None or n.loader.image.offset > img.offset):
+                img = n.loader.image
+        t = img.topics_by_name.get(tp[0]) if img is not None else None
         return t.partitions.get(tp[1]) if t is not None else None
 
     def _controller_isrs(self, img) -> None:
@@ -280,11 +312,15 @@ class Result:
     fenced: set[int]
     commits: int = 0  # offset commits acknowledged
     disk_failures: int = 0  # partition log writes failed by the simulated disk
+    grpc_dups: int = 0  # gRPC calls executed twice (the "dup" fault)
 
 
 def _impaired(w: World, nid: int, seconds: float) -> None:
     """``nid`` is cut off, paused or down for ``seconds`` (see ``World.durability_excused``)."""
     w.impaired[nid] = w.impaired.get(nid, 0) + 1
+    now = w.loop.time()
+    if nid in w.broker_ids and any(b != nid and until > now for b, until in w.power_window.items()):
+        w.power_while_impaired = True
 
     def end():
         w.impaired[nid] -= 1
@@ -294,7 +330,7 @@ def _impaired(w: World, nid: int, seconds: float) -> None:
 def _apply(w: World, f: Fault, down: set[int]) -> None:
     """Starts fault ``f`` now and schedules its end."""
     loop = w.loop
-    if f.kind in ("kill", "power", "pause", "partition", "zombie", "cut"):
+    if f.kind in ("kill", "power", "pause", "partition", "zombie", "cut", "corrupt"):
         _impaired(w, f.node, f.duration)
     if f.kind == "loss":  # the whole network's: lost heartbeats may fence any broker (seed 20979)
         for n in w.broker_ids:
@@ -304,16 +340,24 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
         if active is None:
             return
         f = dataclasses.replace(f, kind="kill", node=active)
-    if f.kind in ("kill", "power"):
+    if f.kind in ("kill", "power", "corrupt"):
         if f.node in w.controller_ids and any(c in down for c in w.controller_ids):
             return  # one controller down at a time: the quorum must be able to recover
-        if f.node in down:
-            return
+        if f.node in down or (f.kind == "corrupt" and f.node in w.controller_ids):
+            return  # (a voter's metadata log is not thrown away: only brokers' get the bad block)
         down.add(f.node)
         if f.kind == "power":
             w.power_loss(f.node)
+            if f.node in w.broker_ids:
+                w.power_window[f.node] = loop.time() + f.duration + 10.0
         else:
             w.kill(f.node)
+        store = w.stores[f.node]
+        if f.kind == "corrupt" and store.entries:  # found when the restart reads it back
+            i = f.arg % len(store.entries)
+            store.corrupt(i)
+            w.corrupted.add(f.node)
+            w.note(f"a bad block under entry {store.log_start + i} of the metadata log of {f.node}")
 
         def restart(n=f.node):
             down.discard(n)
@@ -342,6 +386,10 @@ def _apply(w: World, f: Fault, down: set[int]) -> None:
         w.net.loss = f.arg / 100
         w.note(f"loss {f.arg}%")
         loop.call_later(f.duration, lambda: setattr(w.net, "loss", 0.0))
+    elif f.kind == "dup":  # the whole network's gRPC calls (Raft, controller channel): some run twice
+        w.net.dup = f.arg / 100
+        w.note(f"gRPC calls executed twice: {f.arg}%")
+        loop.call_later(f.duration, lambda: setattr(w.net, "dup", 0.0))
     elif f.kind == "clock":
         p = w.procs[f.node]
         p.clock.step_wall(f.arg)
@@ -382,6 +430,12 @@ def _restart_failed(w: World, down: set[int]) -> None:
         if why is not None:
             w.note(f"node {nid} stopped: {why!r}")
             w.kill(nid)
+            if isinstance(why, CorruptMetadataLogError):  # the operator moves the broker's metadata log away:
+                if nid not in w.corrupted:                 # it fetches it again from the controllers
+                    raise w.violation(f"node {nid}: {why} (no bad block was put there)")
+                w.corrupted.discard(nid)
+                w.stores[nid] = SimRaftStore(random.Random(f"disk-{w.seed}-{nid}-again"))
+                w.note(f"metadata log of {nid} moved away")
             down.add(nid)
             _impaired(w, nid, 1.0)  # down until the restart below, as after a kill fault
 
@@ -446,7 +500,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     w.run_for(safety_s)
     # heal: every fault ends (scheduled ends may still be pending: force them)
     w.net.heal()
-    w.net.loss = 0.0
+    w.net.loss = w.net.dup = 0.0
     if not w.run_for(LIVENESS_S, _all_done(tasks)):
         raise w.violation(f"producers and consumer did not finish within {LIVENESS_S} s of healing "
                           f"(still down: {sorted(down)})")
@@ -490,7 +544,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
         raise w.violation(f"acknowledged topics missing: {set(created) - set(img.topics_by_name)}")
     res = Result(seed, loop.time() - 1000, time.perf_counter() - t0, sum(len(p.acked) for p in producers),
                  len(consumer.seen), plan, w.trace, loop.steps, checker.fenced, committer.commits,
-                 w.files.failures)
+                 w.files.failures, w.net.duplicated)
     if verbose:
         print("\n".join(w.trace))
     return res

@@ -33,7 +33,6 @@ import dataclasses
 import os
 import random
 import shutil
-import tempfile
 import uuid
 from collections.abc import Callable
 
@@ -46,6 +45,7 @@ from broker.log.txn_index import TXNINDEX_SUFFIX
 from broker.replica.partition import PartitionState
 from common.errors import ErrorCode, KafkaError
 from metadata.image import PartitionRegistration
+from sim.disk import scratch_dir
 
 TOPIC_ID = uuid.UUID(int=19)
 MAX = 1 << 20
@@ -98,7 +98,8 @@ class World:
         self.rng = random.Random(seed)
         self.cfg = config or Config.swarm(random.Random(seed * 31 + 7))
         self.trace = trace or (lambda _s: None)
-        self.dir = tempfile.mkdtemp(prefix=f"txnsim-{seed}-")
+        self.dir = scratch_dir(f"txnsim-{seed}-")
+        self.decoded: dict[bytes, list] = {}  # batch bytes -> its records (_decode)
         self.now = 1_000
         cfg = {"segment.bytes": self.cfg.segment_bytes, "cleanup.policy": "compact" if self.cfg.compacted else "delete"}
         self.log_config = LogConfig.from_topic_configs(cfg)
@@ -416,7 +417,7 @@ class World:
                 waiting.setdefault(h.producer_id, []).append(h.base_offset)
         if waiting:
             raise InvariantViolation(f"LSO {lso} exposes transactions without a marker: {waiting}")
-        seen = read_committed(lg, lso)
+        seen = read_committed(lg, lso, self.decoded)
         expected = self._committed_below(lg, lso)
         if self.cfg.compacted:
             bad = [v for v in seen if v not in set(expected) and not v.startswith(b"plain")]
@@ -437,7 +438,7 @@ class World:
         the coordinator's decisions: plain records, and those of committed transactions."""
         out = []
         markers = {h.producer_id: h for h in _headers(lg) if h.is_control}
-        for h, recs in _batches(lg, lso):
+        for h, recs in _batches(lg, lso, self.decoded):
             if h.is_control:
                 continue
             if h.is_transactional:
@@ -525,18 +526,31 @@ def _headers(lg: Log):
             yield from s.iter_headers(0)
 
 
-def _batches(lg: Log, upto: int):
+def _decode(data: bytes, h, cache: dict | None) -> list:
+    """The records of the batch at ``h`` in ``data``; with ``cache``, decoded once per distinct
+    batch bytes (the checks after every event read the whole log again: its batches rarely change)."""
+    raw = data[h.pos:h.pos + h.size]
+    if cache is None:
+        return decode_records(raw)
+    recs = cache.get(raw)
+    if recs is None:
+        recs = cache[raw] = decode_records(raw)
+    return recs
+
+
+def _batches(lg: Log, upto: int, cache: dict | None = None):
     off = lg.log_start_offset
     while off < upto and (sl := lg.read(off, MAX, upto)) is not None:
         data = lg.read_bytes(sl)
         for h in parse_batches(data):
-            yield h, decode_records(data[h.pos:h.pos + h.size])
+            yield h, _decode(data, h, cache)
             off = h.last_offset + 1
 
 
-def read_committed(lg: Log, lso: int) -> list[bytes]:
+def read_committed(lg: Log, lso: int, cache: dict | None = None) -> list[bytes]:
     """A read_committed consumer from the log start: records below the LSO, the aborted
-    transactions listed with each fetch dropped as Kafka clients drop them."""
+    transactions listed with each fetch dropped as Kafka clients drop them (``cache``: see
+    ``_decode``)."""
     out: list[bytes] = []
     off = lg.log_start_offset
     while off < lso and (sl := lg.read(off, 600, lso, min_one_batch=True)) is not None:
@@ -549,7 +563,7 @@ def read_committed(lg: Log, lso: int) -> list[bytes]:
             if h.is_control:
                 skipping.discard(h.producer_id)
             elif not (h.is_transactional and h.producer_id in skipping):
-                out += [r.value for r in decode_records(data[h.pos:h.pos + h.size])]
+                out += [r.value for r in _decode(data, h, cache)]
             off = h.last_offset + 1
     return out
 

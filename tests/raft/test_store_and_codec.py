@@ -95,3 +95,46 @@ async def test_a_gap_in_the_stored_log_is_refused_on_open(tmp_path):
     with pytest.raises(RuntimeError, match="gap"):
         await s.open()
     await s.close()
+
+
+async def test_a_corrupt_block_under_an_entry_or_the_snapshot_is_refused_on_open(tmp_path):
+    """SQLite keeps no page checksums: a changed byte in a row must be found by the entry's CRC."""
+    import sqlite3
+
+    from raft.store import CorruptMetadataLogError
+
+    s = SqliteStore(str(tmp_path / "db"))
+    await s.open()
+    await s.apply([Append(0, entries(1, "a", "b", "c")), SaveSnapshot(Snapshot(1, 1, (b"k=v",)))])
+    await s.close()
+    path = tmp_path / "db" / "raft.db"
+    with sqlite3.connect(path) as db:  # one bit of entry 2's data flips, its stored CRC stays
+        db.execute("UPDATE entries SET data = ? WHERE offset = 2", (b"C",))
+    s = SqliteStore(str(tmp_path / "db"))
+    with pytest.raises(CorruptMetadataLogError, match="entry at offset 2 does not match its CRC"):
+        await s.open()
+    await s.close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE entries SET data = ? WHERE offset = 2", (b"c",))
+        db.execute("UPDATE snapshot SET epoch = 3")
+    s = SqliteStore(str(tmp_path / "db"))
+    with pytest.raises(CorruptMetadataLogError, match="snapshot at offset 1"):
+        await s.open()
+    await s.close()
+
+
+async def test_a_store_from_before_the_crc_column_opens_and_checks_new_entries(tmp_path):
+    import sqlite3
+
+    (tmp_path / "db").mkdir()
+    with sqlite3.connect(tmp_path / "db" / "raft.db") as db:
+        db.executescript("""
+            CREATE TABLE entries (offset INTEGER PRIMARY KEY, epoch INTEGER NOT NULL,
+                timestamp_ms INTEGER NOT NULL, control INTEGER NOT NULL, data BLOB NOT NULL);
+            INSERT INTO entries VALUES (0, 1, 100, 0, x'61');""")
+    s = SqliteStore(str(tmp_path / "db"))
+    assert [e.data for e in (await s.open())[2]] == [b"a"]
+    await s.apply([Append(1, entries(1, "b"))])
+    await s.close()
+    with sqlite3.connect(tmp_path / "db" / "raft.db") as db:
+        assert db.execute("SELECT crc IS NULL FROM entries ORDER BY offset").fetchall() == [(1,), (0,)]

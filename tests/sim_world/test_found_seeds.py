@@ -80,3 +80,30 @@ START_FAILS_ON_ITS_ONLY_LOG_DIR = [Fault(1.95, "kill", 6, duration=2.37), Fault(
 
 def test_a_broker_whose_start_fails_is_restarted():
     assert run_seed(220, safety_s=4.0, faults=START_FAILS_ON_ITS_ONLY_LOG_DIR).acked > 0
+
+
+# Seed 3123: controller 2, paused and then partitioned, still thinks it is active with an old
+# image in which broker 4 (paused too) is in the ISR of sim-2; controllers 1 and 3 have
+# committed its removal, and leader 5's high watermark moved past broker 4's log end. The
+# checker took the stale controller's ISR for the committed one (a false alarm); it now reads
+# the newest committed image.
+STALE_ACTIVE_CONTROLLER = [Fault(0.13, "cut", 4, duration=6.05), Fault(1.71, "eio", 1, duration=1.94),
+                           Fault(2.07, "pause", 2, duration=5.03), Fault(2.43, "pause", 4, duration=4.64),
+                           Fault(2.50, "partition", 2, duration=3.49)]
+
+
+def test_the_isr_check_reads_the_newest_committed_image_not_a_stale_active_controllers():
+    assert run_seed(3123, safety_s=4.0, faults=STALE_ACTIVE_CONTROLLER).acked > 0
+
+
+# Seed 97 (of 0..99, shrunk; its corrupt fault played as the kill it starts with): broker 6
+# loses power, then broker 4 stops (EIO on its metadata log) and broker 5 is killed while 6 is
+# still down: 6, the last ISR member with a valid session, comes back with its unsynced tail gone
+# and is elected; the others truncate to it and a committed offset goes back. The KIP-966 gap of
+# World.durability_excused, which stood down only when the other broker was impaired first.
+POWER_THEN_OTHERS_DOWN = [Fault(1.48, "power", 3, duration=0.65), Fault(1.53, "eio", 4, duration=5.36),
+                          Fault(1.73, "power", 6, duration=5.85), Fault(3.14, "kill", 5, duration=2.31)]
+
+
+def test_a_broker_lost_after_another_ones_power_loss_is_excused():
+    assert run_seed(97, safety_s=4.0, faults=POWER_THEN_OTHERS_DOWN).acked > 0

@@ -171,3 +171,15 @@ def test_concurrent_add_partitions_for_a_completing_transaction_do_not_livelock(
 
 def test_mutation_two_members_owning_a_partition_in_one_generation_is_caught(monkeypatch):
     assert "owned by" in _caught(monkeypatch, "sync_hands_out_the_leaders_assignment", range(3), None, 4.0)
+
+
+# a broker down for a second while a block under entry 12 of its metadata log goes bad
+CORRUPT_BROKER_METADATA = [Fault(1.0, "corrupt", 5, duration=1.0, arg=100 * 7919)]
+
+
+def test_mutation_a_metadata_log_without_crcs_serves_a_corrupt_record(monkeypatch):
+    """With the CRC check, the restarted broker refuses its metadata log (the world, as an
+    operator, moves it away and the broker fetches it again); without it, the broker replays
+    the changed record and the committed metadata differs between nodes."""
+    message = _caught(monkeypatch, "metadata_crc_unchecked", [100], CORRUPT_BROKER_METADATA, 3.0)
+    assert "at metadata offset 12" in message and "byte" in message

@@ -238,20 +238,22 @@ def test_closing_the_log_manager_stops_a_running_compaction_promptly(tmp_path, m
     fill(lg, rounds=40)
     real = cleaner_mod.iter_records
     decoding = threading.Event()
+    decoded = [0]
 
     def slow_records(data, limit):
         decoding.set()
+        decoded[0] += 1
         time.sleep(0.02)  # ~120 batches, two passes: several seconds without a stop
         return real(data, limit)
 
     monkeypatch.setattr(cleaner_mod, "iter_records", slow_records)
     cleaner, out = _in_thread(mgr.cleaner_check, 10_000, None)
     assert decoding.wait(10)
-    t0 = time.monotonic()
+    before = decoded[0]
     mgr.close()
-    took = time.monotonic() - t0
     assert not cleaner.is_alive(), "close() returned while the cleaner was still running"
-    assert took < 1.0, f"close() waited {took:.2f}s for the cleaner"
+    # promptly = within a batch or two of the stop, whatever the machine's load (a whole pass is ~120)
+    assert decoded[0] - before <= 2, f"the cleaner decoded {decoded[0] - before} more batches after close()"
     assert "error" not in out, out
     cleaner.join(10)
     reopened = LogManager([str(tmp_path)], {"cleanup.policy": "compact", "segment.bytes": 400}, now_ms=0)

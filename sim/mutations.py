@@ -80,6 +80,20 @@ def hw_ignores_pending_isr_expansion(mp) -> None:
     mp.setattr(PartitionState, "maximal_isr", property(lambda self: self.isr))
 
 
+def in_flight_fetch_applied_after_becoming_leader(mp) -> None:
+    """A follower's replica Fetch answer that arrives after the partition stopped following that
+    leader (it became leader itself, or follows a newer one) is still applied: before commit
+    2714e90 unfollowing only dropped the partition's fetch state, which kept its request in flight,
+    and nothing checked the partition still followed when the answer came (stale records of the
+    old epoch after the new leader's epoch start, a follower high watermark set on a leader)."""
+    from broker.replica.fetcher import ReplicaFetcherManager
+    from broker.replica.follower import FollowerFetchState
+    mp.setattr(FollowerFetchState, "stop", lambda self: None)
+    mp.setattr(ReplicaFetcherManager, "_current",
+               lambda self, tp, part, fs, lg: self.rm.partitions.get(tp) is part and part.log is lg)
+
+
 MUTATIONS = {f.__name__: f for f in (hw_ignores_pending_isr_expansion, wall_clock_sessions, vote_twice, vote_for_stale_log,
                                      recovery_drops_a_torn_segment, aborted_index_skipped,
-                                     sync_hands_out_the_leaders_assignment)}
+                                     sync_hands_out_the_leaders_assignment,
+                                     in_flight_fetch_applied_after_becoming_leader)}

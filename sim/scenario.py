@@ -32,6 +32,7 @@ import os
 import random
 import time
 
+from broker.log.batch import parse_batches
 from raft.core import Role
 from sim.client import (
     Admin,
@@ -475,6 +476,7 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     t = w.spawn(last.name, last.run(loop.time() + 0.5))
     if not w.run_for(LIVENESS_S, t.done) or not last.acked:
         raise w.violation("no write acknowledged after healing")
+    _check_replicas_converge(w)
     loop.on_step = None
     _check_history(w, producers + [last], consumer)
     _check_transactions(w, txn_producers)
@@ -538,6 +540,71 @@ def _check_history(w: World, producers: list[Producer], consumer: Consumer) -> N
     for (p, off), v in consumer.seen.items():
         if logs[p].get(off) != v:
             raise w.violation(f"consumer was given {v!r} at {p}/{off}; the log now has {logs[p].get(off)!r}")
+
+
+def _replica_batches(lg, end: int) -> list[tuple[int, int, int, int]]:
+    """(base offset, last offset, partition leader epoch, CRC) of the batches of ``lg`` below ``end``."""
+    out, pos = [], lg.log_start_offset
+    while pos < end:
+        sl = lg.read(pos, 1 << 20, end)
+        if sl is None:
+            break
+        hs = parse_batches(lg.read_bytes(sl))
+        if not hs:
+            break
+        out += [(h.base_offset, h.last_offset, h.partition_leader_epoch, h.crc) for h in hs]
+        pos = hs[-1].last_offset + 1
+    return out
+
+
+def _check_replicas_converge(w: World) -> None:
+    """After healing, with the clients stopped: every replica of every partition is back in the
+    ISR, at the leader's log end, and holds the leader's batches (offsets, leader epochs, CRCs)
+    from the later of the two log starts: replicas that diverged (a follower that appended an
+    answer fetched for a leadership that had ended) never converge."""
+    def caught_up() -> bool:
+        c = w.active_controller()
+        if c is None:
+            return False
+        for name, t in w.node(c).loader.image.topics_by_name.items():
+            for pid, reg in t.partitions.items():
+                if sorted(reg.isr) != sorted(reg.replicas) or reg.leader < 0:
+                    return False
+                ends = set()
+                for r in reg.replicas:
+                    n = w.node(r)
+                    part = n.broker.replicas.partitions.get((name, pid)) if n is not None and n.broker else None
+                    if part is None:
+                        return False
+                    ends.add(part.log.log_end_offset)
+                    if r == reg.leader:
+                        ends.add(part.state.high_watermark)
+                if len(ends) != 1:
+                    return False
+        return True
+    if not w.run_for(LIVENESS_S, caught_up):
+        c = w.active_controller()
+        img = w.node(c).loader.image if c is not None else None
+        behind = [] if img is None else [
+            (name, pid, list(reg.isr), list(reg.replicas)) for name, t in img.topics_by_name.items()
+            for pid, reg in t.partitions.items() if sorted(reg.isr) != sorted(reg.replicas)]
+        raise w.violation(f"replicas did not catch up with their leaders within {LIVENESS_S} s of healing "
+                          f"(partitions short of their replicas in the ISR: {behind[:5]})")
+    img = w.node(w.active_controller()).loader.image
+    for name, t in img.topics_by_name.items():
+        for pid, reg in t.partitions.items():
+            leader = w.node(reg.leader).broker.replicas.partitions[(name, pid)].log
+            for r in reg.replicas:
+                if r == reg.leader:
+                    continue
+                lg = w.node(r).broker.replicas.partitions[(name, pid)].log
+                start, end = max(lg.log_start_offset, leader.log_start_offset), leader.log_end_offset
+                mine = [b for b in _replica_batches(lg, end) if b[0] >= start]
+                theirs = [b for b in _replica_batches(leader, end) if b[0] >= start]
+                if mine != theirs:
+                    diff = next((a, b) for a, b in zip(mine + [None], theirs + [None], strict=False) if a != b)
+                    raise w.violation(f"{name}-{pid}: replica {r} holds other batches than leader {reg.leader} "
+                                      f"(first difference: {diff[0]} vs {diff[1]}; (base, last, epoch, crc))")
 
 
 def _check_generations(w: World, book: dict) -> None:

@@ -168,3 +168,20 @@ def test_concurrent_add_partitions_for_a_completing_transaction_do_not_livelock(
 
 def test_mutation_two_members_owning_a_partition_in_one_generation_is_caught(monkeypatch):
     assert "owned by" in _caught(monkeypatch, "sync_hands_out_the_leaders_assignment", range(3), None, 4.0)
+
+
+# --- the in-flight fetch applied after becoming leader (commit 2714e90) ---
+
+# Two leaders in turn cut off from the controllers long enough to be fenced (zombies: they still
+# serve the other brokers' fetches), so that a follower's Fetch is in flight to the old leader
+# while the follower becomes leader itself.
+ZOMBIE_LEADERS = [Fault(0.3, "zombie", 4, duration=4.5), Fault(1.0, "zombie", 5, duration=4.5)]
+
+
+def test_mutation_an_in_flight_fetch_applied_after_becoming_leader_is_caught(monkeypatch):
+    """The answer of a replica Fetch sent before the follower became leader, applied after: its
+    log takes the old leader's batches after its own epoch began, and the replicas of the
+    partition never agree again. Caught by the check that after healing every replica rejoins
+    the ISR with the leader's batches."""
+    assert "did not catch up" in _caught(monkeypatch, "in_flight_fetch_applied_after_becoming_leader", range(3, 4),
+                                         ZOMBIE_LEADERS, 4.0)

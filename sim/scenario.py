@@ -46,6 +46,7 @@ from sim.client import (
     read_committed,
     read_partition,
 )
+from sim.members import GroupWorkload
 from sim.world import InvariantViolation, Settings, World
 
 TOPIC = "sim"
@@ -438,6 +439,8 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     tasks += [w.spawn(m.name, m.run(until)) for m in members]
     committer = Committer(w, consumer)
     tasks.append(w.spawn("committer", committer.run(until)))
+    groups = GroupWorkload(w, TOPIC, PARTITIONS)  # KIP-848 members and share consumers, on some seeds
+    tasks += groups.tasks(until)
 
     def watchdog():
         _restart_failed(w, down)
@@ -478,7 +481,8 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
         raise w.violation("no write acknowledged after healing")
     _check_replicas_converge(w)
     loop.on_step = None
-    _check_history(w, producers + [last], consumer)
+    logs = _check_history(w, producers + [last], consumer)
+    groups.finish(logs, LIVENESS_S)
     _check_transactions(w, txn_producers)
     _check_generations(w, book)
     if loop.errors:  # an exception nobody handled (a task that died unseen, a callback that raised)
@@ -498,7 +502,9 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     return res
 
 
-def _check_history(w: World, producers: list[Producer], consumer: Consumer) -> None:
+def _check_history(w: World, producers: list[Producer], consumer: Consumer) -> dict[int, dict[int, bytes]] | None:
+    """The partitions of TOPIC as read back after healing ({partition: {offset: value}}), checked;
+    None when durability is excused (see ``World.durability_excused``)."""
     reader = Cluster(w, "verifier")
     logs: dict[int, dict[int, bytes]] = {}
 
@@ -532,7 +538,7 @@ def _check_history(w: World, producers: list[Producer], consumer: Consumer) -> N
             raise w.violation(f"partition {p}: {dup!r} written twice (idempotence)")
     if w.durability_excused():
         w.note(f"power lost on brokers {sorted(w.powered)}: acknowledged and consumed data not checked")
-        return
+        return None
     for prod in producers:
         for p, off, v in prod.acked:
             if logs[p].get(off) != v:
@@ -540,6 +546,7 @@ def _check_history(w: World, producers: list[Producer], consumer: Consumer) -> N
     for (p, off), v in consumer.seen.items():
         if logs[p].get(off) != v:
             raise w.violation(f"consumer was given {v!r} at {p}/{off}; the log now has {logs[p].get(off)!r}")
+    return logs
 
 
 def _replica_batches(lg, end: int) -> list[tuple[int, int, int, int]]:

@@ -159,7 +159,9 @@ class ConsumerMember(_GroupClient):
     async def _reconcile(self, target: set[int]) -> None:
         revoked, added = self.owned - target, target - self.owned
         if revoked:
-            await self._commit(revoked)  # (onPartitionsRevoked: commit what was processed)
+            # onPartitionsRevoked: the records in hand are processed first (a while), then committed
+            await asyncio.sleep(self.cl.rng.random() * 0.3)
+            await self._commit(revoked)
             self.owned -= revoked
             for p in revoked:
                 self.pos.pop(p, None)

@@ -185,3 +185,21 @@ def test_mutation_an_in_flight_fetch_applied_after_becoming_leader_is_caught(mon
     the ISR with the leader's batches."""
     assert "did not catch up" in _caught(monkeypatch, "in_flight_fetch_applied_after_becoming_leader", range(3, 4),
                                          ZOMBIE_LEADERS, 4.0)
+
+
+# --- KIP-848 members and share consumers in the worlds (sim/members.py) ---
+
+def test_mutation_a_partition_given_before_its_revocation_is_acknowledged_is_caught(monkeypatch):
+    assert "still owns" in _caught(monkeypatch, "revocation_not_awaited", (3, 7), None, 4.0)
+
+
+def test_mutation_a_share_accept_taken_for_a_release_is_caught(monkeypatch):
+    assert "again after its acknowledgement" in _caught(monkeypatch, "share_accept_releases", (3, 4), None, 4.0)
+
+
+def test_mutation_share_locks_that_expire_at_once_are_caught(monkeypatch):
+    assert "while share-" in _caught(monkeypatch, "share_lock_expires_at_once", (3, 1, 4), None, 4.0)
+
+
+def test_mutation_a_share_delivery_limit_never_applied_is_caught(monkeypatch):
+    assert "above the limit" in _caught(monkeypatch, "share_delivery_limit_ignored", (4, 1, 3), None, 4.0)

@@ -80,3 +80,17 @@ START_FAILS_ON_ITS_ONLY_LOG_DIR = [Fault(1.95, "kill", 6, duration=2.37), Fault(
 
 def test_a_broker_whose_start_fails_is_restarted():
     assert run_seed(220, safety_s=4.0, faults=START_FAILS_ON_ITS_ONLY_LOG_DIR).acked > 0
+
+
+# Seed 100 (python -m sim.run_world --seeds 100 --start 40 --safety-s 4, once share consumers were in
+# the worlds; shrunk): controller 1 and broker 5 are killed; a ShareFetch's acquisition waits for its
+# write to the share coordinator longer than the acquisition lock (2 s), the lock expires, another
+# consumer acquires the records (delivery count 2), and then the first answer goes out with them too:
+# two consumers hold the same records at once. A leader now delivers only what the member still
+# holds in that delivery once the write is done (SharePartition.still_acquired).
+SLOW_ACQUISITION_WRITE = [Fault(0.20881864428076258, "kill", 1, duration=3.3262355896758935),
+                          Fault(0.5767116342205661, "kill", 5, duration=1.4425076949198488)]
+
+
+def test_records_whose_lock_expired_while_their_acquisition_was_written_are_not_delivered():
+    assert run_seed(100, safety_s=4.0, faults=SLOW_ACQUISITION_WRITE).acked > 0

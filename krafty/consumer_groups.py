@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 from broker.protocol.apis import ApiKey
 from common.clock import SYSTEM
 from common.errors import ErrorCode
-from krafty.admin_tool import AdminClient, ToolError, UsageError, command_config_security, parse_bootstrap
+from krafty.admin_tool import (
+    AdminClient,
+    Parser,
+    ToolError,
+    UsageError,
+    command_config_security,
+    parse_bootstrap,
+)
 from krafty.admin_tool import err_code as _err
 from krafty.admin_tool import err_name as _err_name
 
@@ -320,16 +327,10 @@ def parse_topic_specs(values: list[str]) -> list[tuple[str, list[int] | None]]:
     return out
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # exit code 2 and the usage, like argparse, but one clear line first
-        self.print_usage(sys.stderr)
-        self.exit(2, f"consumer-groups: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="krafty consumer-groups",
-                description="List, describe, delete consumer groups and reset their offsets "
-                            "(like Kafka's kafka-consumer-groups.sh).")
+    p = Parser(prog="krafty consumer-groups",
+               description="List, describe, delete consumer groups and reset their offsets "
+                           "(like Kafka's kafka-consumer-groups.sh).")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help="brokers to connect to (required)")
     p.add_argument("--command-config", metavar="FILE", help="Kafka client properties for the connection "
                    "(security.protocol, sasl.*, ssl.*)")
@@ -433,12 +434,16 @@ def validate(args) -> None:
 
 # ------------------------------------------------------------------------------- actions
 class Tool:
+    """The tool's actions; `krafty share-groups` is the same tool over share groups (a subclass)."""
+
+    admin_class = GroupAdmin
+
     def __init__(self, args, out=None, err=None):
         self.args = args
         self.out = out or sys.stdout
         self.err = err or sys.stderr
-        self.admin = GroupAdmin(parse_bootstrap(args.bootstrap_server), args.timeout / 1000,
-                                command_config_security(args.command_config))
+        self.admin = self.admin_class(parse_bootstrap(args.bootstrap_server), args.timeout / 1000,
+                                      command_config_security(args.command_config))
         self.rc = 0
 
     def print(self, text: str = "") -> None:

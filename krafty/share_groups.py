@@ -23,7 +23,7 @@ import sys
 from broker.protocol.apis import ApiKey
 from common.clock import SYSTEM
 from common.errors import ErrorCode
-from krafty.admin_tool import ToolError, UsageError, command_config_security, parse_bootstrap
+from krafty.admin_tool import Parser, ToolError, UsageError
 from krafty.admin_tool import err_code as _err
 from krafty.admin_tool import err_name as _err_name
 from krafty.consumer_groups import (
@@ -36,6 +36,7 @@ from krafty.consumer_groups import (
     parse_topic_specs,
     table,
 )
+from krafty.consumer_groups import Tool as GroupsTool
 
 CLIENT_ID = "krafty-share-groups"
 SHARE_VERSIONS = {**OUR_VERSIONS, ApiKey.LIST_GROUPS: (5, 5), ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
@@ -98,16 +99,10 @@ class ShareAdmin(GroupAdmin):
         return r
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.print_usage(sys.stderr)
-        self.exit(2, f"share-groups: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="krafty share-groups",
-                description="List, describe and delete share groups, reset and delete their offsets "
-                            "(like Kafka's kafka-share-groups.sh).")
+    p = Parser(prog="krafty share-groups",
+               description="List, describe and delete share groups, reset and delete their offsets "
+                           "(like Kafka's kafka-share-groups.sh).")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help="brokers to connect to (required)")
     p.add_argument("--command-config", metavar="FILE", help="Kafka client properties for the connection")
     p.add_argument("--timeout", type=int, default=5000, metavar="MS", help="timeout per request (default 5000)")
@@ -204,39 +199,8 @@ def validate(args) -> None:
         parse_topic_specs(args.topic)
 
 
-class Tool:
-    def __init__(self, args, out=None, err=None):
-        self.args = args
-        self.out = out or sys.stdout
-        self.err = err or sys.stderr
-        self.admin = ShareAdmin(parse_bootstrap(args.bootstrap_server), args.timeout / 1000,
-                                command_config_security(args.command_config))
-        self.rc = 0
-
-    def print(self, text: str = "") -> None:
-        print(text, file=self.out)
-
-    def error(self, text: str) -> None:
-        print(f"Error: {text}", file=self.err)
-        self.rc = 1
-
-    async def run(self) -> int:
-        try:
-            await self.admin.start()
-            a = self.args
-            if a.list:
-                await self.do_list()
-            elif a.describe:
-                await self.do_describe()
-            elif a.delete:
-                await self.do_delete()
-            elif a.reset_offsets:
-                await self.do_reset()
-            else:
-                await self.do_delete_offsets()
-        finally:
-            self.admin.close()
-        return self.rc
+class Tool(GroupsTool):
+    admin_class = ShareAdmin
 
     async def groups(self) -> list[str]:
         if self.args.all_groups:

@@ -17,8 +17,6 @@ from common.ports import free_port
 REPO = Path(__file__).resolve().parents[1]
 
 
-
-
 def answers_api_versions(host: str, port: int, timeout: float = 1.0) -> bool:
     client_id = b"krafty-pipeline"
     body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
@@ -38,11 +36,14 @@ def answers_api_versions(host: str, port: int, timeout: float = 1.0) -> bool:
 
 
 class LocalKrafty:
-    """``with LocalKrafty() as node: node.bootstrap`` — stopped with SIGTERM on exit."""
+    """``with LocalKrafty() as node: node.bootstrap`` — stopped with SIGTERM on exit. Its data goes
+    in a temporary directory removed on stop, or in ``workdir`` (kept) when one is given."""
 
-    def __init__(self, extra_config: dict | None = None):
+    def __init__(self, extra_config: dict | None = None, workdir: Path | None = None):
         self.extra = extra_config or {}
-        self.dir = Path(tempfile.mkdtemp(prefix="krafty-node-"))
+        self._keep_dir = workdir is not None
+        self.dir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="krafty-node-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.port, self.cport = free_port(), free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -111,7 +112,8 @@ class LocalKrafty:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not self._keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> LocalKrafty:
         return self.start()

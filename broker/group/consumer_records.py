@@ -110,17 +110,22 @@ class CurrentAssignment:
 
 # --- keys --------------------------------------------------------------------------------
 
-def key(kind: int, group: str, member: str | None = None) -> bytes:
+def key(kind: int, group: str, member: str | None = None, second=_SECOND_KEY_FIELD) -> bytes:
+    """A group record's key; the kinds in ``second`` have a second string field (a member id, or
+    the regular expression): share-group records pass their own kinds."""
     out = _H.pack(kind) + encode_string(group)
-    if kind in _SECOND_KEY_FIELD:
+    if kind in second:
         out += encode_string(member or "")
     return out
 
 
-def decode_consumer_key(kind: int, r: RecordReader) -> ConsumerKey:
+def key_fields(kind: int, r: RecordReader, second=_SECOND_KEY_FIELD) -> tuple[int, str, str | None]:
     group = r.string()
-    member = r.string() if kind in _SECOND_KEY_FIELD else None
-    return ConsumerKey(kind, group, member)
+    return kind, group, (r.string() if kind in second else None)
+
+
+def decode_consumer_key(kind: int, r: RecordReader) -> ConsumerKey:
+    return ConsumerKey(*key_fields(kind, r))
 
 
 # --- flexible value writer ------------------------------------------------------------------

@@ -41,6 +41,7 @@ import struct
 import uuid
 from collections.abc import Mapping
 
+from broker.group import consumer_records
 from broker.group.consumer_records import (
     _V0,
     _array,
@@ -117,16 +118,11 @@ class StatePartitionMetadata:
 
 
 def key(kind: int, group: str, member: str | None = None) -> bytes:
-    out = _H.pack(kind) + encode_string(group)
-    if kind in _MEMBER_KEYS:
-        out += encode_string(member or "")
-    return out
+    return consumer_records.key(kind, group, member, _MEMBER_KEYS)
 
 
 def decode_share_key(kind: int, r: RecordReader) -> ShareKey:
-    group = r.string()
-    member = r.string() if kind in _MEMBER_KEYS else None
-    return ShareKey(kind, group, member)
+    return ShareKey(*consumer_records.key_fields(kind, r, _MEMBER_KEYS))
 
 
 def member_metadata_value(m: MemberMetadata) -> bytes:

@@ -39,6 +39,34 @@ class ClientError(AssertionError):
     pass
 
 
+def _got(m) -> Got:
+    """A kafka-python or aiokafka ConsumerRecord as a Got."""
+    ts = m.timestamp if m.timestamp is not None and m.timestamp >= 0 else None
+    return Got(m.offset, m.key, m.value, [(k, v) for k, v in (m.headers or [])], ts)
+
+
+class _PollingReader:
+    """read/read_extra over a subclass's ``_poll(timeout)`` that appends to ``self.pending``;
+    ``POLLS`` are its poll timeouts while waiting for records and for stragglers, in the client's unit."""
+
+    POLLS = (0.5, 0.3)
+
+    def read(self, n, timeout=60):
+        deadline = time.monotonic() + timeout
+        while len(self.pending) < n and time.monotonic() < deadline:
+            self._poll(self.POLLS[0])
+        out, self.pending = self.pending[:n], self.pending[n:]
+        return out
+
+    def read_extra(self, wait=2.0):
+        """Whatever else arrives within `wait` seconds (for 'nothing more' checks)."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            self._poll(self.POLLS[1])
+        out, self.pending = self.pending, []
+        return out
+
+
 def _acks_str(acks) -> str:
     return {0: "0", 1: "1", "all": "all", -1: "all"}[acks]
 
@@ -198,7 +226,7 @@ class Confluent:
         return {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
 
 
-class _ConfluentConsumer:
+class _ConfluentConsumer(_PollingReader):
     @staticmethod
     def make(bootstrap, eof=False):
         from confluent_kafka import Consumer
@@ -255,21 +283,6 @@ class _ConfluentConsumer:
             self.pending.append(
                 Got(m.offset(), m.key(), m.value(), list(m.headers() or []), ts if ts_type else None)
             )
-
-    def read(self, n, timeout=60):
-        deadline = time.monotonic() + timeout
-        while len(self.pending) < n and time.monotonic() < deadline:
-            self._poll(0.5)
-        out, self.pending = self.pending[:n], self.pending[n:]
-        return out
-
-    def read_extra(self, wait=2.0):
-        """Whatever else arrives within `wait` seconds (for 'nothing more' checks)."""
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            self._poll(0.3)
-        out, self.pending = self.pending, []
-        return out
 
     def close(self):
         self.c.close()
@@ -414,7 +427,9 @@ class KafkaPython:
         return {b.get("broker_id", b.get("node_id")): f"{b['host']}:{b['port']}" for b in cl["brokers"]}
 
 
-class _KPConsumer:
+class _KPConsumer(_PollingReader):
+    POLLS = (500, 300)  # ms
+
     @staticmethod
     def make(bootstrap):
         from kafka import KafkaConsumer
@@ -447,29 +462,7 @@ class _KPConsumer:
     def _poll(self, timeout_ms):
         for recs in self.c.poll(timeout_ms=timeout_ms).values():
             for m in recs:
-                self.pending.append(
-                    Got(
-                        m.offset,
-                        m.key,
-                        m.value,
-                        [(k, v) for k, v in (m.headers or [])],
-                        m.timestamp if m.timestamp is not None and m.timestamp >= 0 else None,
-                    )
-                )
-
-    def read(self, n, timeout=60):
-        deadline = time.monotonic() + timeout
-        while len(self.pending) < n and time.monotonic() < deadline:
-            self._poll(500)
-        out, self.pending = self.pending[:n], self.pending[n:]
-        return out
-
-    def read_extra(self, wait=2.0):
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            self._poll(300)
-        out, self.pending = self.pending, []
-        return out
+                self.pending.append(_got(m))
 
     def close(self):
         self.c.close()
@@ -648,7 +641,9 @@ def _raise_response_errors(resp, what):
         raise ClientError(f"{what}: error {code} {for_code(code).__name__}: {msg}")
 
 
-class _AioConsumer:
+class _AioConsumer(_PollingReader):
+    POLLS = (500, 300)  # ms
+
     @staticmethod
     def make(bootstrap):
         from aiokafka import AIOKafkaConsumer
@@ -692,29 +687,7 @@ class _AioConsumer:
         data = self.loop.run_until_complete(self.c.getmany(self.tp, timeout_ms=timeout_ms))
         for recs in data.values():
             for m in recs:
-                self.pending.append(
-                    Got(
-                        m.offset,
-                        m.key,
-                        m.value,
-                        [(k, v) for k, v in (m.headers or [])],
-                        m.timestamp if m.timestamp is not None and m.timestamp >= 0 else None,
-                    )
-                )
-
-    def read(self, n, timeout=60):
-        deadline = time.monotonic() + timeout
-        while len(self.pending) < n and time.monotonic() < deadline:
-            self._poll(500)
-        out, self.pending = self.pending[:n], self.pending[n:]
-        return out
-
-    def read_extra(self, wait=2.0):
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            self._poll(300)
-        out, self.pending = self.pending, []
-        return out
+                self.pending.append(_got(m))
 
     def close(self):
         try:

@@ -16,8 +16,6 @@ Kafka (KRAFTY_SPARK_TARGET):
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -25,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from common.ports import free_port
-from pipeline.local_node import answers_api_versions
+from pipeline.local_node import LocalKrafty, answers_api_versions
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -68,91 +65,6 @@ def pytest_collection_modifyitems(config, items):
 def api_versions_ok(host: str, port: int, timeout: float = 1.0) -> bool:
     """True when the broker answers an ApiVersions v0 request with error code 0."""
     return answers_api_versions(host, port, timeout)
-
-
-class KraftyProcess:
-    """One combined broker+controller krafty node in its own process."""
-
-    def __init__(self, workdir: Path):
-        self.workdir = workdir
-        self.port = free_port()
-        self.cport = free_port()
-        self.proc: subprocess.Popen | None = None
-        self.log_path = workdir / "node.log"
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def _has_broker(self, deadline: float) -> bool:
-        """ApiVersions answers as soon as the listener is up; wait until Metadata lists a broker too."""
-        import confluent_kafka as ck
-
-        c = ck.Producer({"bootstrap.servers": self.bootstrap, "log_level": 0})
-        try:
-            while time.monotonic() < deadline:
-                try:
-                    if c.list_topics(timeout=2).brokers:
-                        return True
-                except ck.KafkaException:
-                    time.sleep(0.3)
-            return False
-        finally:
-            c.flush(0)
-
-    def start(self, timeout: float = 60.0) -> KraftyProcess:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        cfg = self.workdir / "server.properties"
-        cfg.write_text(
-            "\n".join(
-                [
-                    "node.id=1",
-                    "process.roles=broker,controller",
-                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.cport}",
-                    f"controller.quorum.voters=1@127.0.0.1:{self.cport}",
-                    f"log.dirs={self.workdir}/data",
-                    "num.partitions=1",
-                    "cluster.id=a3JhZnR5LXRlc3Qtbm9kZQ",  # formats the empty data dir on first start
-                    # Kafka's own key; checked every second so retention tests need not wait 5 minutes
-                    "log.retention.check.interval.ms=1000",
-                    "",
-                ]
-            )
-        )
-        log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "krafty", "node", "--config", str(cfg)],
-            cwd=str(REPO),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"krafty exited with {self.proc.returncode}:\n{self.tail()}")
-            if api_versions_ok("127.0.0.1", self.port):
-                if self._has_broker(deadline):
-                    return self
-            time.sleep(0.2)
-        self.close()
-        raise RuntimeError(f"krafty did not answer ApiVersions within {timeout}s:\n{self.tail()}")
-
-    def tail(self, n: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-    def close(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 class MockBroker:
@@ -244,7 +156,8 @@ def bootstrap(request, tmp_path_factory):
     if TARGET != "node":
         yield TARGET
         return
-    node = KraftyProcess(tmp_path_factory.mktemp("krafty"))
+    # Kafka's own key; checked every second so retention tests need not wait 5 minutes
+    node = LocalKrafty({"log.retention.check.interval.ms": 1000}, workdir=tmp_path_factory.mktemp("krafty"))
     try:
         node.start()
     except RuntimeError as e:
@@ -252,7 +165,7 @@ def bootstrap(request, tmp_path_factory):
     try:
         yield node.bootstrap
     finally:
-        node.close()
+        node.stop()
 
 
 @pytest.fixture(scope="session")

@@ -497,8 +497,10 @@ async def share_drained(world, cl: Cluster, topic: str, partitions: int) -> bool
     return True
 
 
-CONSUMER_SEEDS = 0.5  # the fraction of seeds that run consumer-protocol members
-SHARE_SEEDS = 0.5  # and share consumers
+# the fractions of seeds that run consumer-protocol members and share consumers (each costs the seeds
+# that run it ~20-30% more CPU)
+CONSUMER_SEEDS = 0.3
+SHARE_SEEDS = 0.3
 
 
 def delivery_limit(seed: int) -> int:
@@ -507,19 +509,23 @@ def delivery_limit(seed: int) -> int:
 
 
 class GroupWorkload:
-    """The consumer-protocol members and share consumers of one world, on the seeds that draw them
-    (``w.rng_for("groups")``: the world's other draws stay as they were)."""
+    """The consumer-protocol members and share consumers of one world: as ``Settings.groups`` says,
+    or on the seeds that draw them (``w.rng_for("groups")``: the world's other draws stay as they were)."""
 
     def __init__(self, w, topic: str, partitions: int):
         rng = w.rng_for("groups")
         self.w, self.topic, self.partitions = w, topic, partitions
         self.book: dict = {}
         self.share_book: dict = {}
+        kinds = w.settings.groups
+        drawn = rng.random() < CONSUMER_SEEDS
         self.members = [ConsumerMember(w, f"cmember-{i}", topic, partitions, self.book)
-                        for i in range(rng.randint(2, 3))] if rng.random() < CONSUMER_SEEDS else []
+                        for i in range(rng.randint(2, 3))] if (
+            drawn if kinds is None else kinds in ("consumer", "both")) else []
+        drawn = rng.random() < SHARE_SEEDS
         limit = delivery_limit(w.seed)
         self.share = [ShareConsumer(w, f"share-{i}", topic, self.share_book, limit)
-                      for i in range(rng.randint(2, 3))] if rng.random() < SHARE_SEEDS else []
+                      for i in range(rng.randint(2, 3))] if (drawn if kinds is None else kinds in ("share", "both")) else []
 
     def tasks(self, until: float) -> list[asyncio.Task]:
         return [self.w.spawn(c.name, c.run(until)) for c in self.members + self.share]
@@ -546,7 +552,14 @@ class GroupWorkload:
         end = w.loop.time() + liveness_s
         tasks = [w.spawn(d.name, d.run(end, lambda: book["drained"])) for d in drainers]
         t = w.spawn("share-verifier", poll())
-        if not w.run_for(liveness_s, t.done):
+
+        def failed() -> bool:
+            return any(x.done() and not x.cancelled() and x.exception() is not None for x in tasks)
+        done = w.run_for(liveness_s, lambda: t.done() or failed())
+        for x in tasks:
+            if x.done() and not x.cancelled() and x.exception() is not None:
+                raise x.exception()
+        if not done:
             if w.durability_excused():
                 w.note("power lost on brokers: share-group state not checked for liveness")
                 return

@@ -112,11 +112,12 @@ def share_accept_releases(mp) -> None:
     mp.setattr(SharePartition, "acknowledge", acknowledge)
 
 
-def share_lock_expires_at_once(mp) -> None:
-    """Acquisition locks that last a millisecond (the lock duration lost on the way to the share
-    partition): records are acquired again by other consumers while their holders still hold them."""
+def share_lock_too_short(mp) -> None:
+    """Acquisition locks that last 200 ms, not group.share.record.lock.duration.ms (a default lost on
+    the way to the share partition): records are acquired again by other consumers while their
+    holders still hold them."""
     from broker.share.manager import SharePartitionManager
-    mp.setattr(SharePartitionManager, "lock_ms", lambda self, group_id: 1)
+    mp.setattr(SharePartitionManager, "lock_ms", lambda self, group_id: 200)
 
 
 def share_delivery_limit_ignored(mp) -> None:
@@ -129,5 +130,5 @@ MUTATIONS = {f.__name__: f for f in (hw_ignores_pending_isr_expansion, wall_cloc
                                      recovery_drops_a_torn_segment, aborted_index_skipped,
                                      sync_hands_out_the_leaders_assignment,
                                      in_flight_fetch_applied_after_becoming_leader, revocation_not_awaited,
-                                     share_accept_releases, share_lock_expires_at_once,
+                                     share_accept_releases, share_lock_too_short,
                                      share_delivery_limit_ignored)}

@@ -82,6 +82,8 @@ class Settings:
     session_timeout_ms: int = 3000
     heartbeat_ms: int = 500
     log_dirs: int = 1  # per broker (JBOD): a disk fault then hits one of them (KIP-858)
+    groups: str | None = None  # KIP-848 members / share consumers (sim/members.py): "consumer", "share",
+    # "both" or "none"; None: drawn from the seed
     extra: dict = dataclasses.field(default_factory=dict)
 
 

@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from sim.scenario import Fault, run_seed
+from sim.world import Settings
 
 
 @pytest.fixture(autouse=True)
@@ -93,4 +94,5 @@ SLOW_ACQUISITION_WRITE = [Fault(0.20881864428076258, "kill", 1, duration=3.32623
 
 
 def test_records_whose_lock_expired_while_their_acquisition_was_written_are_not_delivered():
-    assert run_seed(100, safety_s=4.0, faults=SLOW_ACQUISITION_WRITE).acked > 0
+    r = run_seed(100, safety_s=4.0, faults=SLOW_ACQUISITION_WRITE, settings=Settings(groups="share"))
+    assert r.acked > 0

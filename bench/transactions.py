@@ -55,8 +55,11 @@ def create_topic(bootstrap: str, name: str, rf: int, n_brokers: int) -> None:
                message="leaders and ISR")
 
 
+CLIENT = {"linger.ms": 5, "batch.size": 1024 * 1024}  # --linger-ms / --batch-size
+
+
 def _conf(bootstrap: str, **extra) -> dict:
-    return {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1024 * 1024,
+    return {"bootstrap.servers": bootstrap, "acks": "all", **CLIENT,
             "queue.buffering.max.kbytes": 256 * 1024, "message.timeout.ms": 120000, **extra}
 
 
@@ -193,9 +196,12 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--seconds", type=float, default=10, help="duration of each produce phase")
     ap.add_argument("--rounds", type=int, default=3, help="idempotent / transactional (1,000 per transaction) pairs")
+    ap.add_argument("--linger-ms", type=float, default=CLIENT["linger.ms"], help="the producers' linger.ms")
+    ap.add_argument("--batch-size", type=int, default=CLIENT["batch.size"], help="the producers' batch.size (bytes)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
-    out: dict = {"value_bytes": args.size, "seconds": args.seconds, "cpus": os.cpu_count()}
+    CLIENT.update({"linger.ms": args.linger_ms, "batch.size": args.batch_size})
+    out: dict = {"value_bytes": args.size, "seconds": args.seconds, "cpus": os.cpu_count(), "client": dict(CLIENT)}
     for setup in args.setups.split(","):
         d = tempfile.mkdtemp(prefix="krafty-txn-bench-")
         try:

@@ -37,11 +37,15 @@ class StorageError(RuntimeError):
 
 
 def random_uuid(clock: Clock = SYSTEM) -> str:
-    """A random id as Kafka prints its Uuids (base64url, no padding, 22 characters)."""
+    """A random id as Kafka prints its Uuids (base64url, no padding, 22 characters). As Kafka's
+    Uuid.randomUuid, never one that starts with a dash: a command line would take it for an
+    option (``--controller-directory-id -x...``)."""
     while True:
         u = clock.uuid4().bytes
         if u[:8] != bytes(8):  # Kafka reserves the ids with a zero high half (UNASSIGNED, LOST, ...)
-            return base64.urlsafe_b64encode(u).decode().rstrip("=")
+            s = base64.urlsafe_b64encode(u).decode().rstrip("=")
+            if not s.startswith("-"):
+                return s
 
 
 def check_cluster_id(cluster_id: str) -> str:

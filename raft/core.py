@@ -39,6 +39,7 @@ from raft.messages import (
     UNKNOWN_LEADER_EPOCH,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
+    Endpoint,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
     Entry,
@@ -210,8 +211,13 @@ class RaftCore:
         entries: Sequence[Entry] = (),
         now_ms: int = 0,
         initial_voters: Sequence[Voter] | None = None,
+        endpoint: Endpoint | None = None,
     ):
         self.id = node_id
+        # KIP-853: this node's own controller listener (what it sends as the leader's endpoint; the
+        # voter set may still hold an older one), and the endpoint the leader we follow sent us.
+        self.endpoint = endpoint
+        self.leader_endpoint: Endpoint | None = None
         # The voter set: the latest voters record in the log (committed or not, KIP-853), else the
         # snapshot's, else ``initial_voters`` (a quorum formatted for KIP-853, kraft.version 1), else
         # the static ``voters`` (controller.quorum.voters, kraft.version 0).
@@ -452,6 +458,7 @@ class RaftCore:
         self.retry_fetch_at = NEVER
         self.snap_partial = None
         self.leader_unreachable = False
+        self.leader_endpoint = None
         if self.parked:
             parked, self.parked = self.parked, {}
             for m, _dl in parked.values():
@@ -480,11 +487,12 @@ class RaftCore:
             self._observer_discover(now_ms)
         self._notify_leader()
 
-    def _become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
+    def _become_follower(self, epoch: int, leader_id: int, now_ms: int, endpoint: Endpoint | None = None) -> None:
         self._reset_role_state()
         self._set_epoch(epoch)
         self.role = Role.FOLLOWER
         self.leader_id = leader_id
+        self.leader_endpoint = endpoint
         self._persist_state()
         self.last_fetch_ok_ms = -NEVER
         self.deadline = now_ms + self.t.fetch_ms
@@ -546,18 +554,19 @@ class RaftCore:
         self._append(first)
         for v in self.voters:
             if v != self.id:
-                self._send(v, BeginQuorumEpochRequest(self.epoch, self.id))
+                self._send(v, BeginQuorumEpochRequest(self.epoch, self.id, self.known_leader_endpoint()))
                 self.begin_pending[v] = now_ms
         self._notify_leader()
         self._update_hw(now_ms)
 
     def _become_resigned(self, now_ms: int, send_end: bool = True) -> None:
         successors = self._preferred_successors()
+        endpoint = self.known_leader_endpoint()
         self._reset_role_state()
         self.role = Role.RESIGNED
         self.deadline = now_ms + self._random_election_timeout()
         if send_end:
-            req = EndQuorumEpochRequest(self.epoch, self.id, successors)
+            req = EndQuorumEpochRequest(self.epoch, self.id, successors, endpoint)
             for v in self.voters:
                 if v != self.id:
                     self._send(v, req)
@@ -582,18 +591,19 @@ class RaftCore:
         others = [v for v in self.voters if v != self.id]
         return tuple(sorted(others, key=lambda v: (-self.replicas[v].end_offset, v)))
 
-    def _observe_epoch(self, epoch: int, leader_id: int | None, now_ms: int) -> bool:
-        """Any message with a newer epoch (or naming the leader of ours) moves us along.
+    def _observe_epoch(self, epoch: int, leader_id: int | None, now_ms: int, endpoint: Endpoint | None = None) -> bool:
+        """Any message with a newer epoch (or naming the leader of ours) moves us along;
+        ``endpoint`` is the named leader's listener, if the message carried it.
         Returns True if we changed role."""
         if epoch > self.epoch:
             if leader_id is not None and leader_id != self.id:
-                self._become_follower(epoch, leader_id, now_ms)
+                self._become_follower(epoch, leader_id, now_ms, endpoint)
             else:
                 self._become_unattached(now_ms, epoch=epoch)
             return True
         if (epoch == self.epoch and leader_id is not None and leader_id != self.id
                 and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)):
-            self._become_follower(epoch, leader_id, now_ms)
+            self._become_follower(epoch, leader_id, now_ms, endpoint)
             return True
         return False
 
@@ -658,7 +668,7 @@ class RaftCore:
                 self._answer_fetch(m, now_ms)
         for v, sent in list(self.begin_pending.items()):
             if now_ms >= sent + self._begin_retry_ms():
-                self._send(v, BeginQuorumEpochRequest(self.epoch, self.id))
+                self._send(v, BeginQuorumEpochRequest(self.epoch, self.id, self.known_leader_endpoint()))
                 self.begin_pending[v] = now_ms
         if now_ms >= self.check_quorum_at:
             horizon = now_ms - self._check_quorum_ms()
@@ -775,7 +785,8 @@ class RaftCore:
     def _on_vote_request(self, m: Message, now_ms: int) -> None:
         req: VoteRequest = m.body
         if not self.is_voter and not self.dynamic:
-            self._send(m.src, VoteResponse(self.epoch, self._known_leader(), False, req.pre_vote), m.corr)
+            self._send(m.src, VoteResponse(self.epoch, self._known_leader(), False, req.pre_vote,
+                                                  leader_endpoint=self.known_leader_endpoint()), m.corr)
             return
         # (KIP-853, as Raft's membership changes: a replica votes even when its own latest voter set
         # leaves it out; the candidate counts only the votes of its voter set. Otherwise a quorum whose
@@ -793,10 +804,12 @@ class RaftCore:
                          and now_ms - self.last_fetch_ok_ms < self.t.fetch_ms)
                 and self._log_up_to_date(req.last_epoch, req.log_end)
             )
-            self._send(m.src, VoteResponse(self.epoch, self._known_leader(), granted, True), m.corr)
+            self._send(m.src, VoteResponse(self.epoch, self._known_leader(), granted, True,
+                                                  leader_endpoint=self.known_leader_endpoint()), m.corr)
             return
         if req.epoch < self.epoch:
-            self._send(m.src, VoteResponse(self.epoch, self._known_leader(), False, False), m.corr)
+            self._send(m.src, VoteResponse(self.epoch, self._known_leader(), False, False,
+                                                  leader_endpoint=self.known_leader_endpoint()), m.corr)
             return
         if req.epoch > self.epoch:
             self._become_unattached(now_ms, epoch=req.epoch)
@@ -810,13 +823,14 @@ class RaftCore:
                 self.voted_for = req.candidate_id
                 self._persist_state()  # durable before the response leaves (Ready order)
             self.deadline = now_ms + self._random_election_timeout()
-        self._send(m.src, VoteResponse(self.epoch, self._known_leader(), granted, False), m.corr)
+        self._send(m.src, VoteResponse(self.epoch, self._known_leader(), granted, False,
+                                              leader_endpoint=self.known_leader_endpoint()), m.corr)
 
     def _on_vote_response(self, m: Message, now_ms: int) -> None:
         resp: VoteResponse = m.body
         if resp.epoch > self.epoch or (not resp.granted and resp.leader_id is not None):
             # A refusal that names a leader of our epoch: KIP-996 says follow it.
-            if self._observe_epoch(resp.epoch, resp.leader_id, now_ms):
+            if self._observe_epoch(resp.epoch, resp.leader_id, now_ms, resp.leader_endpoint):
                 return
         if self.role is Role.PROSPECTIVE and resp.pre_vote and resp.epoch == self.epoch:
             (self.votes if resp.granted else self.rejects).add(m.src)
@@ -842,18 +856,22 @@ class RaftCore:
     def _on_begin_request(self, m: Message, now_ms: int) -> None:
         req: BeginQuorumEpochRequest = m.body
         if req.epoch < self.epoch:
-            self._send(m.src, BeginQuorumEpochResponse(self.epoch, self._known_leader(), FENCED_LEADER_EPOCH), m.corr)
+            self._send(m.src, BeginQuorumEpochResponse(self.epoch, self._known_leader(), FENCED_LEADER_EPOCH,
+                                                       self.known_leader_endpoint()), m.corr)
             return
         if req.epoch > self.epoch or self.leader_id != req.leader_id or self.role is not Role.FOLLOWER:
             if self.role is Role.LEADER and req.epoch == self.epoch:
                 return  # impossible: two leaders in one epoch
-            self._become_follower(req.epoch, req.leader_id, now_ms)
+            self._become_follower(req.epoch, req.leader_id, now_ms, req.leader_endpoint)
+        elif req.leader_endpoint is not None:
+            self.leader_endpoint = req.leader_endpoint
         self.last_fetch_ok_ms = now_ms  # straight from the leader
-        self._send(m.src, BeginQuorumEpochResponse(self.epoch, self._known_leader()), m.corr)
+        self._send(m.src, BeginQuorumEpochResponse(self.epoch, self._known_leader(),
+                                                   leader_endpoint=self.known_leader_endpoint()), m.corr)
 
     def _on_begin_response(self, m: Message, now_ms: int) -> None:
         resp: BeginQuorumEpochResponse = m.body
-        if self._observe_epoch(resp.epoch, resp.leader_id, now_ms):
+        if self._observe_epoch(resp.epoch, resp.leader_id, now_ms, resp.leader_endpoint):
             return
         if self.role is Role.LEADER and resp.epoch == self.epoch and resp.error == NONE:
             self.begin_pending.pop(m.src, None)
@@ -869,15 +887,16 @@ class RaftCore:
             delay = 0 if pos == 0 else pos * 4 * max(self.t.retry_backoff_ms, 1) + int(
                 self.rng.random() * max(self.t.retry_backoff_ms, 1))
             self._become_unattached(now_ms, delay_ms=delay)
-        self._send(m.src, EndQuorumEpochResponse(self.epoch, self._known_leader()), m.corr)
+        self._send(m.src, EndQuorumEpochResponse(self.epoch, self._known_leader(),
+                                                 leader_endpoint=self.known_leader_endpoint()), m.corr)
 
     def _on_end_response(self, m: Message, now_ms: int) -> None:
         resp: EndQuorumEpochResponse = m.body
-        self._observe_epoch(resp.epoch, resp.leader_id, now_ms)
+        self._observe_epoch(resp.epoch, resp.leader_id, now_ms, resp.leader_endpoint)
 
     # ------------------------------------------------------------------ Fetch (leader side)
     def _fetch_error(self, error: int) -> FetchResponse:
-        return FetchResponse(self.epoch, self._known_leader(), error)
+        return FetchResponse(self.epoch, self._known_leader(), error, leader_endpoint=self.known_leader_endpoint())
 
     def _on_fetch_request(self, m: Message, now_ms: int) -> None:
         req: FetchRequest = m.body
@@ -918,17 +937,20 @@ class RaftCore:
             if snap is None:
                 return None
             return FetchResponse(self.epoch, self.id, NONE, self._visible_hw(), self.log_start,
-                                 snapshot_end_offset=snap.end_offset, snapshot_epoch=snap.epoch)
+                                 snapshot_end_offset=snap.end_offset, snapshot_epoch=snap.epoch,
+                                 leader_endpoint=self.known_leader_endpoint())
         if f == self.log_start:
             return None
         e, end = self.end_offset_for_epoch(le)
         if e < 0:
             assert snap is not None
             return FetchResponse(self.epoch, self.id, NONE, self._visible_hw(), self.log_start,
-                                 snapshot_end_offset=snap.end_offset, snapshot_epoch=snap.epoch)
+                                 snapshot_end_offset=snap.end_offset, snapshot_epoch=snap.epoch,
+                                 leader_endpoint=self.known_leader_endpoint())
         if e != le or f > end:
             return FetchResponse(self.epoch, self.id, NONE, self._visible_hw(), self.log_start,
-                                 diverging_epoch=e, diverging_end_offset=end)
+                                 diverging_epoch=e, diverging_end_offset=end,
+                                 leader_endpoint=self.known_leader_endpoint())
         return None
 
     def _touch_replica(self, rid: int, fetch_offset: int | None, now_ms: int) -> None:
@@ -951,7 +973,8 @@ class RaftCore:
         rs = self.replicas.get(req.replica_id)
         if rs is not None:
             rs.last_sent_hw = hw
-        self._send(m.src, FetchResponse(self.epoch, self.id, NONE, hw, self.log_start, f, entries), m.corr)
+        self._send(m.src, FetchResponse(self.epoch, self.id, NONE, hw, self.log_start, f, entries,
+                                        leader_endpoint=self.known_leader_endpoint()), m.corr)
 
     def _complete_parked(self, now_ms: int, force: bool = False) -> None:
         hw = self._visible_hw()
@@ -1005,15 +1028,17 @@ class RaftCore:
         if m.corr != self.fetch_corr:
             # A stale, duplicated or unsolicited answer; still learn a newer epoch from it.
             if resp.epoch > self.epoch:
-                self._observe_epoch(resp.epoch, resp.leader_id, now_ms)
+                self._observe_epoch(resp.epoch, resp.leader_id, now_ms, resp.leader_endpoint)
             return
         self.fetch_corr = None
-        if self._observe_epoch(resp.epoch, resp.leader_id, now_ms):
+        if self._observe_epoch(resp.epoch, resp.leader_id, now_ms, resp.leader_endpoint):
             return
         if self.role is not Role.FOLLOWER or m.src != self.leader_id:
             if self.role is Role.UNATTACHED and not self.is_voter:
                 self.retry_fetch_at = now_ms + self.t.retry_backoff_ms
             return
+        if resp.leader_endpoint is not None and resp.leader_id == self.leader_id:
+            self.leader_endpoint = resp.leader_endpoint
         if resp.error != NONE:
             if resp.error in (NOT_LEADER, FENCED_LEADER_EPOCH) and resp.epoch == self.epoch and resp.leader_id is None:
                 # Our leader resigned this epoch: treat it like an unreachable leader.
@@ -1051,26 +1076,30 @@ class RaftCore:
             self._observe_epoch(req.epoch, None, now_ms)
         if self.role is not Role.LEADER or req.epoch != self.epoch:
             err = FENCED_LEADER_EPOCH if req.epoch < self.epoch else NOT_LEADER
-            self._send(m.src, FetchSnapshotResponse(self.epoch, self._known_leader(), err), m.corr)
+            self._send(m.src, FetchSnapshotResponse(self.epoch, self._known_leader(), err,
+                                                    leader_endpoint=self.known_leader_endpoint()), m.corr)
             return
         snap = self.snapshot
         if snap is None or snap.end_offset != req.end_offset or snap.epoch != req.snapshot_epoch:
-            self._send(m.src, FetchSnapshotResponse(self.epoch, self.id, SNAPSHOT_NOT_FOUND), m.corr)
+            self._send(m.src, FetchSnapshotResponse(self.epoch, self.id, SNAPSHOT_NOT_FOUND,
+                                                    leader_endpoint=self.known_leader_endpoint()), m.corr)
             return
         self.replicas.setdefault(req.replica_id, ReplicaState()).last_fetch_ms = now_ms
         chunk = tuple(snap.records[req.position:req.position + self.t.snapshot_chunk_records])
         self._send(m.src, FetchSnapshotResponse(self.epoch, self.id, NONE, snap.end_offset, snap.epoch, req.position,
-                                                len(snap.records), chunk), m.corr)
+                                                len(snap.records), chunk, self.known_leader_endpoint()), m.corr)
 
     def _on_fetch_snapshot_response(self, m: Message, now_ms: int) -> None:
         resp: FetchSnapshotResponse = m.body
         if m.corr != self.fetch_corr:
             return
         self.fetch_corr = None
-        if self._observe_epoch(resp.epoch, resp.leader_id, now_ms):
+        if self._observe_epoch(resp.epoch, resp.leader_id, now_ms, resp.leader_endpoint):
             return
         if self.role is not Role.FOLLOWER or m.src != self.leader_id or self.snap_partial is None:
             return
+        if resp.leader_endpoint is not None and resp.leader_id == self.leader_id:
+            self.leader_endpoint = resp.leader_endpoint
         if resp.error != NONE:
             self.snap_partial = None  # the leader moved on to a newer snapshot: start over
             self.retry_fetch_at = now_ms + max(self.t.retry_backoff_ms, 1)
@@ -1129,6 +1158,23 @@ class RaftCore:
 
     def leader(self) -> LeaderAndEpoch:
         return LeaderAndEpoch(self._known_leader(), self.epoch)
+
+    def known_leader_endpoint(self) -> Endpoint | None:
+        """The listener of the leader we know of (KIP-853): our own if we lead, else the one the
+        leader sent us, else its entry in our voter set; None in a static quorum (kraft.version 0:
+        addresses come from controller.quorum.voters only) or without a leader."""
+        if not self.dynamic:
+            return None
+        if self.role is Role.LEADER:
+            lid, ep = self.id, self.endpoint
+        elif self.role is Role.FOLLOWER:
+            lid, ep = self.leader_id, self.leader_endpoint
+        else:
+            return None
+        if ep is None:
+            v = self.voter_info.get(lid)
+            ep = (v.host, v.port) if v is not None and v.host else None
+        return ep
 
     def describe(self, now_ms: int) -> QuorumInfo | None:
         if self.role is not Role.LEADER:

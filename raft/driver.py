@@ -210,7 +210,8 @@ class RaftMetadataLog:
             # a node joining a dynamic quorum: learn the leader from controller.quorum.bootstrap.servers
             static = await self._discover()
         self.core = RaftCore(self.node_id, static, self.rng, self.timeouts, state=state,
-                             snapshot=snap, entries=entries, now_ms=self.now_ms(), initial_voters=self.initial_voters)
+                             snapshot=snap, entries=entries, now_ms=self.now_ms(), initial_voters=self.initial_voters,
+                             endpoint=self.advertised)
         self.voters.update({v.id: (v.host, v.port) for v in self.core.voter_info.values() if v.host})
         self.is_voter = self.core.is_voter
         peers = dict(self.voters)
@@ -326,13 +327,22 @@ class RaftMetadataLog:
             self._wake.clear()
 
     def _sync_peers(self) -> None:
-        """The voters' addresses from the voter set in the log (KIP-853); a voter whose own
-        listener differs from its entry there asks the leader to update it (UpdateRaftVoter)."""
+        """The voters' addresses from the voter set in the log (KIP-853), and the leader's from
+        the leader itself (BeginQuorumEpoch's leader endpoints, the node endpoints of answers):
+        a voter that moved and then won an election is reached at its new listener before this
+        node has fetched the voters record with it. A voter whose own listener differs from its
+        entry in the voter set asks the leader to update it (UpdateRaftVoter)."""
         core = self.core
-        for v in core.voter_info.values():
-            if v.host and self.voters.get(v.id) != (v.host, v.port):
-                self.voters[v.id] = (v.host, v.port)
-                self.transport.set_peer(v.id, v.host, v.port)
+        want = {v.id: (v.host, v.port) for v in core.voter_info.values() if v.host}
+        lid = core.leader_id
+        if lid is not None and lid != self.node_id:
+            ep = core.known_leader_endpoint()
+            if ep is not None:
+                want[lid] = ep
+        for vid, addr in want.items():
+            if self.voters.get(vid) != addr:
+                self.voters[vid] = addr
+                self.transport.set_peer(vid, *addr)
         self.is_voter = core.is_voter
         me = core.voter_info.get(self.node_id)
         if (me is not None and self.listen is not None and self.advertised is not None and core.dynamic
@@ -432,7 +442,8 @@ class RaftMetadataLog:
                 end = note.snapshot.end_offset
                 for p in [p for p in self._pending if p.last < end]:
                     self._pending.remove(p)
-                    p.future.set_exception(NotLeaderError(self._leader))
+                    if not p.future.done():  # (a voter change that timed out cancelled its own)
+                        p.future.set_exception(NotLeaderError(self._leader))
             elif isinstance(note, Committed):
                 batches = self._batches(note)
                 if batches:

@@ -20,6 +20,12 @@ INCONSISTENT_VOTER_SET = int(ErrorCode.INCONSISTENT_VOTER_SET)
 
 _f = dataclasses.dataclass(frozen=True, slots=True)
 
+# A node's controller listener as (host, port). KIP-853: BeginQuorumEpoch and EndQuorumEpoch
+# carry the leader's own (LeaderEndpoints), every response that names a leader carries that
+# leader's (NodeEndpoints), so a replica reaches a leader whose new address is in a voters
+# record it has not fetched yet. None: not known (or a static quorum, kraft.version 0).
+Endpoint = tuple[str, int]
+
 
 @_f
 class Entry:
@@ -47,12 +53,14 @@ class VoteResponse:
     granted: bool
     pre_vote: bool
     error: int = NONE
+    leader_endpoint: Endpoint | None = None
 
 
 @_f
 class BeginQuorumEpochRequest:
     epoch: int
     leader_id: int
+    leader_endpoint: Endpoint | None = None  # the sender's own listener
 
 
 @_f
@@ -60,6 +68,7 @@ class BeginQuorumEpochResponse:
     epoch: int
     leader_id: int | None
     error: int = NONE
+    leader_endpoint: Endpoint | None = None
 
 
 @_f
@@ -67,6 +76,7 @@ class EndQuorumEpochRequest:
     epoch: int
     leader_id: int
     preferred_successors: tuple[int, ...]
+    leader_endpoint: Endpoint | None = None  # the sender's own listener
 
 
 @_f
@@ -74,6 +84,7 @@ class EndQuorumEpochResponse:
     epoch: int
     leader_id: int | None
     error: int = NONE
+    leader_endpoint: Endpoint | None = None
 
 
 @_f
@@ -98,6 +109,7 @@ class FetchResponse:
     diverging_end_offset: int = -1
     snapshot_end_offset: int = -1  # >= 0: too far behind, FetchSnapshot this one
     snapshot_epoch: int = -1
+    leader_endpoint: Endpoint | None = None  # NodeEndpoints: the named leader's listener
 
 
 @_f
@@ -119,6 +131,7 @@ class FetchSnapshotResponse:
     position: int = 0
     total: int = 0  # number of records in the whole snapshot
     records: tuple[bytes, ...] = ()
+    leader_endpoint: Endpoint | None = None
 
 
 REQUESTS = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest, FetchSnapshotRequest)

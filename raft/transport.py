@@ -36,6 +36,18 @@ def _unopt(v: int) -> int | None:
 
 
 # --------------------------------------------------------------------- codec
+def _ep(e: m.Endpoint | None) -> pb.Endpoint | None:
+    return None if e is None else pb.Endpoint(host=e[0], port=e[1])
+
+
+def _unep(p) -> m.Endpoint | None:
+    """The endpoint field of a protobuf message (absent: None)."""
+    if not p.HasField("leader_endpoint"):
+        return None
+    e = p.leader_endpoint
+    return (e.host, e.port)
+
+
 def _entry_to_pb(e: m.Entry) -> pb.Entry:
     return pb.Entry(epoch=e.epoch, timestamp_ms=e.timestamp_ms, data=e.data, control=e.control)
 
@@ -47,16 +59,20 @@ def to_pb(body):
                               log_end=body.log_end, pre_vote=body.pre_vote)
     if isinstance(body, m.VoteResponse):
         return pb.VoteResponse(error=body.error, epoch=body.epoch, leader_id=_opt(body.leader_id),
-                               granted=body.granted, pre_vote=body.pre_vote)
+                               granted=body.granted, pre_vote=body.pre_vote, leader_endpoint=_ep(body.leader_endpoint))
     if isinstance(body, m.BeginQuorumEpochRequest):
-        return pb.BeginQuorumEpochRequest(epoch=body.epoch, leader_id=body.leader_id)
+        return pb.BeginQuorumEpochRequest(epoch=body.epoch, leader_id=body.leader_id,
+                                          leader_endpoint=_ep(body.leader_endpoint))
     if isinstance(body, m.BeginQuorumEpochResponse):
-        return pb.BeginQuorumEpochResponse(error=body.error, epoch=body.epoch, leader_id=_opt(body.leader_id))
+        return pb.BeginQuorumEpochResponse(error=body.error, epoch=body.epoch, leader_id=_opt(body.leader_id),
+                                           leader_endpoint=_ep(body.leader_endpoint))
     if isinstance(body, m.EndQuorumEpochRequest):
         return pb.EndQuorumEpochRequest(epoch=body.epoch, leader_id=body.leader_id,
-                                        preferred_successors=list(body.preferred_successors))
+                                        preferred_successors=list(body.preferred_successors),
+                                        leader_endpoint=_ep(body.leader_endpoint))
     if isinstance(body, m.EndQuorumEpochResponse):
-        return pb.EndQuorumEpochResponse(error=body.error, epoch=body.epoch, leader_id=_opt(body.leader_id))
+        return pb.EndQuorumEpochResponse(error=body.error, epoch=body.epoch, leader_id=_opt(body.leader_id),
+                                         leader_endpoint=_ep(body.leader_endpoint))
     if isinstance(body, m.FetchRequest):
         return pb.FetchRequest(epoch=body.epoch, replica_id=body.replica_id, fetch_offset=body.fetch_offset,
                                last_fetched_epoch=body.last_fetched_epoch, max_wait_ms=body.max_wait_ms)
@@ -65,14 +81,16 @@ def to_pb(body):
             error=body.error, epoch=body.epoch, leader_id=_opt(body.leader_id), high_watermark=body.high_watermark,
             log_start=body.log_start, base_offset=body.base_offset, entries=[_entry_to_pb(e) for e in body.entries],
             diverging_epoch=body.diverging_epoch, diverging_end_offset=body.diverging_end_offset,
-            snapshot_end_offset=body.snapshot_end_offset, snapshot_epoch=body.snapshot_epoch)
+            snapshot_end_offset=body.snapshot_end_offset, snapshot_epoch=body.snapshot_epoch,
+            leader_endpoint=_ep(body.leader_endpoint))
     if isinstance(body, m.FetchSnapshotRequest):
         return pb.FetchSnapshotRequest(epoch=body.epoch, replica_id=body.replica_id, end_offset=body.end_offset,
                                        snapshot_epoch=body.snapshot_epoch, position=body.position)
     if isinstance(body, m.FetchSnapshotResponse):
         return pb.FetchSnapshotResponse(error=body.error, epoch=body.epoch, leader_id=_opt(body.leader_id),
                                         end_offset=body.end_offset, snapshot_epoch=body.snapshot_epoch,
-                                        position=body.position, total=body.total, records=list(body.records))
+                                        position=body.position, total=body.total, records=list(body.records),
+                                        leader_endpoint=_ep(body.leader_endpoint))
     raise TypeError(f"no protobuf form for {type(body).__name__}")
 
 
@@ -81,27 +99,27 @@ def from_pb(p):
     if isinstance(p, pb.VoteRequest):
         return m.VoteRequest(p.epoch, p.candidate_id, p.last_epoch, p.log_end, p.pre_vote)
     if isinstance(p, pb.VoteResponse):
-        return m.VoteResponse(p.epoch, _unopt(p.leader_id), p.granted, p.pre_vote, p.error)
+        return m.VoteResponse(p.epoch, _unopt(p.leader_id), p.granted, p.pre_vote, p.error, _unep(p))
     if isinstance(p, pb.BeginQuorumEpochRequest):
-        return m.BeginQuorumEpochRequest(p.epoch, p.leader_id)
+        return m.BeginQuorumEpochRequest(p.epoch, p.leader_id, _unep(p))
     if isinstance(p, pb.BeginQuorumEpochResponse):
-        return m.BeginQuorumEpochResponse(p.epoch, _unopt(p.leader_id), p.error)
+        return m.BeginQuorumEpochResponse(p.epoch, _unopt(p.leader_id), p.error, _unep(p))
     if isinstance(p, pb.EndQuorumEpochRequest):
-        return m.EndQuorumEpochRequest(p.epoch, p.leader_id, tuple(p.preferred_successors))
+        return m.EndQuorumEpochRequest(p.epoch, p.leader_id, tuple(p.preferred_successors), _unep(p))
     if isinstance(p, pb.EndQuorumEpochResponse):
-        return m.EndQuorumEpochResponse(p.epoch, _unopt(p.leader_id), p.error)
+        return m.EndQuorumEpochResponse(p.epoch, _unopt(p.leader_id), p.error, _unep(p))
     if isinstance(p, pb.FetchRequest):
         return m.FetchRequest(p.epoch, p.replica_id, p.fetch_offset, p.last_fetched_epoch, p.max_wait_ms)
     if isinstance(p, pb.FetchResponse):
         return m.FetchResponse(
             p.epoch, _unopt(p.leader_id), p.error, p.high_watermark, p.log_start, p.base_offset,
             tuple(m.Entry(e.epoch, e.timestamp_ms, e.data, e.control) for e in p.entries),
-            p.diverging_epoch, p.diverging_end_offset, p.snapshot_end_offset, p.snapshot_epoch)
+            p.diverging_epoch, p.diverging_end_offset, p.snapshot_end_offset, p.snapshot_epoch, _unep(p))
     if isinstance(p, pb.FetchSnapshotRequest):
         return m.FetchSnapshotRequest(p.epoch, p.replica_id, p.end_offset, p.snapshot_epoch, p.position)
     if isinstance(p, pb.FetchSnapshotResponse):
         return m.FetchSnapshotResponse(p.epoch, _unopt(p.leader_id), p.error, p.end_offset, p.snapshot_epoch,
-                                       p.position, p.total, tuple(p.records))
+                                       p.position, p.total, tuple(p.records), _unep(p))
     raise TypeError(f"not a quorum message: {type(p).__name__}")
 
 

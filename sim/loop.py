@@ -370,6 +370,18 @@ class SimLoop(asyncio.BaseEventLoop):
         finally:
             asyncio.events._set_running_loop(None)
 
+    def finish(self) -> None:
+        """Closes the loop once its world is done: the coroutines of dead processes are finished
+        first, while it is open (collected later, their finally blocks would schedule callbacks
+        on a closed loop)."""
+        for t in asyncio.all_tasks(self):
+            try:
+                t.get_coro().close()
+            except BaseException:  # noqa: BLE001, S110 - a dead process's last words
+                pass
+        self.graveyard.clear()
+        self.close()
+
     def run_task(self, coro, timeout: float = 3600.0):
         """Runs ``coro`` to completion (in virtual time, at most ``timeout`` s) and returns its result."""
         task = self.create_task(coro)

@@ -31,6 +31,16 @@ def vote_for_stale_log(mp) -> None:
     mp.setattr(RaftCore, "_log_up_to_date", lambda self, last_epoch, log_end: True)
 
 
+def no_leader_endpoints(mp) -> None:
+    """KIP-853's leader endpoints left out (krafty before ab493ab): BeginQuorumEpoch and the
+    answers naming a leader carry no endpoint, so a voter that has not fetched the voters record
+    of another voter's move reaches that voter, once it leads, only at its old listener: it
+    never catches up (or the quorum never commits again). Caught by the Raft-quorum seeds of
+    sim/quorum.py with voters moving (``python -m sim.run --dynamic``)."""
+    from raft.core import RaftCore
+    mp.setattr(RaftCore, "known_leader_endpoint", lambda self: None)
+
+
 def recovery_drops_a_torn_segment(mp) -> None:
     """Recovery falls back below the last complete valid batch: a segment whose tail is torn
     is cut back to its base offset (the fall-back issue 18 removed), not to the last valid
@@ -128,7 +138,7 @@ def share_delivery_limit_ignored(mp) -> None:
 
 MUTATIONS = {f.__name__: f for f in (hw_ignores_pending_isr_expansion, wall_clock_sessions, vote_twice, vote_for_stale_log,
                                      recovery_drops_a_torn_segment, aborted_index_skipped,
-                                     sync_hands_out_the_leaders_assignment,
+                                     sync_hands_out_the_leaders_assignment, no_leader_endpoints,
                                      in_flight_fetch_applied_after_becoming_leader, revocation_not_awaited,
                                      share_accept_releases, share_lock_too_short,
                                      share_delivery_limit_ignored)}

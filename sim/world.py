@@ -293,15 +293,7 @@ class World:
         for nid in list(self.procs):
             self.kill(nid)
         self.files.uninstall()
-        # finish the coroutines of dead processes now, while the loop is open (collected later,
-        # their finally blocks would schedule callbacks on a closed loop)
-        for t in asyncio.all_tasks(self.loop):
-            try:
-                t.get_coro().close()
-            except BaseException:  # noqa: BLE001, S110 - a dead process's last words
-                pass
-        self.loop.graveyard.clear()
-        self.loop.close()
+        self.loop.finish()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 

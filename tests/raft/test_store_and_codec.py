@@ -66,6 +66,14 @@ def test_record_encoding_round_trips():
     m.FetchResponse(5, None, m.NOT_LEADER),
     m.FetchSnapshotRequest(5, 2, 50, 4, 1000),
     m.FetchSnapshotResponse(5, 1, m.NONE, 50, 4, 1000, 2000, (b"a=1", b"b=2")),
+    # KIP-853: the leader's endpoint in BeginQuorumEpoch / EndQuorumEpoch and every answer naming a leader
+    m.VoteResponse(4, 1, False, True, m.NONE, ("127.0.0.1", 9093)),
+    m.BeginQuorumEpochRequest(5, 1, ("10.0.0.3", 9093)),
+    m.BeginQuorumEpochResponse(5, 1, m.NONE, ("10.0.0.3", 9093)),
+    m.EndQuorumEpochRequest(5, 1, (3, 2), ("h1", 1)),
+    m.EndQuorumEpochResponse(6, 2, m.NONE, ("h2", 2)),
+    m.FetchResponse(5, 1, m.NONE, 90, 10, 100, entries(5, "p"), leader_endpoint=("localhost", 19093)),
+    m.FetchSnapshotResponse(5, 1, m.NONE, 50, 4, 1000, 2000, (b"a=1",), ("localhost", 19093)),
 ])
 def test_protobuf_codec_round_trips_every_message(body):
     assert from_pb(to_pb(body)) == body

@@ -34,18 +34,90 @@ from __future__ import annotations
 import dataclasses
 import random
 
+from raft.api import Snapshot
 from raft.core import (
     VOTERS_PREFIX,
+    Append,
     Committed,
     LoadSnapshot,
+    QuorumState,
     RaftCore,
+    SaveSnapshot,
+    SaveState,
     Timeouts,
+    Truncate,
     Voter,
     VoterChangeError,
     parse_voters_record,
 )
 from raft.messages import Entry, Message
-from sim.cluster import KV, SimDisk
+
+
+# The transcripts drive the sans-IO core by hand: a node's disk and state machine are these.
+class KV:
+    """The test state machine: records are ``key=value``; a snapshot is the sorted items."""
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+        self.applied_end = 0  # every record below this offset is applied
+
+    def load(self, snap: Snapshot) -> None:
+        self.data = dict(r.split(b"=", 1) for r in snap.records)
+        self.applied_end = snap.end_offset
+
+    def apply(self, base: int, entries) -> None:
+        for i, e in enumerate(entries):
+            if base + i < self.applied_end:
+                continue
+            assert base + i == self.applied_end, f"gap in commits: {base + i} != {self.applied_end}"
+            if not e.control:
+                k, _, v = e.data.partition(b"=")
+                self.data[k] = v
+            self.applied_end = base + i + 1
+
+    def snapshot_records(self) -> list[bytes]:
+        return [k + b"=" + v for k, v in sorted(self.data.items())]
+
+
+class SimDisk:
+    """What a node has durably synced: quorum state, snapshot, log entries."""
+
+    def __init__(self) -> None:
+        self.state = QuorumState()
+        self.snapshot: Snapshot | None = None
+        self.log_start = 0
+        self.entries: list[Entry] = []
+
+    def apply(self, ops) -> list[tuple[int, int]]:
+        """Apply ops atomically; returns the (start, end) offset ranges that were removed."""
+        removed = []
+        for op in ops:
+            if isinstance(op, Truncate):
+                end = self.log_start + len(self.entries)
+                if op.offset < end:
+                    removed.append((max(op.offset, self.log_start), end))
+                    del self.entries[max(0, op.offset - self.log_start):]
+            elif isinstance(op, Append):
+                assert op.base_offset == self.log_start + len(self.entries), "append leaves a gap on disk"
+                self.entries.extend(op.entries)
+            elif isinstance(op, SaveState):
+                self.state = op.state
+            elif isinstance(op, SaveSnapshot):
+                s = op.snapshot
+                drop = s.end_offset - self.log_start
+                if drop > 0:
+                    del self.entries[:drop]
+                else:
+                    self.entries = []
+                self.log_start = s.end_offset
+                self.snapshot = s
+        return removed
+
+    def has(self, offset: int, entry: tuple[int, bytes]) -> bool:
+        if offset < self.log_start:
+            return True  # covered by the snapshot
+        i = offset - self.log_start
+        return i < len(self.entries) and (self.entries[i].epoch, self.entries[i].data) == entry
 
 
 def render(m: Message) -> str:
@@ -62,6 +134,10 @@ def render(m: Message) -> str:
             v = "[" + ",".join(r.decode() for r in v) + "]"
         if f.name in ("error",) and v == 0:
             continue
+        if f.name == "leader_endpoint":
+            if v is None:
+                continue
+            v = f"{v[0]}:{v[1]}"
         if f.name in ("diverging_epoch", "diverging_end_offset", "snapshot_end_offset", "snapshot_epoch") and v == -1:
             continue
         parts.append(f"{f.name}={v}")

@@ -33,6 +33,23 @@ def test_random_uuid_is_a_valid_cluster_id():
             storage.check_cluster_id(bad)
 
 
+def test_random_uuid_never_starts_with_a_dash():
+    # as Kafka's Uuid.randomUuid: `--controller-directory-id -Abc...` would be taken for an option
+    # (test_replace_a_controller_without_downtime failed so once: the id of controller 1 began with "-")
+    import uuid
+
+    class Clock:
+        def __init__(self):
+            self.ids = iter([uuid.UUID(bytes=b"\xf8" + bytes(range(1, 16))), uuid.UUID(bytes=b"\x10" + bytes(range(1, 16)))])
+
+        def uuid4(self):
+            return next(self.ids)
+
+    assert storage.base64.urlsafe_b64encode(b"\xf8" + bytes(range(1, 16))).startswith(b"-")
+    assert storage.random_uuid(Clock()) == storage.base64.urlsafe_b64encode(
+        b"\x10" + bytes(range(1, 16))).decode().rstrip("=")
+
+
 def test_format_writes_meta_properties_and_bootstrap(tmp_path):
     c = cfg(tmp_path)
     out = io.StringIO()

@@ -23,8 +23,8 @@ commit) and it joins again at epoch 0. Checked as events happen:
 
 ``ShareConsumer`` (share group ``sim-share``): ShareGroupHeartbeat v1, and ShareFetch v1 to the
 leaders of its assigned partitions in a share session per leader, acknowledging the records of
-the last answer in the next ShareFetch (ACCEPT, RELEASE or REJECT, drawn from the seed; ACCEPT
-only once the faults are over); a crash holds its records until their acquisition locks expire.
+the last answer in the next ShareFetch (ACCEPT, RELEASE or REJECT, drawn from the seed; after
+healing, new consumers ACCEPT everything); a crash holds its records until their acquisition locks expire.
 Checked as answers come:
 
 * a record is never acquired by two consumers at once while its lock holds: a delivery of a record
@@ -296,9 +296,9 @@ def check_consumed(world, book: dict, logs: dict[int, dict[int, bytes]]) -> None
 
 class ShareConsumer(_GroupClient):
     """A share consumer (see the module's doc). ``book`` is shared by the group's consumers:
-    "holds" (partition, offset) -> (consumer, leader key, acquired no earlier than) of records
-    acquired and not given back: (member id, name, leader key, request sent at), "done" (partition,
-    offset) whose ACCEPT or REJECT was answered."""
+    "holds" (partition, offset) -> (member id, name, leader key, request sent at: acquired no
+    earlier) of records acquired and not given back, "done" the (partition, offset) whose ACCEPT
+    or REJECT was answered."""
 
     def __init__(self, world, name: str, topic: str, book: dict, limit: int):
         self.world, self.name, self.topic = world, name, topic

@@ -23,15 +23,16 @@ from tests.unit.replica.test_fetcher_shell import _Log
 N = int(sys.argv[2])
 
 class Leader:
-    async def request(self, api_key, version, body, timeout=None):
-        full = body["session_epoch"] == 0
-        parts = {}
-        for t in body["topics"]:
-            parts.setdefault(t["topic"], []).extend(types.SimpleNamespace(
-                partition_index=p["partition"], error_code=0, high_watermark=10, log_start_offset=0, records=b"",
-                diverging_epoch=types.SimpleNamespace(epoch=-1, end_offset=-1)) for p in t["partitions"])
-        return types.SimpleNamespace(error_code=0, session_id=7, responses=[
-            types.SimpleNamespace(topic=t, partitions=ps) for t, ps in parts.items()] if full else [])
+    """Answers the fetcher's hand-encoded Fetch v12: every partition in a full request (high
+    watermark 10, nothing to read), none in an incremental one (nothing new)."""
+
+    async def request_body(self, api_key, version, body, timeout=None):
+        from broker.apis import wire
+        req = wire.parse_fetch(memoryview(body), version)
+        full = req.session_epoch == 0
+        topics = [(t.topic, None, [wire.FetchPartitionResult(p.partition, 0, 10, 10, 0, None) for p in t.partitions])
+                  for t in req.topics] if full else []
+        return memoryview(b"".join(wire.encode_fetch_response(version, topics, session_id=7)))
 
 async def main():
     parts = {(f"t{i // 100}", i % 100): types.SimpleNamespace(state=PartitionState(f"t{i // 100}", i % 100, uuid.uuid4(), 1), log=_Log()) for i in range(N)}
@@ -49,12 +50,29 @@ async def main():
     leader = Leader()
     th._connection = lambda: leader
     await th._round()  # full
+    await th._round()  # the first incremental one (where idle partitions may settle)
     rounds = 50
+    pr = None
+    if os.environ.get("PROFILE"):
+        import cProfile
+        pr = cProfile.Profile()
+        pr.enable()
     c0 = time.process_time()
     for _ in range(rounds):
         await th._round()
     c = (time.process_time() - c0) / rounds
+    if pr:
+        pr.disable()
+        import pstats
+        pstats.Stats(pr).sort_stats("tottime").print_stats(12)
     print(f"{len(th.states)} partitions: {c * 1000:.2f} ms CPU per idle round = {c / len(th.states) * 1e6:.2f} us per partition")
+    if getattr(th, "parked", None):  # idle partitions parked in the session: their once-a-second sweep
+        c0 = time.process_time()
+        for _ in range(10):
+            th._sweep(0)
+        c = (time.process_time() - c0) / 10
+        print(f"{len(th.parked)} parked: {c * 1000:.2f} ms CPU per sweep (once a second) = "
+              f"{c / len(th.parked) * 1e6:.2f} us per partition")
     await m.close()
 
 asyncio.run(main())

@@ -9,7 +9,9 @@ bench/request_read.py; the whole broker under a client is bench/request_cpu.py.
 
 Kinds: produce (one record of 100 B, acks=all, idempotent, Produce v9), produce-v3 (the same
 in Produce v3, classic encoding), produce-1m (1,000 records of 1 KiB in one batch: CPU per MB), fetch (an empty Fetch v16 with max_wait 0: the long poll's
-answer without its wait), metadata (Metadata v12 for one topic)."""
+answer without its wait), metadata (Metadata v12 for one topic), fetch-session (an incremental
+Fetch v16 with max_wait 0 in a KIP-227 session of --session-partitions partitions of which nothing
+moved: what every idle round of a follower or a session consumer costs the leader)."""
 
 from __future__ import annotations
 
@@ -56,12 +58,15 @@ async def run(args) -> None:
     with tempfile.TemporaryDirectory(prefix="krafty-handler-cpu-") as d:
         node = await start_node(Path(d), message_max_bytes="4000000")
         try:
-            for res in await node.controller.create_topics([NewTopic("t", 1, 1), NewTopic("e", 1, 1)]):
+            sp = args.session_partitions
+            for res in await node.controller.create_topics([NewTopic("t", 1, 1), NewTopic("e", 1, 1),
+                                                            NewTopic("s", sp, 1)]):
                 assert res.error == 0, res
             apis = node.broker.apis
-            for _ in range(200):
+            for _ in range(600):
                 parts = node.broker.replicas.partitions
-                if all(tp in parts and parts[tp].state.is_leader for tp in (("t", 0), ("e", 0))):
+                if all(tp in parts and parts[tp].state.is_leader
+                       for tp in [("t", 0), ("e", 0)] + [("s", i) for i in range(sp)]):
                     break
                 await asyncio.sleep(0.05)
 
@@ -79,6 +84,11 @@ async def run(args) -> None:
                                                          "include_topic_authorized_operations": False}))
             mdr, _ = codec._reader(codec.response_type(ApiKey.METADATA, 12))(b"".join(md[1:]), 0)
             topic_id = mdr.topics[0].topic_id
+            md = await call(_frame(ApiKey.METADATA, 12, {"topics": [{"name": "s", "topic_id": None}],
+                                                         "allow_auto_topic_creation": False,
+                                                         "include_topic_authorized_operations": False}))
+            s_id = codec._reader(codec.response_type(ApiKey.METADATA, 12))(b"".join(md[1:]), 0)[0].topics[0].topic_id
+            session = {"id": 0, "epoch": 0}
             seq = [0]
 
             def produce_frames(version: int, n: int, records: int = 1, size: int = 100) -> list[bytearray]:
@@ -100,6 +110,21 @@ async def run(args) -> None:
                     "forgotten_topics_data": [], "rack_id": ""})
                 return [bytearray(f) for _ in range(n)]
 
+            def session_frame(epoch: int, full: bool) -> bytearray:
+                return _frame(ApiKey.FETCH, 16, {
+                    "max_wait": 0, "min_bytes": 1, "max_bytes": 52428800, "isolation_level": 0,
+                    "session_id": session["id"], "session_epoch": epoch, "topics": [{"topic_id": s_id, "partitions": [{
+                        "partition": i, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                        "log_start_offset": -1, "partition_max_bytes": 1048576} for i in range(sp)]}] if full else [],
+                    "forgotten_topics_data": [], "rack_id": ""})
+
+            def session_frames(n: int) -> list[bytearray]:
+                out = []
+                for _ in range(n):
+                    out.append(session_frame(session["epoch"], False))
+                    session["epoch"] += 1
+                return out
+
             def metadata_frames(n: int) -> list[bytearray]:
                 f = _frame(ApiKey.METADATA, 12, {"topics": [{"name": "t", "topic_id": None}],
                                                  "allow_auto_topic_creation": False,
@@ -108,11 +133,11 @@ async def run(args) -> None:
 
             makers = {"produce": lambda n: produce_frames(9, n), "produce-v3": lambda n: produce_frames(3, n),
                       "produce-1m": lambda n: produce_frames(9, n, 1000, 1024),
-                      "fetch": fetch_frames, "metadata": metadata_frames}
+                      "fetch": fetch_frames, "metadata": metadata_frames, "fetch-session": session_frames}
             def check(kind: str, resp) -> None:
                 """The answer must be a success: a benchmark of error answers measures nothing."""
                 key, ver = {"produce": (0, 9), "produce-v3": (0, 3), "produce-1m": (0, 9), "fetch": (1, 16),
-                            "metadata": (3, 12)}[kind]
+                            "metadata": (3, 12), "fetch-session": (1, 16)}[kind]
                 obj, _ = codec._reader(codec.response_type(key, ver))(b"".join(resp[1:]), 0)
                 if key == 0:
                     errs = [p.error_code for t in obj.responses for p in t.partition_responses]
@@ -123,6 +148,11 @@ async def run(args) -> None:
                 if any(int(e) for e in errs):
                     raise SystemExit(f"{kind}: the node answered {errs}")
 
+            if "fetch-session" in args.kinds:  # open the session: a full fetch of every partition
+                resp = codec._reader(codec.response_type(ApiKey.FETCH, 16))(
+                    b"".join((await call(session_frame(0, True)))[1:]), 0)[0]
+                session["id"], session["epoch"] = resp.session_id, 1
+                assert resp.session_id and len(resp.responses[0].partitions) == sp, resp.error_code
             for kind in args.kinds:
                 for rnd in range(args.rounds):
                     frames = makers[kind](args.n)
@@ -159,6 +189,7 @@ def main() -> None:
     ap.add_argument("--kinds", default="produce,produce-v3,fetch,metadata")
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--session-partitions", type=int, default=1000, help="partitions of the fetch-session kind")
     ap.add_argument("--profile", action="store_true", help="cProfile the last round (slower: for where, not how much)")
     ap.add_argument("--sort", default="tottime")
     ap.add_argument("--top", type=int, default=30)

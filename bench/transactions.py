@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -162,6 +163,19 @@ def run(bootstrap: str, rf: int, n_brokers: int, args, pids: list[int] = ()) -> 
     names = {k: f"{k}-{uuid.uuid4().hex[:6]}" for k in ("idem", "txn1000", "txn10")}
     for t in names.values():
         create_topic(bootstrap, t, rf, n_brokers)
+    if args.txn10_only:
+        spies = [subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
+                                   "--duration", str(int(args.seconds)), "--format", "flamegraph", "--output",
+                                   str(Path(args.flame) / f"txn10-broker-{i + 1}.svg"), "--nonblocking"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for i, pid in enumerate(pids)] if args.flame else []
+        r = dict(with_cpu(pids, transactional, bootstrap, names["txn10"], args.size, args.seconds, 10), load=load())
+        r.pop("_commits")
+        r["broker_cpu_ms_per_txn"] = round(r.get("broker_cpu_ms_per_1000", 0) / 100, 1)
+        print(" 10 per transaction:", r, flush=True)
+        for sp in spies:
+            sp.wait(60)
+        return {"txn_10": r}
     pairs, commits = [], []
     for i in range(args.rounds):
         idem = dict(with_cpu(pids, idempotent, bootstrap, names["idem"], args.size, args.seconds), load=load())
@@ -199,6 +213,9 @@ def main() -> None:
     ap.add_argument("--linger-ms", type=float, default=CLIENT["linger.ms"], help="the producers' linger.ms")
     ap.add_argument("--batch-size", type=int, default=CLIENT["batch.size"], help="the producers' batch.size (bytes)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--txn10-only", action="store_true",
+                    help="only the 10-records-per-transaction phase, with the brokers' CPU per transaction")
+    ap.add_argument("--flame", help="with --txn10-only: py-spy flame graphs of each broker into this directory")
     args = ap.parse_args()
     CLIENT.update({"linger.ms": args.linger_ms, "batch.size": args.batch_size})
     out: dict = {"value_bytes": args.size, "seconds": args.seconds, "cpus": os.cpu_count(), "client": dict(CLIENT)}

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from broker.apis.kafka_apis import KafkaApis
 from broker.dynamic_config import DynamicBrokerConfig
 from broker.log.manager import AllLogDirsFailed, LogManager
+from broker.log.segment import OPEN_FILES
 from broker.memory_pool import RequestMemoryPool
 from broker.replica.manager import ReplicaManager
 from broker.security import scram
@@ -84,6 +85,7 @@ class Broker:
     def open_logs(self) -> None:
         """Loads and recovers every partition log; must run before the metadata log replays."""
         t0 = self.clock.monotonic()
+        OPEN_FILES.configure(self.config["krafty.log.open.files.max"])  # process-wide, like the fd limit
         self.logs = LogManager(self.config["log.dirs"], topic_defaults(self.config),
                                writer_threads=self.config["krafty.log.writer.threads"],
                                producer_id_expiration_ms=self.config["producer.id.expiration.ms"], clock=self.clock)

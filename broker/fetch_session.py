@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Protocol
 
 from common.errors import ErrorCode
@@ -55,13 +55,20 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch >= 0x7FFFFFFF else epoch + 1
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class FetchSession:
     id: int
     epoch: int  # the epoch the next request must carry
     is_follower: bool
     parts: OrderedDict[Key, _Cached]
     last_used_ms: int
+    # Partitions with news (``FetchSessionCache.touch``): what an incremental request reads
+    # besides the partitions it names, when the broker tracks the session's partitions
+    # (``watch``); the others have nothing the fetcher has not seen. A dict: insertion order.
+    dirty: dict[Key, None] = dataclasses.field(default_factory=dict)
+    watched: dict[Key, Hashable] = dataclasses.field(default_factory=dict)  # key -> the broker's partition
+    on_news: Callable[[], None] | None = None  # set while a long poll of the session waits
+    replica_id: int = -1
 
 
 @dataclasses.dataclass
@@ -74,6 +81,23 @@ class FetchContext:
     parts: list[tuple[Key, PartitionData]] = dataclasses.field(default_factory=list)
     incremental: bool = False
     session: FetchSession | None = None
+    tracked: bool = False  # ``parts`` are only the requested partitions and those with news
+
+    def take_news(self) -> list[tuple[Key, PartitionData]]:
+        """The session's partitions that had news since the last call (``touch``), to read."""
+        s = self.session
+        if s is None or not s.dirty:
+            return []
+        keys, s.dirty = s.dirty, {}
+        return [(k, c.data) for k in keys if (c := s.parts.get(k)) is not None]
+
+    def keep(self, keys: Iterable[Key]) -> None:
+        """Partitions to read again at the next request although nothing is touched (an error,
+        records sent or left for lack of room: the fetcher may not have what they hold)."""
+        if self.session is not None:
+            d = self.session.dirty
+            for k in keys:
+                d[k] = None
 
     def has_news(self, key: Key, high_watermark: int, log_start_offset: int) -> bool:
         """Would this partition's watermarks be news to the fetcher? (A follower's long poll
@@ -133,13 +157,62 @@ class FetchSessionCache:
         self.eviction_ms = eviction_ms
         self.sessions: OrderedDict[int, FetchSession] = OrderedDict()  # least recently used first
         self._rng = rng  # session ids (the broker's clock.rng)
+        # the broker's partition -> the sessions watching it (KIP-227 without a walk of every
+        # session partition per request): session -> its key for it
+        self._watchers: dict[Hashable, dict[FetchSession, Key]] = {}
+
+    # --- news of partitions (the broker side tells the cache what moved) --------------------------
+    def watch(self, session: FetchSession, key: Key, tp: Hashable | None) -> None:
+        """``key`` of ``session`` is the broker's partition ``tp``: a ``touch(tp)`` marks it.
+        None: no partition of ours (an unknown topic id); the caller keeps it read (``keep``)."""
+        if (key in session.watched and session.watched[key] == tp) or self.sessions.get(session.id) is not session \
+                or key not in session.parts:
+            return
+        self._unwatch(session, key)
+        session.watched[key] = tp
+        if tp is not None:
+            self._watchers.setdefault(tp, {})[session] = key
+
+    def _unwatch(self, session: FetchSession, key: Key) -> None:
+        tp = session.watched.pop(key, None)  # (None too: not indexed)
+        if tp is not None:
+            w = self._watchers.get(tp)
+            if w is not None and w.pop(session, None) is not None and not w:
+                del self._watchers[tp]
+
+    def _drop(self, session_id: int) -> None:
+        s = self.sessions.pop(session_id, None)
+        if s is not None:
+            for key in list(s.watched):
+                self._unwatch(s, key)
+            if s.on_news is not None:
+                s.on_news()  # a long poll of a session that ended looks again (and finds it gone)
+
+    def touch(self, tp: Hashable) -> list[FetchSession]:
+        """The partition's data, watermarks or leadership moved: every session watching it
+        reads it at its next request (a waiting long poll is told through ``on_news``).
+        Returns the sessions for which it was idle until now (no news pending)."""
+        w = self._watchers.get(tp)
+        if not w:
+            return []
+        fresh = []
+        for s, key in w.items():
+            if key not in s.dirty:
+                s.dirty[key] = None
+                fresh.append(s)
+            if s.on_news is not None:
+                s.on_news()
+        return fresh
 
     def context(self, session_id: int, epoch: int, requested: Iterable[tuple[Key, PartitionData]],
-                forgotten: Iterable[Key], now_ms: int, is_follower: bool) -> FetchContext:
+                forgotten: Iterable[Key], now_ms: int, is_follower: bool, tracked: bool = False) -> FetchContext:
+        """How to serve a request. ``tracked``: the caller ``watch``es the partitions it reads
+        and ``touch``es them when they move, so an incremental request reads only the
+        partitions it names and those with news (``FetchContext.tracked``), not all of them."""
         requested = list(requested)
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id != INVALID_SESSION_ID:
-                self.sessions.pop(session_id, None)
+                self._drop(session_id)
             if epoch == FINAL_EPOCH:
                 return FetchContext(parts=requested)
             parts = OrderedDict((k, _Cached(d)) for k, d in requested)
@@ -152,7 +225,9 @@ class FetchSessionCache:
         if session.epoch != epoch:
             return FetchContext(error=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
         for k in forgotten:
-            session.parts.pop(k, None)
+            if session.parts.pop(k, None) is not None:
+                self._unwatch(session, k)
+                session.dirty.pop(k, None)
         for k, d in requested:
             c = session.parts.get(k)
             if c is None:
@@ -160,11 +235,22 @@ class FetchSessionCache:
             else:
                 c.data = d
         if not session.parts:  # nothing left: the session ends (Kafka does the same)
-            del self.sessions[session_id]
+            self._drop(session_id)
             return FetchContext()
         session.epoch = next_epoch(session.epoch)
         session.last_used_ms = now_ms
         self.sessions.move_to_end(session_id)
+        if tracked:
+            ctx = FetchContext(session_id=session_id, parts=requested, incremental=True, session=session,
+                               tracked=True)
+            named = {k for k, _ in requested}
+            unwatched = len(session.parts) - len(session.watched) - sum(1 for k in named if k not in session.watched)
+            if unwatched > 0:  # read untracked before (or its watch lapsed): read it all once
+                ctx.take_news()
+                ctx.parts = [(k, c.data) for k, c in session.parts.items()]
+            else:
+                ctx.parts = requested + [kd for kd in ctx.take_news() if kd[0] not in named]
+            return ctx
         return FetchContext(session_id=session_id, parts=[(k, c.data) for k, c in session.parts.items()],
                             incremental=True, session=session)
 
@@ -183,35 +269,51 @@ class FetchSessionCache:
     def _evict_one(self, now_ms: int, for_follower: bool) -> bool:
         oldest_id, oldest = next(iter(self.sessions.items()))
         if now_ms - oldest.last_used_ms >= self.eviction_ms:
-            del self.sessions[oldest_id]
+            self._drop(oldest_id)
             return True
         if for_follower:
             for sid, s in self.sessions.items():
                 if not s.is_follower:
-                    del self.sessions[sid]
+                    self._drop(sid)
                     return True
         return False
 
 
 class FetchSessionHandler:
-    """The fetcher side of a session with one broker: builds each request from the full set
-    of partitions wanted now, and reconstructs full answers from incremental responses."""
+    """The fetcher side of a session with one broker: builds each request from the partitions
+    wanted now, and reconstructs full answers from incremental responses.
+
+    ``build(wanted)`` takes the full set each time (partitions left out are forgotten).
+    ``build(wanted, forget)`` takes only what may have changed: partitions the session holds
+    that are in neither stay in it as they were sent (a fetcher with many idle partitions then
+    builds its request without walking them); but a full request (``full_next``) must name
+    them all."""
 
     def __init__(self) -> None:
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
         self.sent: dict[Key, PartitionData] = {}  # the session as the broker knows it
         self.seen: dict[Key, tuple[int, int]] = {}  # (high watermark, log start offset) last answered
-        self._pending: tuple[dict[Key, PartitionData], bool] | None = None
+        self._pending: tuple[dict[Key, PartitionData], list[Key] | None, bool] | None = None
 
-    def build(self, wanted: dict[Key, PartitionData]) -> tuple[int, int, dict[Key, PartitionData], list[Key]]:
+    @property
+    def full_next(self) -> bool:
+        """The next request is a full one (a new session, or none)."""
+        return self.session_id == INVALID_SESSION_ID or self.epoch == INITIAL_EPOCH
+
+    def build(self, wanted: dict[Key, PartitionData], forget: list[Key] | None = None,
+              ) -> tuple[int, int, dict[Key, PartitionData], list[Key]]:
         """(session id, epoch, partitions to send, partitions to forget) for this request."""
-        if self.session_id == INVALID_SESSION_ID or self.epoch == INITIAL_EPOCH:
-            self._pending = (dict(wanted), True)
+        if self.full_next:
+            self._pending = (dict(wanted), None, True)
             return self.session_id, INITIAL_EPOCH, dict(wanted), []
         send = {k: d for k, d in wanted.items() if self.sent.get(k) != d}
-        forget = [k for k in self.sent if k not in wanted]
-        self._pending = (dict(wanted), False)
+        if forget is None:
+            forget = [k for k in self.sent if k not in wanted]
+            self._pending = (dict(wanted), None, False)
+        else:
+            forget = [k for k in forget if k in self.sent and k not in wanted]
+            self._pending = (dict(wanted), forget, False)
         return self.session_id, self.epoch, send, forget
 
     def on_response(self, error: int, session_id: int,
@@ -221,7 +323,7 @@ class FetchSessionHandler:
         (high watermark, log start offset) of every partition the request wanted that the
         response left out because nothing changed, or None if the session failed (the next
         request starts a new one) and the request's partitions are to be retried."""
-        wanted, full = self._pending or ({}, True)
+        wanted, forgot, full = self._pending or ({}, None, True)
         self._pending = None
         if error != ErrorCode.NONE:
             self.reset(close=error != ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
@@ -234,10 +336,16 @@ class FetchSessionHandler:
                 self.session_id, self.epoch, self.sent = session_id, 1, wanted
         else:
             self.epoch = next_epoch(self.epoch)
-            self.sent = wanted
-            for k in list(self.seen):
-                if k not in wanted:
-                    del self.seen[k]
+            if forgot is None:
+                self.sent = wanted
+                for k in list(self.seen):
+                    if k not in wanted:
+                        del self.seen[k]
+            else:
+                self.sent.update(wanted)
+                for k in forgot:
+                    self.sent.pop(k, None)
+                    self.seen.pop(k, None)
         self.seen.update(answered)
         missing = {}
         for k in wanted:

@@ -409,6 +409,9 @@ KEYS: dict[str, Key] = {
         Key("krafty.log.writeback.bytes", _int, 1024 * 1024, "start the kernel's writeback of an active segment "
             "every this many appended bytes (checked every 100 ms, off the event loop; 0: leave it to the kernel)",
             min=0),
+        Key("krafty.log.open.files.max", _int, 0, "segment log files the process keeps open at most: the least "
+            "recently used beyond it are closed and opened again when next read or written, so that an idle "
+            "partition holds no descriptor (0: half the process's open-files limit, RLIMIT_NOFILE)", min=0),
         Key("krafty.log.writer.threads", _int, 0, "threads that do the write syscalls of appends, so a write the "
             "kernel makes wait stalls only its partition (0: write on the event loop, the faster choice while the "
             "broker's CPU is busy)", min=0, max=64),

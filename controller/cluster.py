@@ -280,13 +280,25 @@ def heartbeat(image: MetadataImage, state: ClusterState, broker_id: int, broker_
 
 # --- fencing ---------------------------------------------------------------------------------
 
-def fence_broker(image: MetadataImage, broker_id: int, unclean_default: bool = False) -> list[Any]:
+def fence_broker(image: MetadataImage, broker_id: int, unclean_default: bool = False,
+                 max_records: int | None = None) -> list[Any]:
     """The records fencing one registered broker: new leaders and ISRs for the partitions it
-    was in, then its registration change (KRaft's order: it never leads while fenced)."""
+    was in, then its registration change (KRaft's order: it never leads while fenced). With
+    ``max_records``, at most that many: the registration change only once every partition
+    change fits before it (else the first ``max_records`` partition changes)."""
     b = image.brokers[broker_id]
-    recs = replication.handle_broker_fenced(image, broker_id, unclean_default)
-    recs.append(r.BrokerRegistrationChangeRecord(broker_id, b.epoch, fenced=True))
+    recs = replication.handle_broker_fenced(image, broker_id, unclean_default,
+                                            None if max_records is None else max_records)
+    if max_records is None or len(recs) < max_records:
+        recs.append(r.BrokerRegistrationChangeRecord(broker_id, b.epoch, fenced=True))
     return recs
+
+
+# Records one fencing write may hold: a broker of 100,000 partitions is fenced in slices of this
+# many partition changes, one write each, so the controller's loop serves heartbeats and other
+# writes between them instead of spending seconds on one (Kafka bounds its controller's batches
+# likewise: QuorumController's max records per batch).
+FENCE_RECORDS_PER_BATCH = 1000
 
 
 def fence_stale_brokers(image: MetadataImage, state: ClusterState, now_ms: int,
@@ -297,6 +309,18 @@ def fence_stale_brokers(image: MetadataImage, state: ClusterState, now_ms: int,
     fencing sees the previous ones, so two brokers of one ISR both going away leaves the
     ISR with its last member, not empty. A broker the state has never heard of (a new
     active controller) gets a fresh session instead of being fenced."""
+    return fence_stale_brokers_batch(image, state, now_ms, session_timeout_ms, unclean_default)[0]
+
+
+def fence_stale_brokers_batch(image: MetadataImage, state: ClusterState, now_ms: int,
+                              session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS, unclean_default: bool = False,
+                              max_records: int | None = None) -> tuple[list[Any], bool]:
+    """``fence_stale_brokers`` writing at most ``max_records`` records; returns them and whether
+    the fencing is complete. A broker whose partition changes do not fit gets the first of them
+    now (KRaft's order: off its partitions first), its registration change once the last are
+    written: the caller writes the batch and calls again until complete. Each call works from
+    the image, so what a batch did is not done again, and a broker that heartbeats meanwhile is
+    not fenced (it rejoins the ISRs it left through AlterPartition, as after a restart)."""
     recs: list[Any] = []
     work = image
     for bid in sorted(image.brokers):
@@ -308,8 +332,13 @@ def fence_stale_brokers(image: MetadataImage, state: ClusterState, now_ms: int,
             continue
         if state.has_valid_session(bid, now_ms, session_timeout_ms):
             continue
-        step = fence_broker(work, bid, unclean_default)
+        room = None if max_records is None else max_records - len(recs)
+        if room is not None and room <= 0:
+            return recs, False
+        step = fence_broker(work, bid, unclean_default, room)
+        if not isinstance(step[-1], r.BrokerRegistrationChangeRecord):
+            return recs + step, False  # the registration change comes with the last batch
         state.sessions[bid].controlled_shutdown_offset = _NO_OFFSET
         recs += step
         work = _advance(work, step)
-    return recs
+    return recs, True

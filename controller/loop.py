@@ -60,6 +60,7 @@ class QuorumController:
         self.defaults = defaults
         self.rng = rng or clock.rng
         self.session_timeout_ms = session_timeout_ms
+        self._fence_changes = 0  # partition changes of the fence being written (for its log line)
         self._unclean_static = unclean_default  # unclean.leader.election.enable of server.properties
         self.auto_leader_rebalance = auto_leader_rebalance
         self.rebalance_interval_s = rebalance_interval_s
@@ -131,21 +132,30 @@ class QuorumController:
             delay = 1.0 if nxt is None else min(1.0, max(0.05, (nxt - self._now_ms()) / 1000))
             await asyncio.sleep(delay)
             try:
-                await self.write(self._fence_stale)
+                # a write per batch of FENCE_RECORDS_PER_BATCH records: heartbeats and other writes
+                # are served between them, and each waits for the previous batch's commit
+                for _ in range(1000):  # 1,000,000 records at most per check: a backstop, never reached
+                    if await self.write(self._fence_stale):
+                        break
             except KafkaError as e:
                 log.debug("fencing check skipped: %s", e)
 
-    def _fence_stale(self, image: MetadataImage) -> tuple[list[Any], None]:
-        recs = cluster_ops.fence_stale_brokers(image, self.cluster, self._now_ms(), self.session_timeout_ms,
-                                               self.unclean_default)
-        if recs:  # as Kafka's controller logs it: the first thing an operator looks for after a fence
-            changes = sum(isinstance(x, r.PartitionChangeRecord) for x in recs)
-            for x in recs:
-                if isinstance(x, r.BrokerRegistrationChangeRecord) and x.fenced:
-                    log.info("Fencing broker %d because its session has timed out (no heartbeat for %d ms)"
-                             " (%d partition changes proposed with the fence(s))", x.broker_id,
-                             self.session_timeout_ms, changes)
-        return recs, None
+    def _fence_stale(self, image: MetadataImage) -> tuple[list[Any], bool]:
+        recs, done = cluster_ops.fence_stale_brokers_batch(image, self.cluster, self._now_ms(),
+                                                           self.session_timeout_ms, self.unclean_default,
+                                                           cluster_ops.FENCE_RECORDS_PER_BATCH)
+        changes = sum(isinstance(x, r.PartitionChangeRecord) for x in recs)
+        self._fence_changes += changes
+        fences = [x.broker_id for x in recs if isinstance(x, r.BrokerRegistrationChangeRecord) and x.fenced]
+        for bid in fences:  # as Kafka's controller logs it: the first thing an operator looks for after a fence
+            log.info("Fencing broker %d because its session has timed out (no heartbeat for %d ms)"
+                     " (%d partition changes proposed with the fence(s))", bid, self.session_timeout_ms,
+                     self._fence_changes)
+        if not done:
+            log.debug("fencing: a batch of %d partition changes written, more to come", changes)
+        if done or fences:
+            self._fence_changes = 0
+        return recs, done
 
     async def _rebalance_timer(self) -> None:
         """auto.leader.rebalance.enable: move leadership back to preferred replicas."""

@@ -116,7 +116,8 @@ def _partitions(image: MetadataImage) -> Iterator[tuple[TopicImage, int, Partiti
 
 
 def _reelect(image: MetadataImage, parts: Iterable[tuple[TopicImage, int, PartitionRegistration]],
-             remove: int | None, is_acceptable: IsAcceptable, unclean_default: bool) -> list[Any]:
+             remove: int | None, is_acceptable: IsAcceptable, unclean_default: bool,
+             limit: int | None = None) -> list[Any]:
     recs: list[Any] = []
     for t, pid, reg in parts:
         target = _without(reg.isr, remove) if remove is not None else reg.isr
@@ -125,16 +126,20 @@ def _reelect(image: MetadataImage, parts: Iterable[tuple[TopicImage, int, Partit
         rec = _change_record(t.topic_id, pid, reg, leader, isr)
         if rec is not None:
             recs.append(rec)
+            if limit is not None and len(recs) >= limit:
+                break
     return recs
 
 
 # --- broker state changes ------------------------------------------------------------------
 
-def handle_broker_fenced(image: MetadataImage, broker_id: int, unclean_default: bool = False) -> list[Any]:
+def handle_broker_fenced(image: MetadataImage, broker_id: int, unclean_default: bool = False,
+                         limit: int | None = None) -> list[Any]:
     """Partition changes for fencing ``broker_id``: out of every ISR (but the last member
-    stays), and a new leader wherever it led. The caller writes the registration change."""
-    parts = [(t, pid, p) for t, pid, p in _partitions(image) if broker_id in p.isr or p.leader == broker_id]
-    return _reelect(image, parts, broker_id, acceptable_leaders(image, exclude=broker_id), unclean_default)
+    stays), and a new leader wherever it led. The caller writes the registration change.
+    ``limit``: the first that many changes only (a fence written in batches)."""
+    parts = ((t, pid, p) for t, pid, p in _partitions(image) if broker_id in p.isr or p.leader == broker_id)
+    return _reelect(image, parts, broker_id, acceptable_leaders(image, exclude=broker_id), unclean_default, limit)
 
 
 def handle_replicas_offline(image: MetadataImage, broker_id: int, partitions: Iterable[tuple[uuid.UUID, int]],

@@ -3,6 +3,7 @@ reads sent with sendfile, preferred read replicas (KIP-392)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from broker.apis import wire
@@ -35,16 +36,98 @@ class FetchApis:
         if ver >= 7:
             forgotten = [(t.topic_id if ver >= 13 else t.topic, int(pid))
                          for t in req.forgotten_topics_data for pid in t.partitions]
+            # a session's partitions are watched (the replica manager's news): an incremental
+            # request reads those it names and those that moved, not every one (but with a leader
+            # replication throttle, whose "nothing this time" is not news, it reads them all)
             fctx = self.fetch_sessions.context(req.session_id, req.session_epoch, requested, forgotten,
-                                               self.clock.monotonic_ms(), replica_id >= 0)
+                                               self.clock.monotonic_ms(), replica_id >= 0,
+                                               tracked=not self.replicas.leader_quota.enabled)
             if fctx.error:
                 return wire.encode_fetch_response(ver, [], error=fctx.error)
+            if fctx.session is not None:
+                fctx.session.replica_id = replica_id
         else:
             fctx = FetchContext(parts=requested)
+        watch = fctx.session is not None and not self.replicas.leader_quota.enabled
+        reading = dict(fctx.parts)
+        wanted, denied = self._fetch_plan(ctx, ver, reading, replica_id, image)
+        # a response carries at most fetch.max.bytes (Kafka's cap, followers' too: a client asking
+        # for 2 GiB would have the broker build it), and a consumer with a fetch quota at most its
+        # quota over the window
+        bytes_cap = self.config["fetch.max.bytes"]
+        if replica_id < 0 and image.client_quotas:
+            self.quotas.update(image.client_quotas)
+            quota_cap = self.quotas.max_bytes_in_window(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)),
+                                                        ctx.header.client_id or "")
+            if quota_cap is not None:
+                bytes_cap = min(bytes_cap, quota_cap)
+        first_pass = True
+        while True:
+            more = [] if watch else None
+            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image, denied,
+                                                         bytes_cap, more)
+            first_pass = False
+            left = deadline - self.clock.monotonic()
+            if total >= min(req.min_bytes, bytes_cap) or errors or left <= 0 or not (wanted or fctx.tracked):
+                break
+            if replica_id >= 0 and fctx.session is not None and any(
+                    fctx.has_news(((tid if ver >= 13 else name), r.index), r.high_watermark, r.log_start_offset)
+                    for name, tid, out in topics_out for r in out):
+                break  # a follower learns a new high watermark now, not a long poll later
+            if fctx.tracked:
+                if not fctx.session.dirty:
+                    await ctx.park(self._wait_for_news(fctx.session, left))
+                news = fctx.take_news()
+                if news:
+                    reading.update(news)
+                    wanted, denied = self._fetch_plan(ctx, ver, reading, replica_id, image)
+                continue
+            await ctx.park(self.replicas.wait_for_data(
+                [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left, log_end=replica_id >= 0))
+        throttle = 0
+        if replica_id < 0 and self.image.client_quotas:
+            throttle = await self._throttle(ctx, FETCH, total, ver >= 8)
+            if throttle:  # over quota: an empty response (Kafka's getThrottledResponse)
+                self.quotas.unrecord(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)), ctx.header.client_id or "",
+                                     total, self.clock.monotonic())
+                for _, _, parts in topics_out:
+                    for pr in parts:
+                        pr.records = None
+        if fctx.session is not None:
+            keyed = {((tid if ver >= 13 else name), r.index): r for name, tid, out in topics_out for r in out}
+            chosen = fctx.select({k: (r.error, r.high_watermark, r.log_start_offset, r.records is not None,
+                                      r.diverging_epoch is not None or r.preferred_read_replica >= 0
+                                      or r.current_leader is not None) for k, r in keyed.items()})
+            topics_out = [(name, tid, kept) for name, tid, out in topics_out
+                          if (kept := [r for r in out if ((tid if ver >= 13 else name), r.index) in chosen])]
+            if watch:
+                # what was read is watched from now on; what may still hold something the fetcher
+                # has not got (an error, records sent or left for lack of room) is read again
+                keep = [k for k, r in keyed.items() if r.error or r.records is not None
+                        or r.diverging_epoch is not None or r.preferred_read_replica >= 0
+                        or r.current_leader is not None] + more
+                session, sessions, parts = fctx.session, self.fetch_sessions, self.replicas.partitions
+                for name, tid, _timg, ps in wanted:
+                    tkey = tid if ver >= 13 else name
+                    for pd in ps:
+                        key, tp = (tkey, pd.partition), (name, pd.partition)
+                        sessions.watch(session, key, tp if name else None)
+                        if replica_id >= 0 and (part := parts.get(tp)) is not None and replica_id not in part.state.isr:
+                            keep.append(key)  # each fetch may put it back in the ISR (retried until it is)
+                fctx.keep(keep)
+        if self.metrics is not None:
+            self.metrics.fetched(ctx, topics_out, replica_id)
+        if ver <= 3:
+            await self._down_convert(ver, topics_out, {(name, pd.partition): pd.fetch_offset
+                                                       for name, _tid, _timg, pds in wanted for pd in pds})
+        return wire.encode_fetch_response(ver, topics_out, throttle_ms=throttle, session_id=fctx.session_id)
+
+    def _fetch_plan(self, ctx, ver, reading: dict, replica_id: int, image):
+        """The partitions to read, by topic, resolved against the image: ``[(name, topic id,
+        topic image, [partition data])]``, and the topics the principal may not read."""
         by_topic: dict = {}
-        for (tkey, _), pd in fctx.parts:
+        for (tkey, _), pd in reading.items():
             by_topic.setdefault(tkey, []).append(pd)
-        # resolve topics once
         wanted = []
         for tkey, parts in by_topic.items():
             if ver >= 13:
@@ -65,54 +148,43 @@ class FetchApis:
             else:
                 denied = frozenset(w[0] for w in wanted if w[0] is not None
                                    and not self.authorize(ctx, Op.READ, RT.TOPIC, w[0]))
-        # a response carries at most fetch.max.bytes (Kafka's cap, followers' too: a client asking
-        # for 2 GiB would have the broker build it), and a consumer with a fetch quota at most its
-        # quota over the window
-        bytes_cap = self.config["fetch.max.bytes"]
-        if replica_id < 0 and image.client_quotas:
-            self.quotas.update(image.client_quotas)
-            quota_cap = self.quotas.max_bytes_in_window(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)),
-                                                        ctx.header.client_id or "")
-            if quota_cap is not None:
-                bytes_cap = min(bytes_cap, quota_cap)
-        first_pass = True
-        while True:
-            topics_out, total, errors = self._fetch_once(ver, wanted, req, replica_id, first_pass, image, denied,
-                                                         bytes_cap)
-            first_pass = False
-            left = deadline - self.clock.monotonic()
-            if total >= min(req.min_bytes, bytes_cap) or errors or left <= 0 or not wanted:
-                break
-            if replica_id >= 0 and fctx.session is not None and any(
-                    fctx.has_news(((tid if ver >= 13 else name), r.index), r.high_watermark, r.log_start_offset)
-                    for name, tid, out in topics_out for r in out):
-                break  # a follower learns a new high watermark now, not a long poll later
-            await ctx.park(self.replicas.wait_for_data(
-                [(name, p.partition) for name, _, _, ps in wanted if name for p in ps], left, log_end=replica_id >= 0))
-        throttle = 0
-        if replica_id < 0 and self.image.client_quotas:
-            throttle = await self._throttle(ctx, FETCH, total, ver >= 8)
-            if throttle:  # over quota: an empty response (Kafka's getThrottledResponse)
-                self.quotas.unrecord(FETCH, user_of(getattr(ctx, "principal", ANONYMOUS)), ctx.header.client_id or "",
-                                     total, self.clock.monotonic())
-                for _, _, parts in topics_out:
-                    for pr in parts:
-                        pr.records = None
-        if fctx.session is not None:
-            keyed = {((tid if ver >= 13 else name), r.index): r for name, tid, out in topics_out for r in out}
-            chosen = fctx.select({k: (r.error, r.high_watermark, r.log_start_offset, r.records is not None,
-                                      r.diverging_epoch is not None or r.preferred_read_replica >= 0
-                                      or r.current_leader is not None) for k, r in keyed.items()})
-            topics_out = [(name, tid, kept) for name, tid, out in topics_out
-                          if (kept := [r for r in out if ((tid if ver >= 13 else name), r.index) in chosen])]
-        if self.metrics is not None:
-            self.metrics.fetched(ctx, topics_out, replica_id)
-        if ver <= 3:
-            await self._down_convert(ver, topics_out, {(name, pd.partition): pd.fetch_offset
-                                                       for name, _tid, _timg, pds in wanted for pd in pds})
-        return wire.encode_fetch_response(ver, topics_out, throttle_ms=throttle, session_id=fctx.session_id)
+        return wanted, denied
 
-    def _fetch_once(self, ver, wanted, req, replica_id, first_pass, image, denied=frozenset(), max_bytes_cap=None):
+    async def _wait_for_news(self, session, timeout_s: float) -> None:
+        """A long poll of a watched session: until one of its partitions moves (``touch``), the
+        session ends, or the timeout."""
+        fut = asyncio.get_running_loop().create_future()
+
+        def news() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        timer = asyncio.get_running_loop().call_later(timeout_s, news)
+        session.on_news = news
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            if session.on_news is news:
+                session.on_news = None
+
+    def _partition_news(self, tp) -> None:
+        """The replica manager's news of a partition (its log end, high watermark, log start or
+        leadership moved): the fetch sessions watching it read it at their next request. A
+        follower whose session held it idle until now (at our log end as of its last read) was
+        caught up at its last fetch, as the fetch would have recorded had it read the partition."""
+        fresh = self.fetch_sessions.touch(tp)
+        if fresh:
+            part = self.replicas.partitions.get(tp)
+            if part is not None and part.state.is_leader:
+                for s in fresh:
+                    if s.replica_id >= 0:
+                        part.state.idle_follower_fetched(s.replica_id, s.last_used_ms)
+
+    def _fetch_once(self, ver, wanted, req, replica_id, first_pass, image, denied=frozenset(), max_bytes_cap=None,
+                    more: list | None = None):
+        """One read of every partition in ``wanted``. ``more``: gets the keys of partitions that
+        hold more than this read returned for their fetcher (to be read again next time)."""
         # KIP-392: consumers (Fetch v11+) may read from followers, up to their high watermark,
         # and the leader may point a consumer with a rack at an in-sync replica in that rack
         from_consumer = replica_id < 0
@@ -196,6 +268,8 @@ class FetchApis:
                         r.aborted = []
                     if max_offset < 0:
                         continue
+                    if more is not None and p.fetch_offset < max_offset:
+                        more.append(((tid if ver >= 13 else name), p.partition))
                     limit = min(p.partition_max_bytes, remaining)
                     if ver <= 3:  # magic 0/1: converted from what is read here, below (_down_convert)
                         self._check_down_conversion(lg.config, from_consumer)

@@ -73,6 +73,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, OffsetApis, ProducerApis, 
             raise ConfigError(str(e)) from None
         self._metadata_cache = MetadataAnswers()  # Metadata answers of the current image (metadata_apis.py)
         self.fetch_sessions = FetchSessionCache(self.rng, config["max.incremental.fetch.session.cache.slots"])
+        replicas.news = self._partition_news  # what moved, for the sessions' incremental reads (fetch_apis.py)
         self.handlers = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,

@@ -25,6 +25,7 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from typing import Any
 
 from . import fileio as fio
 
@@ -63,19 +64,35 @@ def _increasing(a) -> bool:
     return all(x < y for x, y in zip(a, a[1:], strict=False))
 
 
-class _LazyIndex:
-    ENTRY_SIZE = 0
+_NONE: tuple = ()  # the entries of an index without any: shared by all, replaced on the first append
 
-    def __init__(self, path: str, base_offset: int, max_bytes: int, rebuild: Callable[[], None] | None = None):
-        self.path = path
+
+class _LazyIndex:
+    """``prefix``: the segment's path without a suffix (one string shared with the segment);
+    ``owner``: a weak reference to an object whose ``_rebuild_indexes()`` rebuilds a bad file
+    (the segment; weak so that it holds no cycle). An idle segment's indexes hold no entries
+    array (the shared empty tuple) and no dict (``__slots__``): a broker of 100,000 partitions
+    keeps 200,000 of them."""
+
+    ENTRY_SIZE = 0
+    SUFFIX = ""
+    __slots__ = ("_prefix", "base_offset", "max_entries", "_owner", "_loaded", "_disk_count", "_written",
+                 "_on_disk", "_detached")
+
+    def __init__(self, prefix: str, base_offset: int, max_bytes: int, owner: Callable[[], Any] | None = None):
+        self._prefix = prefix
         self.base_offset = base_offset
         self.max_entries = max(1, max_bytes // self.ENTRY_SIZE)
-        self.rebuild = rebuild
+        self._owner = owner
         self._loaded = True
         self._disk_count = 0
         self._written = 0  # entries already in the file
         self._on_disk = True  # the file exists (False for a new segment's index until its first flush)
         self._detached = False  # its segment was deleted or replaced: the path is not ours any more
+
+    @property
+    def path(self) -> str:
+        return self._prefix + self.SUFFIX
 
     def detach(self) -> None:
         """Never read or write the file at ``path`` again: its segment was deleted or replaced,
@@ -98,8 +115,9 @@ class _LazyIndex:
             self._written = self._disk_count
         except (OSError, CorruptIndexError):
             self.reset()
-            if self.rebuild is not None:
-                self.rebuild()
+            owner = self._owner() if self._owner is not None else None
+            if owner is not None:
+                owner._rebuild_indexes()
 
     def _parse(self, data: bytes) -> None:
         raise NotImplementedError
@@ -168,11 +186,13 @@ class _LazyIndex:
 
 class OffsetIndex(_LazyIndex):
     ENTRY_SIZE = 8
+    SUFFIX = ".index"
+    __slots__ = ("_rel", "_pos", "_disk_last")
 
-    def __init__(self, path: str, base_offset: int, max_bytes: int, rebuild: Callable[[], None] | None = None):
-        super().__init__(path, base_offset, max_bytes, rebuild)
-        self._rel = array("i")
-        self._pos = array("i")
+    def __init__(self, prefix: str, base_offset: int, max_bytes: int, owner: Callable[[], Any] | None = None):
+        super().__init__(prefix, base_offset, max_bytes, owner)
+        self._rel: array | tuple = _NONE
+        self._pos: array | tuple = _NONE
         self._disk_last: tuple[int, int] | None = None
 
     def load(self, log_size: int) -> None:
@@ -183,7 +203,7 @@ class OffsetIndex(_LazyIndex):
             if rel < 0 or pos < 0 or pos >= log_size:
                 raise CorruptIndexError(f"{self.path} points past the end of its segment")
             self._disk_last = (rel, pos)
-        self._rel, self._pos = array("i"), array("i")
+        self._rel, self._pos = _NONE, _NONE
         self._disk_count = self._written = count
         self._loaded = not count
 
@@ -198,7 +218,7 @@ class OffsetIndex(_LazyIndex):
         self._rel, self._pos = rel, pos
 
     def reset(self) -> None:
-        self._rel, self._pos = array("i"), array("i")
+        self._rel, self._pos = _NONE, _NONE
         self._loaded, self._written, self._disk_count = True, 0, 0
         self._clear_file()
 
@@ -248,6 +268,8 @@ class OffsetIndex(_LazyIndex):
 
     def append(self, offset: int, position: int) -> None:
         self._ensure()
+        if not self._rel:
+            self._rel, self._pos = array("i"), array("i")
         self._rel.append(offset - self.base_offset)
         self._pos.append(position)
 
@@ -271,11 +293,13 @@ class OffsetIndex(_LazyIndex):
 
 class TimeIndex(_LazyIndex):
     ENTRY_SIZE = 12
+    SUFFIX = ".timeindex"
+    __slots__ = ("_ts", "_rel", "_disk_last")
 
-    def __init__(self, path: str, base_offset: int, max_bytes: int, rebuild: Callable[[], None] | None = None):
-        super().__init__(path, base_offset, max_bytes, rebuild)
-        self._ts: list[int] = []
-        self._rel: list[int] = []
+    def __init__(self, prefix: str, base_offset: int, max_bytes: int, owner: Callable[[], Any] | None = None):
+        super().__init__(prefix, base_offset, max_bytes, owner)
+        self._ts: list[int] | tuple = _NONE
+        self._rel: list[int] | tuple = _NONE
         self._disk_last: tuple[int, int] | None = None
 
     def load(self, log_end_offset: int | None = None) -> None:
@@ -285,7 +309,7 @@ class TimeIndex(_LazyIndex):
             if rel < 0 or (log_end_offset is not None and self.base_offset + rel >= log_end_offset):
                 raise CorruptIndexError(f"{self.path} points past the end of its segment")
             self._disk_last = (ts, rel)
-        self._ts, self._rel = [], []
+        self._ts, self._rel = _NONE, _NONE
         self._disk_count = self._written = count
         self._loaded = not count
 
@@ -300,7 +324,7 @@ class TimeIndex(_LazyIndex):
         self._ts, self._rel = ts, rel
 
     def reset(self) -> None:
-        self._ts, self._rel = [], []
+        self._ts, self._rel = _NONE, _NONE
         self._loaded, self._written, self._disk_count = True, 0, 0
         self._clear_file()
 
@@ -324,6 +348,8 @@ class TimeIndex(_LazyIndex):
         if last is not None and timestamp <= last[0]:
             return
         self._ensure()
+        if not self._ts:
+            self._ts, self._rel = [], []
         self._ts.append(timestamp)
         self._rel.append(offset - self.base_offset)
 

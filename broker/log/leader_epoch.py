@@ -74,8 +74,11 @@ def fsync_dir(path: str) -> None:
 
 
 class LeaderEpochCache:
+    # one per partition: no instance dict, and the checkpoint's path derived from the log's
+    __slots__ = ("_dir", "_epochs", "_offsets", "dirty", "_lock", "_write_lock", "_on_disk")
+
     def __init__(self, dir: str | None):
-        self.path = os.path.join(dir, CHECKPOINT_FILE) if dir else None
+        self._dir = dir
         self._epochs: list[int] = []
         self._offsets: list[int] = []
         # assign() only changes memory and sets ``dirty``; sync() (from Log.flush, in the flush
@@ -95,6 +98,10 @@ class LeaderEpochCache:
                 self._offsets.append(int(offset))
             if rows is not None:
                 self._on_disk = self._rows()
+
+    @property
+    def path(self) -> str | None:
+        return os.path.join(self._dir, CHECKPOINT_FILE) if self._dir else None
 
     # --- queries ------------------------------------------------------------------------
     @property

@@ -33,7 +33,7 @@ from .cleaner import CleanerStopped, compact
 from .dir_failure import LogDirFailureChannel, storage_cause
 from .leader_epoch import fsync_dir, read_checkpoint_file, write_checkpoint_file
 from .log import DELETE_DIR_SUFFIX, Log, LogConfig, parse_partition_dir_name, remove_deleted_dir
-from .segment import CorruptBatchError, reap_retired
+from .segment import EMFILE_ERRNOS, CorruptBatchError, reap_retired
 
 log = logging.getLogger("krafty.log")
 
@@ -58,6 +58,7 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._logs: dict[tuple[str, int], Log] = {}
         self._topic_configs: dict[str, dict[str, Any]] = {}
+        self._configs: dict[tuple, LogConfig] = {}  # config_for: shared LogConfigs by their items
         # krafty.log.writer.threads: where async appends (Log.append_as_*_async) make their write
         # syscalls; None: on the event loop. One log's appends are serialised either way.
         self.writer = ThreadPoolExecutor(writer_threads, thread_name_prefix="log-writer") if writer_threads else None
@@ -186,7 +187,18 @@ class LogManager:
         merged.update(self._topic_configs.get(topic, {}))
         if topic_config:
             merged.update(topic_config)
-        return LogConfig.from_topic_configs(merged)
+        # one LogConfig per distinct config, shared by the logs that have it (never mutated: a
+        # change replaces a log's config): not one per partition
+        try:
+            key = tuple(sorted(merged.items()))
+            cfg = self._configs.get(key)
+        except TypeError:  # an unhashable value
+            return LogConfig.from_topic_configs(merged)
+        if cfg is None:
+            if len(self._configs) >= 1024:
+                self._configs.clear()
+            cfg = self._configs[key] = LogConfig.from_topic_configs(merged)
+        return cfg
 
     def get_or_create(self, topic: str, partition: int, topic_id: uuid.UUID | None = None,
                       topic_config: Mapping[str, Any] | None = None, *, now_ms: int | None = None,
@@ -228,9 +240,25 @@ class LogManager:
         now = self._clock() if now_ms is None else now_ms
         # made durable by the flush thread: a CreateTopics of thousands of partitions must not
         # stall the event loop on three fsyncs per log
-        lg = Log.open(d, topic, partition, self.config_for(topic), topic_id=topic_id, now_ms=now, defer_sync=True)
+        try:
+            lg = Log.open(d, topic, partition, self.config_for(topic), topic_id=topic_id, now_ms=now, defer_sync=True)
+        except OSError as e:
+            raise self._creation_failed(topic, partition, d, e) from e
         self._logs[(topic, partition)] = lg
         return lg
+
+    def _creation_failed(self, topic: str, partition: int, d: str, e: OSError) -> KafkaError:
+        """Kafka's getOrCreateLog on an IOException: KAFKA_STORAGE_ERROR, the partition goes
+        offline (the replica manager's _become). A failing disk takes its dir offline too; the
+        process being out of file descriptors (EMFILE/ENFILE) does not: the dir is healthy,
+        only this partition could not be made."""
+        if e.errno in EMFILE_ERRNOS:
+            return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                              f"Can not create log for {topic}-{partition} in {d}: out of file descriptors ({e}); "
+                              f"raise the open-files limit (ulimit -n) or lower krafty.log.open.files.max, "
+                              f"then restart the broker")
+        self.report_io_error(d, e)
+        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Can not create log for {topic}-{partition} in {d}: {e}")
 
     def _make_stray(self, lg: Log, topic_id: uuid.UUID) -> None:
         """The partition on disk belongs to an older topic of the same name (deleted and

@@ -181,6 +181,8 @@ class ProducerStateManager:
     # True: a producer without state must start at sequence 0 (stricter than Kafka 4.x, which
     # only demands that of transactional producers).
     reject_unknown_producer_sequence = False
+    # one per partition: no instance dict
+    __slots__ = ("dir", "producers", "map_end_offset", "ongoing", "unreplicated", "verification")
 
     def __init__(self, dir: str | None):
         self.dir = dir

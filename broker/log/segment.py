@@ -10,7 +10,9 @@ file.delete.delay.ms), so a fetch still sending from it by fd number stays safe.
 
 from __future__ import annotations
 
+import collections
 import ctypes
+import errno
 import heapq
 import itertools
 import logging
@@ -34,13 +36,13 @@ from .batch import (
     unpack_header,
 )
 from .index import CorruptIndexError, OffsetIndex, TimeIndex, _write_all
-from .txn_index import TXNINDEX_SUFFIX, CorruptTxnIndexError, TransactionIndex
+from .txn_index import CorruptTxnIndexError, TransactionIndex
 
 log = logging.getLogger("krafty.log")
 
 LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIMEINDEX_SUFFIX = ".timeindex"
+INDEX_SUFFIX = OffsetIndex.SUFFIX
+TIMEINDEX_SUFFIX = TimeIndex.SUFFIX
 _SCAN_CHUNK = 16 * 1024
 _RECOVER_CHUNK = 1 << 20
 _RECENT_ENDS = 1024  # batch ends remembered for fast high-watermark positioning
@@ -74,6 +76,11 @@ def write_at(file: SegmentFile, data: memoryview, pos: int) -> None:
         except OSError:
             pass
         raise
+
+
+def _pread(seg: LogSegment, n: int, pos: int) -> bytes:
+    f = seg.file  # held through the read: an eviction by another thread closes nothing under it
+    return fio.pread(f.fd, n, pos)
 
 
 class SegmentDeletedError(FileNotFoundError):
@@ -157,11 +164,13 @@ def retire_sooner(entries: list[list], delay_s: float) -> None:
     reap_retired()
 
 
-def reap_retired(now: float | None = None) -> int:
+def reap_retired(now: float | None = None, force: bool = False) -> int:
+    """Drop the retired descriptors whose delay is over (``force``: all of them, when the
+    process is out of descriptors; a read slice still holding one keeps it open)."""
     now = SYSTEM.monotonic() if now is None else now
     n = 0
     with _graveyard_lock:
-        while _graveyard and (_graveyard[0][0] <= now or len(_graveyard) > GRAVEYARD_MAX):
+        while _graveyard and (force or _graveyard[0][0] <= now or len(_graveyard) > GRAVEYARD_MAX):
             e = heapq.heappop(_graveyard)
             n += e[2] is not None
             e[2] = None  # closed by SegmentFile.__del__ once no ReadSlice holds it
@@ -169,12 +178,14 @@ def reap_retired(now: float | None = None) -> int:
 
 
 class SegmentFile:
-    """Owns the segment's descriptor; closes it when garbage (i.e. no reader holds it)."""
+    """Owns the segment's descriptor; closes it when garbage (i.e. no reader holds it).
+    ``used``: set on every use, cleared by the open-file cache's sweep (second chance)."""
 
-    __slots__ = ("fd", "__weakref__")
+    __slots__ = ("fd", "used", "__weakref__")
 
     def __init__(self, fd: int):
         self.fd = fd
+        self.used = True
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1
@@ -188,30 +199,121 @@ class SegmentFile:
             pass
 
 
+EMFILE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+class OpenFiles:
+    """The bound on the segment log files the process holds open (``krafty.log.open.files.max``).
+
+    Kafka keeps every segment's files open; a broker with 100,000 partitions on a machine that
+    lets a process open 20,000 files cannot. Here a segment opens its log file when it is used
+    (indexes are read and written by path, never held) and this cache closes the least recently
+    used ones beyond ``limit``: the CLOCK approximation of LRU (a ``used`` bit set on each use,
+    a sweep that gives a used file a second chance and evicts an unused one), so that the hot
+    path pays one attribute store, not a reordering. An evicted file is dropped by its segment
+    (reopened by path on its next use) and closed once nothing holds it: a read slice or a
+    write in flight keeps it open (every user of a segment's descriptor holds its SegmentFile,
+    never the bare number, for as long as it uses it). Data written through it stays in the page cache: the next
+    flush of that segment reopens it and fsyncs (an fsync covers the inode, whatever the fd).
+    ``limit`` 0: half the process's open-files limit (RLIMIT_NOFILE), leaving the rest to sockets.
+    Thread-safe: opens and sweeps run under ``_open_lock``."""
+
+    def __init__(self, limit: int = 0):
+        self._ring: collections.deque = collections.deque()  # (segment, file) in the order opened
+        self.limit = limit or default_open_files_limit()
+        self.evicted = 0
+
+    def configure(self, limit: int) -> None:
+        with _open_lock:
+            self.limit = limit or default_open_files_limit()
+            self._sweep(self.limit)
+
+    def open(self, seg: LogSegment, flags: int, mode: int = 0o644) -> SegmentFile:
+        """Open ``seg``'s log file and count it (caller holds ``_open_lock``). Out of
+        descriptors (EMFILE/ENFILE): close half the cached ones and try once more."""
+        try:
+            fd = fio.open(seg.log_path, flags, mode)
+        except OSError as e:
+            if e.errno not in EMFILE_ERRNOS:
+                raise
+            self._ring = collections.deque(e for e in self._ring if _live(e))
+            n = self._sweep(len(self._ring) // 2, force=True)
+            reap_retired(force=True)
+            log.warning("out of file descriptors opening %s (%s): closed %d cached segment files, trying again",
+                        seg.log_path, e, n)
+            fd = fio.open(seg.log_path, flags, mode)
+        if len(self._ring) >= self.limit:
+            self._sweep(self.limit - 1)  # before adding: the caller sets seg._file to the new one after
+        f = SegmentFile(fd)
+        self._ring.append((weakref.ref(seg), weakref.ref(f)))  # weak: a closed or dropped segment goes
+        return f
+
+    def _sweep(self, keep: int, force: bool = False) -> int:
+        ring = self._ring
+        n = 0
+        spins = 2 * len(ring) + 1  # every used bit is cleared within one turn
+        while len(ring) > keep and spins:
+            spins -= 1
+            entry = ring.popleft()
+            if not _live(entry):
+                continue  # closed, released or replaced meanwhile
+            seg, f = entry[0](), entry[1]()
+            if f.used and not force:
+                f.used = False
+                ring.append(entry)
+                continue
+            seg._file = None  # closed when the last holder lets go (now, unless a reader holds it)
+            n += 1
+        self.evicted += n
+        return n
+
+    def __len__(self) -> int:
+        return sum(1 for e in self._ring if _live(e))
+
+
+def _live(entry: tuple) -> bool:
+    seg, f = entry[0](), entry[1]()
+    return f is not None and seg is not None and seg._file is f and f.fd >= 0
+
+
+def default_open_files_limit() -> int:
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        soft = 1024
+    if soft <= 0 or soft == getattr(resource, "RLIM_INFINITY", -1):
+        soft = 1 << 20
+    return max(16, soft // 2)
+
+
+OPEN_FILES = OpenFiles()
+
+
 class LogSegment:
+    # no instance dict: an idle broker of 100,000 partitions keeps 100,000 of these
+    __slots__ = ("dir", "base_offset", "_prefix", "index", "time_index", "txn_index", "txn_stale",
+                 "index_interval_bytes", "created_ms", "_file", "_released", "deleted", "size", "next_offset",
+                 "max_timestamp", "offset_of_max_timestamp", "first_batch_timestamp", "_bytes_since_index",
+                 "_recent_ends", "writeback_pos", "damage", "__weakref__")
+
     def __init__(self, dir: str, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int,
                  created_ms: int):
         self.dir = dir
         self.base_offset = base_offset
-        prefix = os.path.join(dir, filename_prefix(base_offset))
-        self.log_path = prefix + LOG_SUFFIX
-        me = weakref.ref(self)
-
-        def rebuild() -> None:
-            seg = me()
-            if seg is not None:
-                seg._rebuild_indexes()
-
-        self.index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, index_max_bytes, rebuild)
-        self.time_index = TimeIndex(prefix + TIMEINDEX_SUFFIX, base_offset, index_max_bytes, rebuild)
-        self.txn_index = TransactionIndex(prefix + TXNINDEX_SUFFIX, base_offset)
+        # the one path string of the segment's four files (the indexes share it)
+        self._prefix = prefix = os.path.join(dir, filename_prefix(base_offset))
+        me = weakref.ref(self)  # the indexes call back to rebuild a bad file; weak: no cycle
+        self.index = OffsetIndex(prefix, base_offset, index_max_bytes, me)
+        self.time_index = TimeIndex(prefix, base_offset, index_max_bytes, me)
+        self.txn_index = TransactionIndex(prefix, base_offset)
         # the aborted transactions of this segment must be found again from the log (recovered or
         # a bad .txnindex): the log does it while it replays its producer state
         self.txn_stale = False
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self._file: SegmentFile | None = None
-        self._released: list[list] = []  # graveyard entries of this segment's released descriptors
+        self._released: list[list] | None = None  # graveyard entries of this segment's released descriptors
         self.deleted = False
         self.size = 0
         self.next_offset = base_offset  # offset after the last batch in the segment
@@ -231,7 +333,8 @@ class LogSegment:
                created_ms: int) -> LogSegment:
         seg = cls(dir, base_offset, index_interval_bytes=index_interval_bytes,
                   index_max_bytes=index_max_bytes, created_ms=created_ms)
-        seg._file = SegmentFile(fio.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
+        with _open_lock:
+            seg._file = OPEN_FILES.open(seg, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         seg.index.reset()
         seg.time_index.reset()
         seg.txn_index.delete()  # a leftover of an earlier segment with this base
@@ -252,7 +355,8 @@ class LogSegment:
         Returns the segment and the number of bytes truncated."""
         seg = cls(dir, base_offset, index_interval_bytes=index_interval_bytes,
                   index_max_bytes=index_max_bytes, created_ms=created_ms)
-        seg._file = SegmentFile(fio.open(seg.log_path, os.O_RDWR))
+        with _open_lock:
+            f = seg._file = OPEN_FILES.open(seg, os.O_RDWR)
         if txn_index and not recover:
             try:
                 seg.txn_index.load()
@@ -260,7 +364,7 @@ class LogSegment:
                 log.warning("%s; rebuilding it from the log", e)
                 seg.txn_index.reset()
                 seg.txn_stale = True
-        seg.size = fio.fstat(seg.fd).st_size
+        seg.size = fio.fstat(f.fd).st_size
         try:
             seg.created_ms = int(fio.stat(seg.log_path).st_mtime * 1000) if seg.size else created_ms
         except OSError:
@@ -277,6 +381,10 @@ class LogSegment:
         return seg, 0
 
     @property
+    def log_path(self) -> str:
+        return self._prefix + LOG_SUFFIX
+
+    @property
     def file(self) -> SegmentFile:
         """The open log file, opened on first use (old segments hold no descriptor until read)."""
         f = self._file
@@ -286,11 +394,14 @@ class LogSegment:
                 if f is None:
                     if self.deleted:
                         raise SegmentDeletedError(f"segment {self.log_path} was deleted or replaced")
-                    f = self._file = SegmentFile(fio.open(self.log_path, os.O_RDWR))
+                    f = self._file = OPEN_FILES.open(self, os.O_RDWR)
+        f.used = True
         return f
 
     @property
     def fd(self) -> int:
+        """The number only (tests, a one-off call): a user for longer holds ``file``, which keeps
+        it open; the open-file cache may close the segment's file at any time."""
         return self.file.fd
 
     @property
@@ -302,7 +413,7 @@ class LogSegment:
         entry = retire(self._file)
         self._file = None
         if entry is not None:
-            self._released = [e for e in self._released if e[2] is not None] + [entry]
+            self._released = [e for e in self._released or () if e[2] is not None] + [entry]
 
     def close(self) -> None:
         """Write the final time index entry and the pending index entries; drop the file
@@ -322,10 +433,16 @@ class LogSegment:
         self.flush_indexes()
 
     def flush_data(self) -> None:
-        """fsync the log file (through its descriptor: safe while the segment is deleted)."""
-        f = self._file
-        if f is not None and not self.deleted:
-            fio.fsync(f.fd)
+        """fsync the log file (through its descriptor: safe while the segment is deleted). A
+        file the open-file cache closed is opened again: what was written through the closed
+        descriptor is in the page cache, and fsync makes the inode's data durable."""
+        if self.deleted:
+            return
+        try:
+            f = self.file
+        except SegmentDeletedError:
+            return
+        fio.fsync(f.fd)
 
     def flush_indexes(self) -> None:
         """Write out and fsync the index files (by path: the caller keeps deletion out)."""
@@ -383,7 +500,7 @@ class LogSegment:
         self._file = None
         if self._released:
             retire_sooner(self._released, delay_s)
-            self._released = []
+            self._released = None
         self.index.detach()
         self.time_index.detach()
         self.txn_index.detach()
@@ -445,7 +562,8 @@ class LogSegment:
         size = self.size
         end = size if end is None else end
         expected = self.base_offset if expected is None else expected
-        fd = self.fd
+        f = self.file  # held: an eviction while this runs must not close the descriptor under it
+        fd = f.fd
         base = self.base_offset
         while pos < end:
             if pos + HEADER_SIZE > size:
@@ -473,7 +591,7 @@ class LogSegment:
 
     def verify_batch(self, h: BatchHeader) -> None:
         """CRC32C-check one batch (whose framing was checked); CorruptBatchError if it fails."""
-        data = fio.pread(self.fd, h.size, h.pos)
+        data = _pread(self, h.size, h.pos)
         if len(data) != h.size or crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]) != h.crc:
             raise self._corrupt(h.pos, h.base_offset, "CRC32C mismatch")
 
@@ -488,7 +606,7 @@ class LogSegment:
         nxt = h.pos + h.size
         if nxt >= self.size:
             return
-        buf = fio.pread(self.fd, HEADER_SIZE, nxt)
+        buf = _pread(self, HEADER_SIZE, nxt)
         problem = "the file ends" if len(buf) < HEADER_SIZE else None
         if problem is None:
             n = unpack_header(buf, 0)
@@ -503,7 +621,7 @@ class LogSegment:
         fetch starts there), without scanning from the index entry before it."""
         pos = self._recent_ends.get(offset)
         if pos is not None and start_pos <= pos and pos + HEADER_SIZE <= self.size:
-            buf = fio.pread(self.fd, HEADER_SIZE, pos)
+            buf = _pread(self, HEADER_SIZE, pos)
             if len(buf) == HEADER_SIZE:
                 h = unpack_header(buf, 0)
                 h.pos = pos
@@ -600,7 +718,7 @@ class LogSegment:
             raise CorruptIndexError(f"byte {e.position}: {e.reason}") from e
         self._bytes_since_index = since
         if self.first_batch_timestamp is None and self.size >= HEADER_SIZE:
-            self.first_batch_timestamp = unpack_header(fio.pread(self.fd, HEADER_SIZE, 0), 0).max_timestamp
+            self.first_batch_timestamp = unpack_header(_pread(self, HEADER_SIZE, 0), 0).max_timestamp
         if self.size and self.next_offset == self.base_offset and pos == 0:
             raise CorruptIndexError("no batch found in a non-empty segment")
 
@@ -621,7 +739,8 @@ class LogSegment:
         self.first_batch_timestamp = None
         self._bytes_since_index = 0
         self.next_offset = self.base_offset
-        fd = self.fd
+        f = self.file  # held: an eviction while this runs must not close the descriptor under it
+        fd = f.fd
         file_size = self.size
         valid = 0
         chunk_pos = 0
@@ -727,8 +846,9 @@ class LogSegment:
         if pos is None:
             return 0
         removed = self.size - pos
-        fio.ftruncate(self.fd, pos)
-        fio.fsync(self.fd)  # divergent data must not come back after a crash
+        f = self.file
+        fio.ftruncate(f.fd, pos)
+        fio.fsync(f.fd)  # divergent data must not come back after a crash
         self.size = pos
         self.writeback_pos = min(self.writeback_pos, pos)
         self.index.truncate_to(offset)
@@ -744,4 +864,4 @@ class LogSegment:
         return removed
 
     def read_batch(self, pos: int, size: int) -> bytes:
-        return fio.pread(self.fd, size, pos)
+        return _pread(self, size, pos)

@@ -43,14 +43,23 @@ class CorruptTxnIndexError(Exception):
     pass
 
 
+_NONE: tuple = ()  # the entries of every index without any (most): shared, replaced on the first append
+
+
 class TransactionIndex:
-    def __init__(self, path: str, base_offset: int):
-        self.path = path
+    __slots__ = ("_prefix", "base_offset", "entries", "_written", "_detached", "_exists")
+
+    def __init__(self, prefix: str, base_offset: int):
+        self._prefix = prefix  # the segment's path without a suffix (shared with it)
         self.base_offset = base_offset
-        self.entries: list[AbortedTxn] = []
+        self.entries: list[AbortedTxn] | tuple = _NONE
         self._written = 0  # entries on file
         self._detached = False  # its segment was deleted or replaced: the path is not ours any more
         self._exists = False
+
+    @property
+    def path(self) -> str:
+        return self._prefix + TXNINDEX_SUFFIX
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -63,7 +72,7 @@ class TransactionIndex:
             with open(self.path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            self.entries, self._written, self._exists = [], 0, False
+            self.entries, self._written, self._exists = _NONE, 0, False
             return
         self._exists = True
         whole = len(data) - len(data) % ENTRY_SIZE
@@ -96,6 +105,8 @@ class TransactionIndex:
         last = self.last_offset
         if last is not None and txn.last_offset <= last:
             raise ValueError(f"{self.path}: aborted transaction at {txn.last_offset} is not after {last}")
+        if not self.entries:
+            self.entries = []
         self.entries.append(txn)
         self._write_pending()
 
@@ -125,7 +136,7 @@ class TransactionIndex:
             self._truncate_file(len(keep))
 
     def reset(self) -> None:
-        self.entries = []
+        self.entries = _NONE
         self._truncate_file(0)
 
     def replace(self, entries: list[AbortedTxn]) -> None:

@@ -41,6 +41,9 @@ TopicPartition = tuple[str, int]
 FETCH_VERSION = 12  # flexible, topic names, diverging epochs (KIP-320)
 OFLE_VERSION = 4
 LIST_OFFSETS_VERSION = 4
+# how often a fetcher looks at its parked partitions' logs (a batch found corrupt, a log start
+# moved by retention): the only time a round walks them
+PARKED_SWEEP_MS = 1000
 
 
 def fetcher_id(tp: TopicPartition, num_fetchers: int) -> int:
@@ -56,12 +59,64 @@ class FetcherThread:
         self.m = manager
         self.leader_id = leader_id
         self.fetcher_id = fetcher_id
-        self.states: dict[TopicPartition, FollowerFetchState] = {}
+        self.states: dict[TopicPartition, FollowerFetchState] = {}  # every partition it follows
+        # A round walks only the active partitions. A partition whose incremental answer was
+        # "nothing new" is parked with its request, which stays in flight in the leader's fetch
+        # session (KIP-227) until an answer names it: idle partitions cost nothing per round.
+        self.active: dict[TopicPartition, FollowerFetchState] = {}
+        self.parked: dict[TopicPartition, FetchRequest] = {}
+        self.dropped: set[TopicPartition] = set()  # no longer followed: to forget from the session
+        self._sweep_at = 0
         self.wake = asyncio.Event()
         self.conn: KafkaConnection | None = None
         self.session = FetchSessionHandler()  # one fetch session per leader broker (KIP-227)
         self.failing = False  # the last round's request failed: say so once per outage, not every round
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{fetcher_id}-{leader_id}")
+
+    def add(self, tp: TopicPartition, fs: FollowerFetchState) -> None:
+        self.remove(tp)
+        self.states[tp] = self.active[tp] = fs
+        self.dropped.discard(tp)
+
+    def remove(self, tp: TopicPartition) -> FollowerFetchState | None:
+        self.active.pop(tp, None)
+        self.parked.pop(tp, None)
+        fs = self.states.pop(tp, None)
+        if fs is not None:
+            self.dropped.add(tp)
+        return fs
+
+    def _unpark(self, tp: TopicPartition) -> tuple[FollowerFetchState, FetchRequest] | None:
+        act = self.parked.pop(tp, None)
+        fs = self.states.get(tp)
+        if act is None or fs is None:
+            return None
+        self.active[tp] = fs
+        return fs, act
+
+    def _unpark_all(self) -> None:
+        """The session ended (an error, a lost connection): no request is held any more."""
+        for tp in list(self.parked):
+            got = self._unpark(tp)
+            if got is not None:
+                got[0].withdraw(got[1])
+
+    def _sweep(self, now: int) -> None:
+        """Parked partitions whose log changed under their request (a corrupt batch found by a
+        read, a log start moved by retention, another log after a move between dirs) or that
+        a follower throttle now covers go back to the round."""
+        self._sweep_at = now + PARKED_SWEEP_MS
+        quota_on = self.m.rm.follower_quota.enabled
+        for tp, act in list(self.parked.items()):
+            part = self.m.rm.partitions.get(tp)
+            lg = part.log if part is not None else None
+            if (lg is None or quota_on or lg.damaged_offset is not None or lg.log_end_offset != act.fetch_offset
+                    or lg.log_start_offset != act.log_start_offset):
+                got = self._unpark(tp)
+                if got is not None:
+                    got[0].withdraw(got[1])
+                else:
+                    self.parked.pop(tp, None)
 
     def _connection(self) -> KafkaConnection | None:
         ep = self.m.endpoint_of(self.leader_id)
@@ -86,8 +141,10 @@ class FetcherThread:
 
     async def _round(self) -> None:
         now = self.m.clock.monotonic_ms()
-        ofle, fetches = [], []
-        for tp, fs in list(self.states.items()):
+        if self.parked and now >= self._sweep_at:
+            self._sweep(now)
+        ofle, fetches, idle = [], [], []
+        for tp, fs in list(self.active.items()):
             part = self.m.rm.partitions.get(tp)
             if part is None:
                 continue
@@ -103,24 +160,40 @@ class FetcherThread:
                     await self.m.apply(tp, part, fs, effects, None, f"our copy does not parse from offset {damaged} on")
             quota = self.m.rm.follower_quota
             if quota.enabled and self._follower_throttled(tp, part) and quota.is_exceeded(self.m.clock.monotonic()):
+                idle.append(tp)
                 continue  # out of sync and throttled (follower.replication.throttled.*): not this round
             act = fs.next_action(part.log, now)
             if isinstance(act, OffsetsForLeaderEpochRequest):
                 ofle.append((tp, fs, act))
+                idle.append(tp)
             elif isinstance(act, FetchRequest):
                 fetches.append((tp, fs, act))
-        if not ofle and not fetches:
+            else:
+                idle.append(tp)
+        if not ofle and not fetches and not self.parked:
             self.wake.clear()
             await wait_event(self.wake, 0.1)
             return
+        # parked partitions wait in the session for news; a round with only them is a long poll
+        # for it, but not right after an OffsetForLeaderEpoch (its partitions fetch next round)
+        fetch = bool(fetches) or (bool(self.parked) and not ofle)
+        if fetch and self.session.full_next and self.parked:
+            # a new session names every partition: the parked ones with their requests
+            for tp in list(self.parked):
+                got = self._unpark(tp)
+                if got is not None:
+                    fetches.append((tp, *got))
         conn = self._connection()
         try:
             if conn is None:
                 raise ConnectionError(f"no endpoint for leader {self.leader_id}")
             if ofle:
                 await self._offsets_for_leader_epoch(conn, ofle)
-            if fetches:
-                await self._fetch(conn, fetches)
+            if fetch:
+                # active partitions without a fetch this round, and dropped ones, leave the session
+                forget = idle + list(self.dropped)
+                self.dropped.clear()
+                await self._fetch(conn, fetches, forget)
             if self.failing:
                 self.failing = False
                 log.info("fetching from leader %d again", self.leader_id)
@@ -128,6 +201,7 @@ class FetcherThread:
             (log.debug if self.failing else log.warning)("fetch from leader %d failed: %s", self.leader_id, e)
             self.failing = True
             self.session.reset()
+            self._unpark_all()
             now = self.m.clock.monotonic_ms()
             for _, fs, act in ofle + fetches:
                 fs.on_request_failed(act, now)
@@ -163,12 +237,12 @@ class FetcherThread:
                          f"OffsetForLeaderEpoch({act.leader_epoch}) -> epoch {a.leader_epoch} ends at {a.end_offset}"))
         await self.m.apply_all(todo)
 
-    async def _fetch(self, conn: KafkaConnection, items) -> None:
+    async def _fetch(self, conn: KafkaConnection, items, forget: list[TopicPartition]) -> None:
         cfg = self.m.config
         max_bytes = cfg["replica.fetch.max.bytes"]  # once per round, not per partition
         wanted = {tp: PartitionData(tp[1], act.fetch_offset, max_bytes, act.current_leader_epoch,
                                     act.last_fetched_epoch, act.log_start_offset) for tp, _, act in items}
-        session_id, epoch, send, forget = self.session.build(wanted)
+        session_id, epoch, send, forget = self.session.build(wanted, forget)
         by_topic: dict[str, wire.FetchTopicRequest] = {}
         for (topic, _), d in send.items():
             t = by_topic.get(topic)
@@ -191,7 +265,14 @@ class FetcherThread:
         if unchanged is None:
             log.info("fetch session with leader %d failed (%s): starting a new one", self.leader_id,
                      ErrorCode(resp.error).name)
+            self._unpark_all()
+        elif self.parked:
+            for tp in answers:  # news of parked partitions: answered to their requests
+                got = self._unpark(tp) if tp in self.parked else None
+                if got is not None:
+                    items.append((tp, *got))
         now = self.m.clock.monotonic_ms()
+        quota_on = self.m.rm.follower_quota.enabled
         todo = []
         for tp, fs, act in items:
             part = self.m.rm.partitions.get(tp)
@@ -201,6 +282,13 @@ class FetcherThread:
             if p is None:
                 if unchanged is not None and tp in unchanged:  # left out of an incremental response: no news
                     hw, log_start = unchanged[tp]
+                    if (not quota_on and part.state.high_watermark == fs.high_watermark
+                            and fs.keep_waiting(act, part.log, hw, log_start)):
+                        # the usual idle round for most partitions: nothing to apply, and the
+                        # leader's session holds the request until it has news
+                        self.parked[tp] = act
+                        self.active.pop(tp, None)
+                        continue
                     effects = fs.on_fetch_response(act, part.log, FetchAnswer(high_watermark=hw,
                                                                              log_start_offset=log_start), now)
                     if (len(effects) == 1 and type(effects[0]) is SetHighWatermark
@@ -292,7 +380,7 @@ class ReplicaFetcherManager:
             th = self.threads[key] = FetcherThread(self, *key)
         fs = FollowerFetchState(self.broker_id, retry_backoff_ms=int(self.backoff_s * 1000))
         fs.become(leader, leader_epoch, high_watermark)
-        th.states[tp] = fs
+        th.add(tp, fs)
         self.following[tp] = key
         th.wake.set()
 
@@ -300,7 +388,7 @@ class ReplicaFetcherManager:
         self.leader_hw.pop(tp, None)
         key = self.following.pop(tp, None)
         if key is not None and key in self.threads:
-            fs = self.threads[key].states.pop(tp, None)
+            fs = self.threads[key].remove(tp)
             if fs is not None:
                 fs.stop()  # an answer still in flight is for a leadership that ended: ignore it
 

@@ -300,6 +300,24 @@ class FollowerFetchState:
             effects.append(IncrementLogStartOffset(start))
         return effects
 
+    def keep_waiting(self, request, log, high_watermark: int, log_start_offset: int) -> bool:
+        """An incremental Fetch response left this partition out (nothing new), and its last
+        known watermarks are ``high_watermark``/``log_start_offset``. True if that answer would
+        change nothing here (no records, our HW and log start stay): then ``request`` stays in
+        flight, as the leader's fetch session (KIP-227) keeps it, and the partition needs no
+        work until an answer names it (``on_fetch_response`` with this request) or the shell
+        ``withdraw``s it. False: answer it with ``on_fetch_response`` as usual."""
+        return (request is self.in_flight and type(request) is FetchRequest and not request.probe
+                and not self._skip_epoch_check and request.fetch_offset == log.log_end_offset
+                and self.high_watermark == min(high_watermark, log.log_end_offset)
+                and min(log_start_offset, self.high_watermark) <= log.log_start_offset)
+
+    def withdraw(self, request) -> None:
+        """The shell no longer waits for an answer to ``request`` (our log changed under it, or
+        the fetch session starts over): the next ``next_action`` makes a new one, at once."""
+        if request is self.in_flight:
+            self.in_flight = None
+
     def _on_out_of_range(self, log, answer: FetchAnswer) -> list[Effect]:
         leo = log.log_end_offset
         if answer.leader_log_end_offset >= 0 and leo > answer.leader_log_end_offset:

@@ -108,6 +108,9 @@ class ReplicaManager:
         self._leo_waiters = _Waiters()
         self._on_change: dict[TopicPartition, list[Callable[[], None]]] = {}  # see on_next_change
         self._low_watermark_waiters = _Waiters()  # DeleteRecords waiting for followers' log starts
+        # told first whenever a partition's log end, high watermark, log start or leadership moves
+        # (the fetch sessions' news, KafkaApis._partition_news)
+        self.news: Callable[[TopicPartition], None] | None = None
         self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of, clock)
         # AlterReplicaLogDirs: replicas moving between this broker's log dirs
         self.alter_log_dirs = ReplicaAlterLogDirsManager(
@@ -445,6 +448,8 @@ class ReplicaManager:
 
     def _appended(self, part: Partition) -> None:
         tp = (part.state.topic, part.state.partition)
+        if self.news is not None:
+            self.news(tp)
         self._leo_waiters.wake(tp)
         if part.state.maybe_advance_hw(part.log.log_end_offset):
             self._wake(tp)
@@ -597,6 +602,8 @@ class ReplicaManager:
     def _wake(self, tp: TopicPartition) -> None:
         """The high watermark or leadership moved: consumers' and followers' long polls re-check
         (a follower's ends if the watermark is news to it, see KafkaApis.fetch)."""
+        if self.news is not None:
+            self.news(tp)
         fns = self._on_change.pop(tp, None)
         for fn in fns or ():
             try:

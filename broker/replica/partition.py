@@ -307,6 +307,18 @@ class PartitionState:
         self._maybe_expand_isr(replica_id)
         return self.maybe_advance_hw(leader_leo)
 
+    def idle_follower_fetched(self, replica_id: int, fetch_time_ms: int) -> None:
+        """Follower ``replica_id`` fetched at ``fetch_time_ms`` with this partition idle in its
+        fetch session (at our log end as of its last read, nothing new since, so not read
+        again): what ``on_follower_fetch`` would have recorded had the fetch read it. Called
+        when our log end is about to leave it behind, so that it is not taken for lagging since
+        the last fetch that read the partition."""
+        p = self.progress.get(replica_id)
+        if p is None or not self.is_leader or not p.log_end_offset >= p.last_fetch_leader_log_end_offset >= 0:
+            return
+        p.last_caught_up_time_ms = max(p.last_caught_up_time_ms, fetch_time_ms)
+        p.last_fetch_time_ms = max(p.last_fetch_time_ms, fetch_time_ms)
+
     def low_watermark(self, local_log_start: int, alive_brokers) -> int:
         """Kafka's ``lowWatermarkIfLeader``: the smallest log start offset over this leader and
         every follower on a live broker (as their fetches reported it). A DeleteRecords is

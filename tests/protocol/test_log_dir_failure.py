@@ -11,6 +11,7 @@ import errno
 import os
 import time
 
+from broker.log import fileio
 from broker.protocol import codec
 from common.errors import ErrorCode
 from tests.protocol.conftest import RawClient, start_node
@@ -249,4 +250,36 @@ async def test_the_failed_dir_holding_the_metadata_log_stops_the_node(tmp_path, 
         assert "metadata log dir" in str(node.failed())
         c.close()
     finally:
+        await node.stop()
+
+
+async def test_out_of_file_descriptors_while_making_a_log_takes_only_that_partition_offline(tmp_path):
+    """EMFILE while a new partition's log is made (the process's open-files limit reached): the
+    partition goes offline (KAFKA_STORAGE_ERROR, reported to the controller), its dir stays
+    online, the broker goes on serving and making its other partitions."""
+    node = await start_node(tmp_path)
+    below = fileio.current()
+
+    class OutOfDescriptors(fileio.Files):
+        @staticmethod
+        def open(path, flags, mode=0o777):
+            if f"{os.sep}emf-" in path:
+                raise OSError(errno.EMFILE, "Too many open files")
+            return below.open(path, flags, mode)
+
+    prev = fileio.install(OutOfDescriptors())
+    try:
+        await make_topic(node, "emf", 1)
+        await make_topic(node, "fine", 1)
+        await _until(lambda: ("emf", 0) in node.broker.replicas.offline_partitions)
+        await _until(lambda: node.loader.image.topics_by_name["emf"].partitions[0].offline == (1,))
+        c = await RawClient.connect(node.port)
+        assert (await _produce(c, "emf", 0, b"x"))[0] == ErrorCode.KAFKA_STORAGE_ERROR
+        await _until(lambda: node.broker.logs.get("fine", 0) is not None)
+        assert await _produce(c, "fine", 0, b"ok") == (0, 0)
+        assert await _describe_log_dirs(c) == {node.broker.logs.log_dirs[0]: 0}  # the dir is healthy
+        assert node.failed() is None
+        c.close()
+    finally:
+        fileio.install(prev)
         await node.stop()

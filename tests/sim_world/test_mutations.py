@@ -100,7 +100,10 @@ REJOIN_WHILE_PROPOSALS_PEND = [Fault(0.3, "kill", 6, duration=0.3), Fault(0.5, "
 def test_mutation_a_high_watermark_past_a_pending_isr_expansion_is_caught(monkeypatch):
     """The lost ISR expansion: the HW computed over the committed ISR only. Caught by the
     invariant that every member of the ISR the controller committed holds the leader's HW."""
-    assert "is above the log end" in _caught(monkeypatch, "hw_ignores_pending_isr_expansion", range(4),
+    # (the window is narrow: a record appended while the rejoining replica is paused with its
+    # expansion pending. Seed 2 caught it until the leaders' fetch sessions read only the
+    # partitions that moved (issue 24), which shifted the schedule; seed 73 catches it since.)
+    assert "is above the log end" in _caught(monkeypatch, "hw_ignores_pending_isr_expansion", (73, 0, 1, 2, 3),
                                              REJOIN_WHILE_PROPOSALS_PEND, 5.0)
 
 

@@ -123,3 +123,90 @@ def test_handler_and_cache_together_equal_full_fetches(data):
         for k in chosen:
             if results[k][3]:
                 offsets[k[1]] = state[k[1]][0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_tracked_session_reads_only_what_moved_and_misses_nothing(data):
+    """Issue 24: the broker watches a session's partitions and is told what moves (``touch``);
+    an incremental request then reads only the partitions it names and those with news, not
+    every one. Whatever moves from round to round, the fetcher's view still equals a full
+    fetch's, and every partition with something to read is read."""
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    cache = FetchSessionCache(rng, max_slots=data.draw(st.integers(0, 2)))
+    h = FetchSessionHandler()
+    n = 6
+    state = {p: (0, 0) for p in range(n)}
+    offsets = {p: 0 for p in range(n)}
+    read_counts = []
+    for rnd in range(data.draw(st.integers(1, 25))):
+        for p in range(n):
+            hw, ls = state[p]
+            if rng.random() < 0.2:
+                hw += rng.randint(1, 3)
+            if rng.random() < 0.05:
+                ls = min(hw, ls + 1)
+            if (hw, ls) != state[p]:
+                state[p] = (hw, ls)
+                cache.touch(("t", p))  # the replica manager's news
+        wanted = {("t", p): pd(p, offsets[p]) for p in sorted(rng.sample(range(n), rng.randint(1, n)))}
+        sid, epoch, send, forget = h.build(wanted)
+        ctx = cache.context(sid, epoch, list(send.items()), forget, rnd, True, tracked=True)
+        if ctx.error:
+            assert h.on_response(ctx.error, 0, {}) is None
+            continue
+        read = {k for k, _ in ctx.parts}
+        # nothing available is left unread, nothing read is outside the session
+        assert {k for k in wanted if offsets[k[1]] < state[k[1]][0]} <= read <= set(wanted)
+        if ctx.tracked:
+            read_counts.append(len(read))
+        results = {}
+        for k, d in ctx.parts:
+            hw, ls = state[k[1]]
+            results[k] = (0, hw, ls, d.fetch_offset < hw and rng.random() < 0.5, False)
+        chosen = ctx.select(results)
+        assert {k for k, r in results.items() if r[3]} <= chosen
+        if ctx.session is not None:
+            # the broker reads again what still holds something for the fetcher, watches the rest
+            ctx.keep([k for k, d in ctx.parts if d.fetch_offset < state[k[1]][0]])
+            for k, _ in ctx.parts:
+                cache.watch(ctx.session, k, k)
+        answered = {k: (results[k][1], results[k][2]) for k in chosen}
+        missing = h.on_response(0, ctx.session_id, answered)
+        if missing is None:
+            continue
+        view = {**answered, **missing}
+        assert view == {k: state[k[1]] for k in wanted}
+        for k in chosen:
+            if results[k][3]:
+                offsets[k[1]] = state[k[1]][0]
+
+
+def test_a_tracked_session_with_nothing_moving_reads_nothing():
+    cache = FetchSessionCache(random.Random(1))
+    h = FetchSessionHandler()
+    wanted = {("t", p): pd(p, 5) for p in range(100)}
+
+    def fetch(wanted, now):
+        sid, epoch, send, forget = h.build(wanted)
+        ctx = cache.context(sid, epoch, list(send.items()), forget, now, True, tracked=True)
+        assert not ctx.error
+        chosen = ctx.select({k: (0, 5, 0, False, False) for k, _ in ctx.parts})
+        for k, _ in ctx.parts:
+            cache.watch(ctx.session, k, k)
+        assert h.on_response(0, ctx.session_id, {k: (5, 0) for k in chosen}) is not None
+        return ctx
+
+    ctx = fetch(wanted, 0)
+    assert len(ctx.parts) == 100 and not ctx.tracked  # the first request reads them all
+    ctx = fetch(wanted, 1)
+    assert ctx.tracked and ctx.parts == []
+    assert cache.touch(("t", 7)) == [ctx.session] and cache.touch(("t", 7)) == []  # idle until now; then pending
+    ctx = fetch(wanted, 2)
+    assert [k for k, _ in ctx.parts] == [("t", 7)]
+    assert fetch(wanted, 3).parts == []
+    # a forgotten partition is no longer watched; an ended session watches nothing
+    fetch({k: d for k, d in wanted.items() if k != ("t", 3)}, 4)
+    assert cache.touch(("t", 3)) == [] and len(cache.touch(("t", 4))) == 1
+    cache.context(h.session_id, -1, [], [], 5, True)
+    assert cache.touch(("t", 8)) == [] and not cache._watchers

@@ -300,6 +300,48 @@ def test_fence_stale_brokers_fences_only_expired_sessions():
     assert (part(img, "t").leader, part(img, "t").isr) == (2, (2, 3))
 
 
+def test_fencing_a_broker_of_many_partitions_is_written_in_bounded_batches():
+    img, state = _live((1, 2, 3, 4))
+    img = with_topic(img, "t", {p: (1, 2, 3) if p % 2 else (2, 1, 3) for p in range(25)})
+    img = with_topic(img, "u", {p: (3, 1, 4) for p in range(12)})
+    for bid in (2, 3, 4):
+        img, _, _ = _hb(img, state, bid, 5000)
+    whole = apply(img, cc.fence_stale_brokers(img, state, TIMEOUT, TIMEOUT))
+    batches = []
+    done = False
+    while not done:
+        recs, done = cc.fence_stale_brokers_batch(img, state, TIMEOUT, TIMEOUT, max_records=10)
+        assert len(recs) <= 10
+        batches.append(recs)
+        img = apply(img, recs)
+        if not done:
+            assert not img.brokers[1].fenced  # off its partitions first, fenced by the last batch
+    assert len(batches) == 4  # 37 partition changes and the fence record, 10 at a time
+    assert isinstance(batches[-1][-1], r.BrokerRegistrationChangeRecord) and batches[-1][-1].fenced
+    assert img.brokers[1].fenced
+    for name, n in (("t", 25), ("u", 12)):
+        for pid in range(n):
+            p, q = part(img, name, pid), part(whole, name, pid)
+            assert (p.leader, p.isr) == (q.leader, q.isr)
+            assert p.leader != 1 and 1 not in p.isr
+    assert cc.fence_stale_brokers_batch(img, state, TIMEOUT, TIMEOUT, max_records=10) == ([], True)
+
+
+def test_a_broker_that_heartbeats_during_a_batched_fence_is_not_fenced():
+    img, state = _live((1, 2, 3))
+    img = with_topic(img, "t", {p: (1, 2, 3) for p in range(30)})
+    for bid in (2, 3):
+        img, _, _ = _hb(img, state, bid, 5000)
+    recs, done = cc.fence_stale_brokers_batch(img, state, TIMEOUT, TIMEOUT, max_records=10)
+    assert not done
+    img = apply(img, recs)
+    img, res, _ = _hb(img, state, 1, TIMEOUT + 1)  # back before the next batch
+    assert not res.is_fenced
+    assert cc.fence_stale_brokers_batch(img, state, TIMEOUT + 2, TIMEOUT, max_records=10) == ([], True)
+    assert not img.brokers[1].fenced
+    assert sum(part(img, "t", p).leader == 1 for p in range(30)) == 20  # the rest it still leads
+
+
 def test_fencing_several_brokers_at_once_keeps_the_last_isr_member():
     img, state = _live((1, 2, 3, 4))
     img = with_topic(img, "t", {0: (1, 2, 3)})

@@ -91,3 +91,51 @@ async def test_a_fence_is_logged_naming_the_broker(caplog):
         assert any(f"Fencing broker {BROKER} because its session has timed out" in x for x in lines), lines
     finally:
         await mlog.close()
+
+
+async def test_a_broker_of_many_partitions_is_fenced_in_batches_while_heartbeats_go_on(monkeypatch):
+    """The fence timer writes a big fence a batch of FENCE_RECORDS_PER_BATCH records at a time
+    (controller/cluster.py): the loop serves the other broker's heartbeats between the batches."""
+    from controller import cluster as cluster_ops
+    from metadata.controller_api import NewTopic
+    monkeypatch.setattr(cluster_ops, "FENCE_RECORDS_PER_BATCH", 50)
+    batches: list[tuple[float, int, bool]] = []
+    real = cluster_ops.fence_stale_brokers_batch
+
+    def spy(*a, **kw):
+        recs, done = real(*a, **kw)
+        if recs:
+            batches.append((time.monotonic(), len(recs), done))
+        return recs, done
+    monkeypatch.setattr(cluster_ops, "fence_stale_brokers_batch", spy)
+    ctrl, mlog = await _active_controller(session_timeout_ms=400)
+    try:
+        await _unfenced_broker(ctrl)
+        e5 = await ctrl.register_broker(5, uuid.UUID(int=5), [r.Endpoint("PLAINTEXT", "h5", 9092)], None)
+        await ctrl.heartbeat(5, e5, ctrl.image.offset, False, False)
+        [res] = await ctrl.create_topics([NewTopic("t", -1, -1, {p: [4, 5] for p in range(300)})])
+        assert res.error == 0, res
+        beats: list[float] = []
+
+        async def heartbeats():  # broker 5 lives on; broker 4 stopped heartbeating
+            while True:
+                await ctrl.heartbeat(5, e5, ctrl.image.offset, False, False)
+                beats.append(time.monotonic())
+                await asyncio.sleep(0.005)
+        hb = asyncio.get_running_loop().create_task(heartbeats())
+        try:
+            for _ in range(500):
+                if ctrl.image.brokers[BROKER].fenced:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            hb.cancel()
+        assert ctrl.image.brokers[BROKER].fenced and not ctrl.image.brokers[5].fenced
+        assert len(batches) >= 7 and all(n <= 50 for _, n, _ in batches)  # 300 partition changes + the fence
+        assert [d for _, _, d in batches] == [False] * (len(batches) - 1) + [True]
+        first, last = batches[0][0], batches[-1][0]
+        assert any(first < t < last for t in beats), "no heartbeat was served while the fence was written"
+        t = ctrl.image.topics_by_name["t"]
+        assert all(p.leader == 5 and p.isr == (5,) for p in t.partitions.values())
+    finally:
+        await mlog.close()

@@ -304,3 +304,31 @@ def test_completed_reassignment_drops_the_removed_replica_even_when_the_alter_an
     assert st.take_alter_partition() is None
     st.on_follower_fetch(2, 12, 12, 3)
     assert st.high_watermark == 12  # 3 is not waited for
+
+
+def test_a_follower_idle_in_its_fetch_session_is_not_lagging_when_the_log_end_moves():
+    """Issue 24: a leader's incremental fetch reads only the partitions that moved, so a
+    follower's fetches stop reporting a partition that stays idle. When the leader's log end then
+    moves, the news records that the follower was caught up as of its last fetch (as reading the
+    partition at each fetch would have), and the ISR keeps it; a replica that really stopped
+    fetching is still removed."""
+    import random
+    import types
+
+    from broker.apis.fetch_apis import FetchApis
+    from broker.fetch_session import FetchSessionCache, PartitionData
+
+    st = leader(now=0)
+    st.on_follower_fetch(2, 10, 10, 0)
+    st.on_follower_fetch(3, 10, 10, 0)
+    cache = FetchSessionCache(random.Random(1))
+    ctx = cache.context(0, 0, [(("t", 0), PartitionData(0, 10, 1 << 20))], [], 0, True)
+    ctx.session.replica_id = 2
+    cache.watch(ctx.session, ("t", 0), ("t", 0))
+    for epoch, now in enumerate(range(500, 3 * LAG, 500), start=1):  # replica 2 keeps fetching, nothing moves
+        assert cache.context(ctx.session.id, epoch, [], [], now, True, tracked=True).parts == []
+    apis = types.SimpleNamespace(fetch_sessions=cache, replicas=types.SimpleNamespace(
+        partitions={("t", 0): types.SimpleNamespace(state=st)}))
+    FetchApis._partition_news(apis, ("t", 0))  # the leader appended: log end 10 -> 11
+    assert st.maybe_shrink_isr(11, 3 * LAG)
+    assert st.take_alter_partition().new_isr == (1, 2)  # 3 stopped fetching; 2 did not

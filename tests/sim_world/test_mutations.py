@@ -186,7 +186,7 @@ def test_mutation_an_in_flight_fetch_applied_after_becoming_leader_is_caught(mon
     log takes the old leader's batches after its own epoch began, and the replicas of the
     partition never agree again. Caught by the check that after healing every replica rejoins
     the ISR with the leader's batches."""
-    assert "did not catch up" in _caught(monkeypatch, "in_flight_fetch_applied_after_becoming_leader", range(3, 4),
+    assert "did not catch up" in _caught(monkeypatch, "in_flight_fetch_applied_after_becoming_leader", range(3, 8),
                                          ZOMBIE_LEADERS, 4.0, Settings(groups="none"))
 
 

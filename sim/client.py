@@ -34,6 +34,7 @@ class Cluster:
         self.name = name
         self.conns: dict[int, KafkaConnection] = {}
         self.leaders: dict[tuple[str, int], int] = {}
+        self.topic_ids: dict[str, object] = {}  # (uuid.UUID)
         self.rng = world.rng_for(name)
 
     def conn(self, broker: int) -> KafkaConnection:
@@ -61,6 +62,8 @@ class Cluster:
         except (ConnectionError, TimeoutError, OSError):
             return False
         for t in r.topics:
+            if int(t.error_code) == 0 and t.topic_id is not None:
+                self.topic_ids[t.name] = t.topic_id
             for p in t.partitions:
                 if int(p.error_code) == 0 and int(p.leader_id) >= 0:
                     self.leaders[(t.name, int(p.partition_index))] = int(p.leader_id)

@@ -99,7 +99,55 @@ def metadata_crc_unchecked(mp) -> None:
     mp.setattr(sim.raftstore, "check_entry", lambda path, offset, e, crc: None)
 
 
+def in_flight_fetch_applied_after_becoming_leader(mp) -> None:
+    """A follower's replica Fetch answer that arrives after the partition stopped following that
+    leader (it became leader itself, or follows a newer one) is still applied: before commit
+    2714e90 unfollowing only dropped the partition's fetch state, which kept its request in flight,
+    and nothing checked the partition still followed when the answer came (stale records of the
+    old epoch after the new leader's epoch start, a follower high watermark set on a leader)."""
+    from broker.replica.fetcher import ReplicaFetcherManager
+    from broker.replica.follower import FollowerFetchState
+    mp.setattr(FollowerFetchState, "stop", lambda self: None)
+    mp.setattr(ReplicaFetcherManager, "_current",
+               lambda self, tp, part, fs, lg: self.rm.partitions.get(tp) is part and part.log is lg)
+
+
+def revocation_not_awaited(mp) -> None:
+    """KIP-848's reconciliation skips the revocation step: a member moves to its new epoch without
+    waiting for the heartbeat that says it gave its revoked partitions up, so they go to another
+    member while it still owns them."""
+    from broker.group import consumer_group
+    mp.setattr(consumer_group, "_owns_any", lambda owned, a: False)
+
+
+def share_accept_releases(mp) -> None:
+    """A share partition takes an ACCEPT for a RELEASE: acknowledged records are delivered again."""
+    from broker.share.partition import ACCEPT, RELEASE, SharePartition
+    orig = SharePartition.acknowledge
+
+    def acknowledge(self, member, batches, now, renew=False):
+        batches = [(f, la, [RELEASE if t == ACCEPT else t for t in types]) for f, la, types in batches]
+        return orig(self, member, batches, now, renew)
+    mp.setattr(SharePartition, "acknowledge", acknowledge)
+
+
+def share_lock_too_short(mp) -> None:
+    """Acquisition locks that last 200 ms, not group.share.record.lock.duration.ms (a default lost on
+    the way to the share partition): records are acquired again by other consumers while their
+    holders still hold them."""
+    from broker.share.manager import SharePartitionManager
+    mp.setattr(SharePartitionManager, "lock_ms", lambda self, group_id: 200)
+
+
+def share_delivery_limit_ignored(mp) -> None:
+    """The share partition never archives a record at group.share.delivery.count.limit."""
+    from broker.share.manager import SharePartitionManager
+    mp.setattr(SharePartitionManager, "delivery_limit", lambda self, group_id: 1000)
+
+
 MUTATIONS = {f.__name__: f for f in (hw_ignores_pending_isr_expansion, wall_clock_sessions, vote_twice, vote_for_stale_log,
                                      recovery_drops_a_torn_segment, aborted_index_skipped,
                                      sync_hands_out_the_leaders_assignment, metadata_crc_unchecked,
-                                     no_leader_endpoints)}
+                                     no_leader_endpoints, in_flight_fetch_applied_after_becoming_leader,
+                                     revocation_not_awaited, share_accept_releases, share_lock_too_short,
+                                     share_delivery_limit_ignored)}

@@ -33,6 +33,7 @@ import os
 import random
 import time
 
+from broker.log.batch import parse_batches
 from raft.core import Role
 from raft.store import CorruptMetadataLogError
 from sim.client import (
@@ -47,6 +48,7 @@ from sim.client import (
     read_committed,
     read_partition,
 )
+from sim.members import GroupWorkload
 from sim.raftstore import SimRaftStore
 from sim.world import InvariantViolation, Settings, World
 
@@ -491,6 +493,8 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     tasks += [w.spawn(m.name, m.run(until)) for m in members]
     committer = Committer(w, consumer)
     tasks.append(w.spawn("committer", committer.run(until)))
+    groups = GroupWorkload(w, TOPIC, PARTITIONS)  # KIP-848 members and share consumers, on some seeds
+    tasks += groups.tasks(until)
 
     def watchdog():
         _restart_failed(w, down)
@@ -529,8 +533,10 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     t = w.spawn(last.name, last.run(loop.time() + 0.5))
     if not w.run_for(LIVENESS_S, t.done) or not last.acked:
         raise w.violation("no write acknowledged after healing")
+    _check_replicas_converge(w)
     loop.on_step = None
-    _check_history(w, producers + [last], consumer)
+    logs = _check_history(w, producers + [last], consumer)
+    groups.finish(logs, LIVENESS_S)
     _check_transactions(w, txn_producers)
     _check_generations(w, book)
     if loop.errors:  # an exception nobody handled (a task that died unseen, a callback that raised)
@@ -550,7 +556,9 @@ def _run(w: World, seed: int, safety_s: float, faults: list[Fault] | None, verbo
     return res
 
 
-def _check_history(w: World, producers: list[Producer], consumer: Consumer) -> None:
+def _check_history(w: World, producers: list[Producer], consumer: Consumer) -> dict[int, dict[int, bytes]] | None:
+    """The partitions of TOPIC as read back after healing ({partition: {offset: value}}), checked;
+    None when durability is excused (see ``World.durability_excused``)."""
     reader = Cluster(w, "verifier")
     logs: dict[int, dict[int, bytes]] = {}
 
@@ -584,7 +592,7 @@ def _check_history(w: World, producers: list[Producer], consumer: Consumer) -> N
             raise w.violation(f"partition {p}: {dup!r} written twice (idempotence)")
     if w.durability_excused():
         w.note(f"power lost on brokers {sorted(w.powered)}: acknowledged and consumed data not checked")
-        return
+        return None
     for prod in producers:
         for p, off, v in prod.acked:
             if logs[p].get(off) != v:
@@ -592,6 +600,78 @@ def _check_history(w: World, producers: list[Producer], consumer: Consumer) -> N
     for (p, off), v in consumer.seen.items():
         if logs[p].get(off) != v:
             raise w.violation(f"consumer was given {v!r} at {p}/{off}; the log now has {logs[p].get(off)!r}")
+    return logs
+
+
+def _replica_batches(lg, end: int) -> list[tuple[int, int, int, int]]:
+    """(base offset, last offset, partition leader epoch, CRC) of the batches of ``lg`` below ``end``."""
+    out, pos = [], lg.log_start_offset
+    while pos < end:
+        sl = lg.read(pos, 1 << 20, end)
+        if sl is None:
+            break
+        hs = parse_batches(lg.read_bytes(sl))
+        if not hs:
+            break
+        out += [(h.base_offset, h.last_offset, h.partition_leader_epoch, h.crc) for h in hs]
+        pos = hs[-1].last_offset + 1
+    return out
+
+
+def _check_replicas_converge(w: World) -> None:
+    """After healing, with the clients stopped: every replica of every partition is back in the
+    ISR, at the leader's log end, and holds the leader's batches (offsets, leader epochs, CRCs)
+    from the later of the two log starts: replicas that diverged (a follower that appended an
+    answer fetched for a leadership that had ended) never converge. (A replica in a log dir that
+    failed stays offline until its broker restarts, KIP-858: it is left out.)"""
+    def online(name: str, pid: int, replicas) -> list[int]:
+        return [r for r in replicas if (name, pid) not in w.node(r).broker.replicas.offline_partitions]
+
+    def behind() -> str | None:
+        """What is not caught up yet (None: all)."""
+        c = w.active_controller()
+        if c is None:
+            return "no active controller"
+        for name, t in w.node(c).loader.image.topics_by_name.items():
+            for pid, reg in t.partitions.items():
+                if any(w.node(r) is None or w.node(r).broker.replicas is None for r in reg.replicas):
+                    return f"{name}-{pid}: a replica's broker is not running"
+                replicas = online(name, pid, reg.replicas)
+                if not replicas:
+                    continue  # (all offline: nothing to compare)
+                if not set(replicas) <= set(reg.isr) or reg.leader < 0:
+                    return f"{name}-{pid}: ISR {list(reg.isr)} of replicas {list(reg.replicas)}, leader {reg.leader}"
+                ends = {}
+                for r in replicas:
+                    part = w.node(r).broker.replicas.partitions.get((name, pid))
+                    if part is None:
+                        return f"{name}-{pid}: no replica on broker {r}"
+                    ends[r] = part.log.log_end_offset
+                    if r == reg.leader:
+                        ends["hw"] = part.state.high_watermark
+                if len(set(ends.values())) != 1:
+                    return f"{name}-{pid}: log ends (and the leader's HW) {ends}"
+        return None
+    if not w.run_for(LIVENESS_S, lambda: behind() is None):
+        raise w.violation(f"replicas did not catch up with their leaders within {LIVENESS_S} s of healing: "
+                          f"{behind()}")
+    img = w.node(w.active_controller()).loader.image
+    for name, t in img.topics_by_name.items():
+        for pid, reg in t.partitions.items():
+            if reg.leader < 0:
+                continue
+            leader = w.node(reg.leader).broker.replicas.partitions[(name, pid)].log
+            for r in online(name, pid, reg.replicas):
+                if r == reg.leader:
+                    continue
+                lg = w.node(r).broker.replicas.partitions[(name, pid)].log
+                start, end = max(lg.log_start_offset, leader.log_start_offset), leader.log_end_offset
+                mine = [b for b in _replica_batches(lg, end) if b[0] >= start]
+                theirs = [b for b in _replica_batches(leader, end) if b[0] >= start]
+                if mine != theirs:
+                    diff = next((a, b) for a, b in zip(mine + [None], theirs + [None], strict=False) if a != b)
+                    raise w.violation(f"{name}-{pid}: replica {r} holds other batches than leader {reg.leader} "
+                                      f"(first difference: {diff[0]} vs {diff[1]}; (base, last, epoch, crc))")
 
 
 def _check_generations(w: World, book: dict) -> None:

@@ -31,6 +31,7 @@ from common.config import Config
 from krafty.node import Node, unlock_data_dirs
 from sim.disk import SimFiles, scratch_dir, valid_log_end
 from sim.loop import NODE, SimLoop
+from sim.members import GROUP_CONFIG, delivery_limit
 from sim.net import SimNet
 from sim.raftstore import SimRaftStore
 
@@ -80,6 +81,8 @@ class Settings:
     session_timeout_ms: int = 3000
     heartbeat_ms: int = 500
     log_dirs: int = 1  # per broker (JBOD): a disk fault then hits one of them (KIP-858)
+    groups: str | None = None  # KIP-848 members / share consumers (sim/members.py): "consumer", "share",
+    # "both" or "none"; None: drawn from the seed
     extra: dict = dataclasses.field(default_factory=dict)
 
 
@@ -160,6 +163,8 @@ class World:
                 "offsets.topic.num.partitions": "3",  # (50 by default: 150 logs made per seed)
                 "transaction.state.log.num.partitions": "3", "transaction.state.log.replication.factor": str(rf),
                 "transaction.state.log.min.isr": str(min(2, rf)),
+                **{k: str(v) for k, v in GROUP_CONFIG.items()},
+                "group.share.delivery.count.limit": str(delivery_limit(self.seed)),
             })
         props.update({k: str(v) for k, v in s.extra.items()})
         return Config(props, warn_unknown=False)

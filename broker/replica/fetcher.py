@@ -429,14 +429,21 @@ class ReplicaFetcherManager:
                 raise
             log.error("%s-%d: stopped following: %s", tp[0], tp[1], e)
 
+    def _current(self, tp: TopicPartition, part, fs: FollowerFetchState, lg) -> bool:
+        """Whether an answer fetched for ``fs`` may still touch ``lg``: the partition still follows
+        with that state (it did not become leader or follow another leader meanwhile: an answer in
+        flight across a leadership change is for a leadership that ended) and its log was not moved
+        to another dir."""
+        th = self.threads.get(self.following.get(tp, -1))
+        return (th is not None and th.states.get(tp) is fs and not part.state.is_leader
+                and self.rm.partitions.get(tp) is part and part.log is lg)
+
     async def _apply(self, tp: TopicPartition, part, fs: FollowerFetchState, effects, fetched, why) -> None:
+        lg = part.log
 
         def current() -> bool:
-            th = self.threads.get(self.following.get(tp, -1))
-            return (th is not None and th.states.get(tp) is fs and not part.state.is_leader
-                    and self.rm.partitions.get(tp) is part and part.log is lg)  # not moved to another dir
+            return self._current(tp, part, fs, lg)
 
-        lg = part.log
         for e in effects:
             if not current():
                 return  # the partition changed hands while the request (or a write) was out: hands off the log

@@ -89,6 +89,10 @@ class PartitionOut:
     has_acks: bool = False
 
 
+def _count(acquired: list[Acquired]) -> int:
+    return sum(a.last_offset - a.first_offset + 1 for a in acquired)
+
+
 class SharePartitionManager:
     def __init__(self, config, broker_id: int, replicas, loader, persister: SharePersister, clock: Clock = SYSTEM):
         self.config = config
@@ -435,6 +439,16 @@ class SharePartitionManager:
         for o, fut in pending:
             code = await fut
             if not code:
+                if o.acquired:  # written; what lost its lock while the write took long is another's now
+                    sh = shells[(o.topic_id, o.partition)]
+                    held = sh.core.still_acquired(member, o.acquired, self.clock.monotonic_ms())
+                    if held != o.acquired:
+                        log.info("share partition %s %s-%d: acquisition locks of member %s expired while their "
+                                 "acquisition was written: %d of %d records not delivered", group_id, *sh.tp, member,
+                                 _count(o.acquired) - _count(held), _count(o.acquired))
+                        o.acquired = held
+                        if not held:
+                            o.records = None
                 continue
             if o.acquired:  # not written: not delivered; the records go back
                 sh = shells.get((o.topic_id, o.partition))

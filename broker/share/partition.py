@@ -260,6 +260,24 @@ class SharePartition:
             self.version += 1
             self._advance()
 
+    def still_acquired(self, member: str, acquired: list[Acquired], now: int) -> list[Acquired]:
+        """The parts of ``acquired`` (what an acquisition gave ``member``) that it still holds in
+        that delivery at ``now``: a lock that expired before the answer could leave (its
+        acquisition was being written) gave the record back, maybe to another member already."""
+        out: list[Acquired] = []
+        for a in acquired:
+            first = None
+            for off in range(a.first_offset, a.last_offset + 2):
+                r = self.recs.get(off) if off <= a.last_offset else None
+                held = (r is not None and r.state == ACQUIRED and r.member == member and r.count == a.delivery_count
+                        and r.deadline > now)
+                if held and first is None:
+                    first = off
+                elif not held and first is not None:
+                    out.append(Acquired(first, off - 1, a.delivery_count))
+                    first = None
+        return out
+
     def expire(self, now: int) -> bool:
         """Acquisition locks past their deadline: their records are released."""
         changed = False

@@ -66,6 +66,24 @@ def test_an_expired_lock_releases_the_record_and_the_late_ack_is_refused():
     assert p.holder(0) == "m2"
 
 
+def test_what_an_acquisition_still_holds_once_written():
+    """The leader answers a ShareFetch once the acquisition is written: records whose lock expired
+    meanwhile (and went to another member, or back to this one in a new delivery) are not delivered
+    (found by the whole-cluster worlds, tests/sim_world/test_found_seeds.py)."""
+    p = sp(lock=1000)
+    got = p.acquire("m1", batches((0, 5)), 10, now=0)
+    assert got == [Acquired(0, 5, 1)]
+    assert p.still_acquired("m1", got, now=999) == got
+    p.acknowledge("m1", [(2, 2, [RELEASE])], now=10)
+    assert p.still_acquired("m1", got, now=999) == [Acquired(0, 1, 1), Acquired(3, 5, 1)]
+    assert p.still_acquired("m1", got, now=1000) == []  # the lock ends at 1000, expired or not yet
+    p.expire(1000)
+    assert p.acquire("m2", batches((0, 5)), 2, now=1001) == [Acquired(0, 1, 2)]
+    again = p.acquire("m1", batches((0, 5)), 10, now=1001)
+    assert again == [Acquired(2, 5, 2)]
+    assert p.still_acquired("m1", got, now=1002) == []  # held in another delivery: not the one answered
+
+
 def test_acknowledgement_is_all_or_nothing():
     p = sp()
     p.acquire("m", batches((0, 1)), 10, now=0)

@@ -11,7 +11,7 @@ import pytest
 
 from sim.mutations import MUTATIONS
 from sim.scenario import Fault, run_seed
-from sim.world import InvariantViolation
+from sim.world import InvariantViolation, Settings
 
 
 @pytest.fixture(autouse=True)
@@ -30,20 +30,20 @@ STALE_VOTER = [Fault(0.5, "partition", 3, duration=4.0), Fault(4.7, "kill_active
                Fault(5.0, "partition", 1, duration=2.0)]
 
 
-def _caught(monkeypatch, mutation: str, seeds, faults, safety_s: float) -> str:
+def _caught(monkeypatch, mutation: str, seeds, faults, safety_s: float, settings: Settings | None = None) -> str:
     """The first of ``seeds`` that fails with the mutation in place; that seed must pass on the
     real code (so the failure is the mutation's)."""
     with monkeypatch.context() as mp:
         MUTATIONS[mutation](mp)
         for seed in seeds:
             try:
-                run_seed(seed, safety_s=safety_s, faults=faults)
+                run_seed(seed, safety_s=safety_s, faults=faults, settings=settings)
             except InvariantViolation as e:
                 caught, message = seed, str(e)
                 break
         else:
             raise AssertionError(f"{mutation} went unnoticed in seeds {list(seeds)}")
-    run_seed(caught, safety_s=safety_s, faults=faults)
+    run_seed(caught, safety_s=safety_s, faults=faults, settings=settings)
     return message
 
 
@@ -183,3 +183,43 @@ def test_mutation_a_metadata_log_without_crcs_serves_a_corrupt_record(monkeypatc
     the changed record and the committed metadata differs between nodes."""
     message = _caught(monkeypatch, "metadata_crc_unchecked", [100], CORRUPT_BROKER_METADATA, 3.0)
     assert "at metadata offset 12" in message and "byte" in message
+
+
+# --- the in-flight fetch applied after becoming leader (commit 2714e90) ---
+
+# Two leaders in turn cut off from the controllers long enough to be fenced (zombies: they still
+# serve the other brokers' fetches), so that a follower's Fetch is in flight to the old leader
+# while the follower becomes leader itself.
+ZOMBIE_LEADERS = [Fault(0.3, "zombie", 4, duration=4.5), Fault(1.0, "zombie", 5, duration=4.5)]
+
+
+def test_mutation_an_in_flight_fetch_applied_after_becoming_leader_is_caught(monkeypatch):
+    """The answer of a replica Fetch sent before the follower became leader, applied after: its
+    log takes the old leader's batches after its own epoch began, and the replicas of the
+    partition never agree again. Caught by the check that after healing every replica rejoins
+    the ISR with the leader's batches."""
+    assert "did not catch up" in _caught(monkeypatch, "in_flight_fetch_applied_after_becoming_leader", range(3, 8),
+                                         ZOMBIE_LEADERS, 4.0, Settings(groups="none"))
+
+
+# --- KIP-848 members and share consumers in the worlds (sim/members.py) ---
+
+BOTH = Settings(groups="both")  # consumer-protocol members and share consumers, whatever the seed draws
+SHARE = Settings(groups="share")
+
+
+def test_mutation_a_partition_given_before_its_revocation_is_acknowledged_is_caught(monkeypatch):
+    assert "still owns" in _caught(monkeypatch, "revocation_not_awaited", (3, 7), None, 4.0, BOTH)
+
+
+def test_mutation_a_share_accept_taken_for_a_release_is_caught(monkeypatch):
+    assert "again after its acknowledgement" in _caught(monkeypatch, "share_accept_releases", (4, 1), None, 4.0,
+                                                        SHARE)
+
+
+def test_mutation_share_locks_shorter_than_configured_are_caught(monkeypatch):
+    assert "while share-" in _caught(monkeypatch, "share_lock_too_short", (3, 7), None, 4.0, BOTH)
+
+
+def test_mutation_a_share_delivery_limit_never_applied_is_caught(monkeypatch):
+    assert "above the limit" in _caught(monkeypatch, "share_delivery_limit_ignored", (4, 1), None, 4.0, SHARE)

@@ -71,9 +71,10 @@ class FetchApis:
             if total >= min(req.min_bytes, bytes_cap) or errors or left <= 0 or not (wanted or fctx.tracked):
                 break
             if replica_id >= 0 and fctx.session is not None and any(
-                    fctx.has_news(((tid if ver >= 13 else name), r.index), r.high_watermark, r.log_start_offset)
+                    fctx.has_new_log_start(((tid if ver >= 13 else name), r.index), r.log_start_offset)
                     for name, tid, out in topics_out for r in out):
-                break  # a follower learns a new high watermark now, not a long poll later
+                break  # a follower learns a new log start now (DeleteRecords waits for it); a new
+                # high watermark it learns with its next records, as in Kafka
             if fctx.tracked:
                 if not fctx.session.dirty:
                     await ctx.park(self._wait_for_news(fctx.session, left))
@@ -168,12 +169,14 @@ class FetchApis:
             if session.on_news is news:
                 session.on_news = None
 
-    def _partition_news(self, tp) -> None:
+    def _partition_news(self, tp, wake_followers: bool = True) -> None:
         """The replica manager's news of a partition (its log end, high watermark, log start or
-        leadership moved): the fetch sessions watching it read it at their next request. A
+        leadership moved): the fetch sessions watching it read it at their next request; the
+        long polls of followers' sessions end only if ``wake_followers`` (not for a high
+        watermark that only advanced: a follower's fetch waits for records, as in Kafka). A
         follower whose session held it idle until now (at our log end as of its last read) was
         caught up at its last fetch, as the fetch would have recorded had it read the partition."""
-        fresh = self.fetch_sessions.touch(tp)
+        fresh = self.fetch_sessions.touch(tp, wake_followers)
         if fresh:
             part = self.replicas.partitions.get(tp)
             if part is not None and part.state.is_leader:

@@ -99,11 +99,13 @@ class FetchContext:
             for k in keys:
                 d[k] = None
 
-    def has_new_log_start(self, key: Key, log_start_offset: int) -> bool:
-        """Would this partition's log start be news to the fetcher? (A follower's long poll ends
-        on it, so that DeleteRecords, which waits for the followers' log starts, completes.)"""
+    def has_news(self, key: Key, high_watermark: int | None, log_start_offset: int) -> bool:
+        """Would this partition's log start (or, unless None, high watermark) be news to the
+        fetcher? A follower's long poll ends on it (DeleteRecords waits for the followers' log
+        starts; with a replica selector consumers read followers up to their watermark)."""
         c = self.session.parts.get(key) if self.session is not None else None
-        return c is not None and c.log_start_offset != log_start_offset
+        return c is not None and (c.log_start_offset != log_start_offset
+                                  or (high_watermark is not None and c.high_watermark != high_watermark))
 
     def select(self, results: dict[Key, tuple[int, int, int, bool, bool]]) -> set[Key]:
         """``results[key] = (error, high_watermark, log_start_offset, has_records, must_send)``

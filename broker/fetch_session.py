@@ -99,11 +99,13 @@ class FetchContext:
             for k in keys:
                 d[k] = None
 
-    def has_news(self, key: Key, high_watermark: int, log_start_offset: int) -> bool:
-        """Would this partition's watermarks be news to the fetcher? (A follower's long poll
-        ends on them, so that followers learn a new high watermark at once.)"""
+    def has_news(self, key: Key, high_watermark: int | None, log_start_offset: int) -> bool:
+        """Would this partition's log start (or, unless None, high watermark) be news to the
+        fetcher? A follower's long poll ends on it (DeleteRecords waits for the followers' log
+        starts; with a replica selector consumers read followers up to their watermark)."""
         c = self.session.parts.get(key) if self.session is not None else None
-        return c is not None and (c.high_watermark != high_watermark or c.log_start_offset != log_start_offset)
+        return c is not None and (c.log_start_offset != log_start_offset
+                                  or (high_watermark is not None and c.high_watermark != high_watermark))
 
     def select(self, results: dict[Key, tuple[int, int, int, bool, bool]]) -> set[Key]:
         """``results[key] = (error, high_watermark, log_start_offset, has_records, must_send)``
@@ -188,10 +190,11 @@ class FetchSessionCache:
             if s.on_news is not None:
                 s.on_news()  # a long poll of a session that ended looks again (and finds it gone)
 
-    def touch(self, tp: Hashable) -> list[FetchSession]:
+    def touch(self, tp: Hashable, wake_followers: bool = True) -> list[FetchSession]:
         """The partition's data, watermarks or leadership moved: every session watching it
-        reads it at its next request (a waiting long poll is told through ``on_news``).
-        Returns the sessions for which it was idle until now (no news pending)."""
+        reads it at its next request (a waiting long poll is told through ``on_news``, a
+        follower's only if ``wake_followers``). Returns the sessions for which it was idle
+        until now (no news pending)."""
         w = self._watchers.get(tp)
         if not w:
             return []
@@ -200,7 +203,7 @@ class FetchSessionCache:
             if key not in s.dirty:
                 s.dirty[key] = None
                 fresh.append(s)
-            if s.on_news is not None:
+            if s.on_news is not None and (wake_followers or s.replica_id < 0):
                 s.on_news()
         return fresh
 

@@ -71,9 +71,12 @@ class FetchApis:
             if total >= min(req.min_bytes, bytes_cap) or errors or left <= 0 or not (wanted or fctx.tracked):
                 break
             if replica_id >= 0 and fctx.session is not None and any(
-                    fctx.has_news(((tid if ver >= 13 else name), r.index), r.high_watermark, r.log_start_offset)
+                    fctx.has_news(((tid if ver >= 13 else name), r.index),
+                                  r.high_watermark if self.replica_selector is not None else None, r.log_start_offset)
                     for name, tid, out in topics_out for r in out):
-                break  # a follower learns a new high watermark now, not a long poll later
+                break  # a follower learns a new log start now (DeleteRecords waits for it); a new high
+                # watermark too with a replica selector (consumers read from followers, KIP-392),
+                # else with its next records, as Kafka does since KAFKA-9731
             if fctx.tracked:
                 if not fctx.session.dirty:
                     await ctx.park(self._wait_for_news(fctx.session, left))
@@ -168,12 +171,16 @@ class FetchApis:
             if session.on_news is news:
                 session.on_news = None
 
-    def _partition_news(self, tp) -> None:
+    def _partition_news(self, tp, wake_followers: bool = True) -> None:
         """The replica manager's news of a partition (its log end, high watermark, log start or
-        leadership moved): the fetch sessions watching it read it at their next request. A
+        leadership moved): the fetch sessions watching it read it at their next request; the
+        long polls of followers' sessions end only if ``wake_followers`` (not for a high
+        watermark that only advanced: a follower's fetch waits for records, as Kafka's since
+        KAFKA-9731) or with a replica selector (consumers reading from followers learn the
+        watermark at once, KIP-392). A
         follower whose session held it idle until now (at our log end as of its last read) was
         caught up at its last fetch, as the fetch would have recorded had it read the partition."""
-        fresh = self.fetch_sessions.touch(tp)
+        fresh = self.fetch_sessions.touch(tp, wake_followers or self.replica_selector is not None)
         if fresh:
             part = self.replicas.partitions.get(tp)
             if part is not None and part.state.is_leader:

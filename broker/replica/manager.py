@@ -110,7 +110,7 @@ class ReplicaManager:
         self._low_watermark_waiters = _Waiters()  # DeleteRecords waiting for followers' log starts
         # told first whenever a partition's log end, high watermark, log start or leadership moves
         # (the fetch sessions' news, KafkaApis._partition_news)
-        self.news: Callable[[TopicPartition], None] | None = None
+        self.news: Callable[[TopicPartition, bool], None] | None = None  # (tp, wake followers' polls)
         self.fetchers = ReplicaFetcherManager(self, broker_id, config, endpoint_of, clock)
         # AlterReplicaLogDirs: replicas moving between this broker's log dirs
         self.alter_log_dirs = ReplicaAlterLogDirsManager(
@@ -449,10 +449,10 @@ class ReplicaManager:
     def _appended(self, part: Partition) -> None:
         tp = (part.state.topic, part.state.partition)
         if self.news is not None:
-            self.news(tp)
+            self.news(tp, True)
         self._leo_waiters.wake(tp)
         if part.state.maybe_advance_hw(part.log.log_end_offset):
-            self._wake(tp)
+            self._wake(tp, hw_only=True)
 
     def on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int,
                           log_start_offset: int = -1) -> None:
@@ -461,7 +461,7 @@ class ReplicaManager:
         start_before = before.log_start_offset if before is not None else -1
         if st.on_follower_fetch(replica_id, fetch_offset, part.log.log_end_offset, self.clock.monotonic_ms(),
                                 log_start_offset=log_start_offset):
-            self._wake((st.topic, st.partition))
+            self._wake((st.topic, st.partition), hw_only=True)
         if log_start_offset != start_before:
             self._low_watermark_waiters.wake((st.topic, st.partition))
         if st.pending_alter is not None and self._alter_wake is not None:
@@ -599,11 +599,13 @@ class ReplicaManager:
         caller bounds the wait itself (broker/coordinator_runtime.py)."""
         self._on_change.setdefault(tp, []).append(fn)
 
-    def _wake(self, tp: TopicPartition) -> None:
-        """The high watermark or leadership moved: consumers' and followers' long polls re-check
-        (a follower's ends if the watermark is news to it, see KafkaApis.fetch)."""
+    def _wake(self, tp: TopicPartition, hw_only: bool = False) -> None:
+        """The high watermark or leadership moved: consumers' long polls re-check. ``hw_only``
+        (the high watermark advanced, nothing else): followers' long polls keep waiting for
+        records, as Kafka's DelayedFetch of a follower (FetchIsolation.LOG_END) does; they carry
+        the new watermark with their next records (or at replica.fetch.wait.max.ms)."""
         if self.news is not None:
-            self.news(tp)
+            self.news(tp, not hw_only)
         fns = self._on_change.pop(tp, None)
         for fn in fns or ():
             try:

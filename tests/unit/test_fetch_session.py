@@ -210,3 +210,27 @@ def test_a_tracked_session_with_nothing_moving_reads_nothing():
     assert cache.touch(("t", 3)) == [] and len(cache.touch(("t", 4))) == 1
     cache.context(h.session_id, -1, [], [], 5, True)
     assert cache.touch(("t", 8)) == [] and not cache._watchers
+
+
+def test_a_high_watermark_that_only_advanced_ends_consumers_long_polls_not_followers():
+    """As Kafka's DelayedFetch: a follower's fetch (FetchIsolation.LOG_END) waits for records, a
+    consumer's ends when the high watermark moves. The follower still reads the partition at its
+    next request (it learns the watermark with its next records): one fetch round per append
+    instead of two (issue 19: half the follower fetches of a transaction)."""
+    cache = FetchSessionCache(random.Random(1))
+    woken = {}
+    sessions = {}
+    for who, replica_id in (("follower", 2), ("consumer", -1)):
+        h = FetchSessionHandler()
+        sid, epoch, send, forget = h.build({("t", 0): pd(0, 5)})
+        ctx = cache.context(sid, epoch, list(send.items()), forget, 0, replica_id >= 0, tracked=True)
+        ctx.session.replica_id = replica_id
+        ctx.select({k: (0, 5, 0, False, False) for k, _ in ctx.parts})
+        cache.watch(ctx.session, ("t", 0), ("t", 0))
+        ctx.session.on_news = lambda who=who: woken.__setitem__(who, woken.get(who, 0) + 1)
+        sessions[who] = ctx.session
+    cache.touch(("t", 0), wake_followers=False)  # the high watermark advanced
+    assert woken == {"consumer": 1}
+    assert all(("t", 0) in s.dirty for s in sessions.values())  # both read it at their next request
+    cache.touch(("t", 0))  # records appended (or leadership, log start moved): the follower's poll ends too
+    assert woken == {"consumer": 2, "follower": 1}

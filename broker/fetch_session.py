@@ -68,6 +68,10 @@ class FetchSession:
     dirty: dict[Key, None] = dataclasses.field(default_factory=dict)
     watched: dict[Key, Hashable] = dataclasses.field(default_factory=dict)  # key -> the broker's partition
     on_news: Callable[[], None] | None = None  # set while a long poll of the session waits
+    # set while a follower's long poll waits: told of a high watermark that only advanced, which
+    # ends the poll a little later (FOLLOWER_HW_DELAY_S) unless records come first
+    on_hw_news: Callable[[], None] | None = None
+    hw_due: bool = False  # that delay ended the poll: the new high watermark is news now
     replica_id: int = -1
 
 
@@ -203,8 +207,11 @@ class FetchSessionCache:
             if key not in s.dirty:
                 s.dirty[key] = None
                 fresh.append(s)
-            if s.on_news is not None and (wake_followers or s.replica_id < 0):
-                s.on_news()
+            if s.on_news is not None:
+                if wake_followers or s.replica_id < 0:
+                    s.on_news()
+                elif s.on_hw_news is not None:
+                    s.on_hw_news()
         return fresh
 
     def context(self, session_id: int, epoch: int, requested: Iterable[tuple[Key, PartitionData]],

@@ -18,6 +18,10 @@ from common.errors import ErrorCode, KafkaError
 from metadata.acl import AclOperation as Op
 from metadata.acl import ResourceType as RT
 
+# A high watermark that only advanced ends a follower's long poll this much later, unless records
+# come first (see FetchApis._wait_for_news)
+FOLLOWER_HW_DELAY_S = 0.05
+
 log = logging.getLogger("krafty.apis")
 
 
@@ -70,16 +74,18 @@ class FetchApis:
             left = deadline - self.clock.monotonic()
             if total >= min(req.min_bytes, bytes_cap) or errors or left <= 0 or not (wanted or fctx.tracked):
                 break
-            if replica_id >= 0 and fctx.session is not None and any(
-                    fctx.has_news(((tid if ver >= 13 else name), r.index),
-                                  r.high_watermark if self.replica_selector is not None else None, r.log_start_offset)
-                    for name, tid, out in topics_out for r in out):
-                break  # a follower learns a new log start now (DeleteRecords waits for it); a new high
-                # watermark too with a replica selector (consumers read from followers, KIP-392),
-                # else with its next records, as Kafka does since KAFKA-9731
+            hw_news = False
+            if replica_id >= 0 and fctx.session is not None:
+                keyed = [(((tid if ver >= 13 else name), r.index), r) for name, tid, out in topics_out for r in out]
+                if any(fctx.has_news(k, None, r.log_start_offset) for k, r in keyed):
+                    break  # a follower learns a new log start now (DeleteRecords waits for it)
+                hw_news = any(fctx.has_news(k, r.high_watermark, r.log_start_offset) for k, r in keyed)
+                if hw_news and (self.replica_selector is not None or fctx.session.hw_due):
+                    break  # a new high watermark: at once with a replica selector (consumers read
+                    # from followers, KIP-392), else with the next records or FOLLOWER_HW_DELAY_S later
             if fctx.tracked:
                 if not fctx.session.dirty:
-                    await ctx.park(self._wait_for_news(fctx.session, left))
+                    await ctx.park(self._wait_for_news(fctx.session, left, hw_news))
                 news = fctx.take_news()
                 if news:
                     reading.update(news)
@@ -153,31 +159,51 @@ class FetchApis:
                                    and not self.authorize(ctx, Op.READ, RT.TOPIC, w[0]))
         return wanted, denied
 
-    async def _wait_for_news(self, session, timeout_s: float) -> None:
+    async def _wait_for_news(self, session, timeout_s: float, pending_hw: bool = False) -> None:
         """A long poll of a watched session: until one of its partitions moves (``touch``), the
-        session ends, or the timeout."""
-        fut = asyncio.get_running_loop().create_future()
+        session ends, or the timeout. A follower's poll told that a high watermark only advanced
+        (``on_hw_news``) ends FOLLOWER_HW_DELAY_S later, unless records come first: the next
+        append of a busy partition carries the watermark in the same round (Kafka's follower
+        fetch waits for records alone, up to replica.fetch.wait.max.ms; a transaction's six
+        appends cost it a fetch round each instead of two), and an idle follower still learns it
+        within the delay, not a whole long poll later. ``pending_hw``: such a watermark is pending
+        already (this very fetch moved it)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
 
         def news() -> None:
             if not fut.done():
                 fut.set_result(None)
 
-        timer = asyncio.get_running_loop().call_later(timeout_s, news)
-        session.on_news = news
+        def hw_due() -> None:
+            session.hw_due = True
+            news()
+
+        def hw_news() -> None:
+            nonlocal timer
+            if not fut.done() and timer.when() - loop.time() > FOLLOWER_HW_DELAY_S:
+                timer.cancel()
+                timer = loop.call_later(FOLLOWER_HW_DELAY_S, hw_due)
+
+        session.hw_due = False
+        timer = loop.call_later(timeout_s, news)
+        session.on_news, session.on_hw_news = news, hw_news
+        if pending_hw:
+            hw_news()
         try:
             await fut
         finally:
             timer.cancel()
             if session.on_news is news:
-                session.on_news = None
+                session.on_news = session.on_hw_news = None
 
     def _partition_news(self, tp, wake_followers: bool = True) -> None:
         """The replica manager's news of a partition (its log end, high watermark, log start or
         leadership moved): the fetch sessions watching it read it at their next request; the
-        long polls of followers' sessions end only if ``wake_followers`` (not for a high
-        watermark that only advanced: a follower's fetch waits for records, as Kafka's since
-        KAFKA-9731) or with a replica selector (consumers reading from followers learn the
-        watermark at once, KIP-392). A
+        long polls of followers' sessions end at once only if ``wake_followers`` or with a
+        replica selector (consumers reading from followers learn the watermark at once,
+        KIP-392); for a high watermark that only advanced, FOLLOWER_HW_DELAY_S later unless
+        records come first (Kafka's follower fetch waits for records alone since KAFKA-9731). A
         follower whose session held it idle until now (at our log end as of its last read) was
         caught up at its last fetch, as the fetch would have recorded had it read the partition."""
         fresh = self.fetch_sessions.touch(tp, wake_followers or self.replica_selector is not None)

@@ -213,10 +213,10 @@ def test_a_tracked_session_with_nothing_moving_reads_nothing():
 
 
 def test_a_high_watermark_that_only_advanced_ends_consumers_long_polls_not_followers():
-    """As Kafka's DelayedFetch: a follower's fetch (FetchIsolation.LOG_END) waits for records, a
-    consumer's ends when the high watermark moves. The follower still reads the partition at its
-    next request (it learns the watermark with its next records): one fetch round per append
-    instead of two (issue 19: half the follower fetches of a transaction)."""
+    """A consumer's long poll ends when the high watermark moves; a follower's is told to end a
+    little later (FetchApis._wait_for_news: records coming first carry the watermark, one fetch
+    round per append of a busy partition instead of two, issue 19). Both read the partition at
+    their next request."""
     cache = FetchSessionCache(random.Random(1))
     woken = {}
     sessions = {}
@@ -228,9 +228,10 @@ def test_a_high_watermark_that_only_advanced_ends_consumers_long_polls_not_follo
         ctx.select({k: (0, 5, 0, False, False) for k, _ in ctx.parts})
         cache.watch(ctx.session, ("t", 0), ("t", 0))
         ctx.session.on_news = lambda who=who: woken.__setitem__(who, woken.get(who, 0) + 1)
+        ctx.session.on_hw_news = lambda who=who: woken.__setitem__(who + " later", 1)
         sessions[who] = ctx.session
     cache.touch(("t", 0), wake_followers=False)  # the high watermark advanced
-    assert woken == {"consumer": 1}
+    assert woken == {"consumer": 1, "follower later": 1}  # the follower's poll ends after a delay
     assert all(("t", 0) in s.dirty for s in sessions.values())  # both read it at their next request
     cache.touch(("t", 0))  # records appended (or leadership, log start moved): the follower's poll ends too
-    assert woken == {"consumer": 2, "follower": 1}
+    assert woken == {"consumer": 2, "follower": 1, "follower later": 1}
